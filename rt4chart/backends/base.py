@@ -1,0 +1,173 @@
+"""The backend contract: the one cut between the method and any judge model.
+
+A backend answers one :class:`JudgeRequest` with one :class:`JudgeResponse`. The request carries
+both the rendered chat messages (what a language model reads) and the structured payload they were
+rendered from (what a non-LLM judge such as the scripted or embedded one reads). A backend never
+raises for a judge failure: the response carries ``error`` and no ``parsed`` object, so a bad reply
+becomes data on one claim instead of crashing a batch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rt4chart.types import Label, Sentence, Usage
+
+Task = Literal["decompose", "verify"]
+
+
+class Message(BaseModel):
+    """One chat message."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    """Who speaks."""
+    content: str
+    """What is said."""
+
+
+class GenerationParams(BaseModel):
+    """Sampling parameters; every field is part of the cache key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    temperature: float = 0.0
+    """Sampling temperature; 0 for reproducible verdicts."""
+    seed: int | None = 0
+    """Sampling seed, for providers that honour one."""
+    max_tokens: int = 1024
+    """Upper bound on completion tokens (also the worst case a budget reserves)."""
+
+
+class DecomposeInput(BaseModel):
+    """What the decomposer sees: the answer's sentences and the question, never the context."""
+
+    question: str | None
+    """The user question, if any."""
+    sentences: list[str]
+    """Answer sentences, numbered by position."""
+
+
+class VerifyInput(BaseModel):
+    """What a verifier sees for one call: claims and the context sentences in view."""
+
+    stage: Literal["local", "global"]
+    """Local (one chunk) or global (full context) verification."""
+    claims: list[str]
+    """Claims to judge, numbered by position in this list."""
+    sentences: list[Sentence]
+    """Context sentences in view: the chunk's for local, all for global."""
+    chunk: int | None = None
+    """Index of the chunk under judgement (local stage only)."""
+    hint: list[int] | None = None
+    """Sentence ids of the deciding local chunk, passed as a location hint (global stage only)."""
+    question: str | None = None
+    """The user question, if any."""
+
+
+class DecomposedSentence(BaseModel):
+    """Claims drawn from one answer sentence."""
+
+    sentence: int = Field(ge=0)
+    """Index of the answer sentence."""
+    claims: list[str]
+    """Self-contained claims stated by that sentence (empty when it states no fact)."""
+
+
+class DecomposeOutput(BaseModel):
+    """Judge reply schema for decomposition."""
+
+    sentences: list[DecomposedSentence]
+    """One entry per answer sentence."""
+
+
+class ClaimJudgement(BaseModel):
+    """Judge reply for one claim."""
+
+    claim: int = Field(ge=0)
+    """Index of the claim in the request."""
+    label: Label
+    """entailed, contradicted or baseless."""
+    evidence: list[str] = Field(default_factory=list)
+    """Verbatim quotes from the context that support or refute the claim."""
+    rationale: str = ""
+    """One or two sentences explaining the label."""
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Judge's confidence in the label, when it reports one."""
+
+
+class VerifyOutput(BaseModel):
+    """Judge reply schema for verification: one judgement per claim of the request."""
+
+    judgements: list[ClaimJudgement]
+    """Verdicts, one per claim."""
+
+
+OUTPUT_SCHEMAS: dict[Task, type[BaseModel]] = {
+    "decompose": DecomposeOutput,
+    "verify": VerifyOutput,
+}
+
+
+class JudgeRequest(BaseModel):
+    """One call to a judge."""
+
+    task: Task
+    """Which step of the method is asking."""
+    payload: DecomposeInput | VerifyInput
+    """Structured inputs the messages were rendered from."""
+    messages: list[Message]
+    """Rendered prompt."""
+    params: GenerationParams = Field(default_factory=GenerationParams)
+    """Sampling parameters."""
+    prompt_version: str
+    """Content hash of the template(s) that rendered the messages."""
+
+    @property
+    def output_schema(self) -> type[BaseModel]:
+        return OUTPUT_SCHEMAS[self.task]
+
+
+class JudgeResponse(BaseModel):
+    """What a backend returns for one request."""
+
+    parsed: DecomposeOutput | VerifyOutput | None = None
+    """The schema-validated reply; ``None`` when the call failed."""
+    raw: str = ""
+    """The judge's raw text (for debugging; never a source of verdicts)."""
+    usage: Usage = Field(default_factory=Usage)
+    """Calls, tokens and cost of this request, retries included."""
+    latency_s: float = 0.0
+    """Wall time of the request."""
+    cached: bool = False
+    """True when the reply came from the disk cache."""
+    judge: str = ""
+    """Name of the judge that answered (a cascade stage names itself)."""
+    error: str | None = None
+    """Why there is no parsed reply."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A judge. Implementations: scripted, embedded, litellm, cascade, and the cache wrapper."""
+
+    @property
+    def name(self) -> str:
+        """Stable identifier of the judge, recorded in every output record and cache key."""
+        ...
+
+    @property
+    def supports_decompose(self) -> bool:
+        """Whether the judge can split answer sentences into claims."""
+        ...
+
+    async def complete(self, request: JudgeRequest) -> JudgeResponse:
+        """Answer one request. Never raises for judge failures; sets ``error`` instead."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections, servers or models."""
+        ...

@@ -1,0 +1,167 @@
+"""A judge that replays verdicts from a rules file: exact, free, and chosen openly.
+
+It implements the same backend contract as every model-backed judge (it reads the request's
+structured payload instead of its messages), so tests and users can pin exact verdicts::
+
+    {"decompose": {"<substring of an answer sentence>": ["claim", "claim"]},
+     "verify": [{"claim": "<substring of the claim>", "stage": "local",
+                 "chunk_contains": "<substring of the chunk text>", "label": "contradicted",
+                 "evidence": ["<exact substring of the context>"]}],
+     "default": "baseless"}
+
+The first matching rule wins; an answer sentence with no decompose rule becomes one claim;
+``stage`` and ``chunk_contains`` are optional; an unmatched claim gets ``default``. Optional
+``cost_per_call`` (USD) and ``latency_s`` make it stand in for a paid or slow judge; token counts
+are estimated as one token per four characters of the messages and the reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from rt4chart.backends.base import (
+    ClaimJudgement,
+    DecomposedSentence,
+    DecomposeInput,
+    DecomposeOutput,
+    JudgeRequest,
+    JudgeResponse,
+    VerifyInput,
+    VerifyOutput,
+)
+from rt4chart.types import Label, Usage
+
+
+class VerifyRule(BaseModel):
+    """One scripted verdict."""
+
+    claim: str
+    """Substring of the claim text the rule applies to."""
+    stage: Literal["local", "global"] | None = None
+    """Stage the rule applies to; both when absent."""
+    chunk_contains: str | None = None
+    """Substring the judged context view must contain."""
+    label: Label
+    """Verdict to return."""
+    evidence: list[str] = Field(default_factory=list)
+    """Quotes to return as evidence (should be exact substrings of the context)."""
+    confidence: float = Field(default=1.0, ge=0.0, le=1.0)
+    """Confidence to report."""
+
+
+class ScriptedRules(BaseModel):
+    """The rules file."""
+
+    decompose: dict[str, list[str]] = Field(default_factory=dict)
+    """Answer-sentence substring -> claims of that sentence."""
+    verify: list[VerifyRule] = Field(default_factory=list)
+    """Verdict rules, first match wins."""
+    default: Label = Label.BASELESS
+    """Verdict for a claim no rule matches."""
+    cost_per_call: float = Field(default=0.0, ge=0.0)
+    """USD charged per call, to stand in for a paid judge."""
+    latency_s: float = Field(default=0.0, ge=0.0)
+    """Seconds each call takes, to stand in for a slow judge."""
+
+
+def _tokens(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
+class ScriptedBackend:
+    """Backend that answers from :class:`ScriptedRules`."""
+
+    def __init__(self, rules: ScriptedRules, name: str = "scripted") -> None:
+        self.rules = rules
+        self._name = name
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedBackend:
+        """Load a rules file; raises ``ValueError`` naming the file when it is unusable."""
+        try:
+            rules = ScriptedRules.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError, ValidationError) as error:
+            raise ValueError(f"cannot use scripted rules file {str(path)!r}: {error}") from error
+        return cls(rules, name=f"scripted:{Path(path).name}")
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def supports_decompose(self) -> bool:
+        return True
+
+    async def complete(self, request: JudgeRequest) -> JudgeResponse:
+        started = time.perf_counter()
+        if self.rules.latency_s:
+            await asyncio.sleep(self.rules.latency_s)
+        payload = request.payload
+        parsed: DecomposeOutput | VerifyOutput
+        if isinstance(payload, DecomposeInput):
+            parsed = self._decompose(payload)
+        else:
+            parsed = self._verify(payload)
+        raw = parsed.model_dump_json()
+        prompt = "".join(m.content for m in request.messages)
+        return JudgeResponse(
+            parsed=parsed,
+            raw=raw,
+            usage=Usage(
+                calls=1,
+                prompt_tokens=_tokens(prompt),
+                completion_tokens=_tokens(raw),
+                cost_usd=self.rules.cost_per_call,
+            ),
+            latency_s=time.perf_counter() - started,
+            judge=self.name,
+        )
+
+    def _decompose(self, payload: DecomposeInput) -> DecomposeOutput:
+        entries = []
+        for position, sentence in enumerate(payload.sentences):
+            claims = next(
+                (claims for key, claims in self.rules.decompose.items() if key in sentence),
+                [sentence],
+            )
+            entries.append(DecomposedSentence(sentence=position, claims=claims))
+        return DecomposeOutput(sentences=entries)
+
+    def _verify(self, payload: VerifyInput) -> VerifyOutput:
+        view = " ".join(s.text for s in payload.sentences)
+        judgements = []
+        for position, claim in enumerate(payload.claims):
+            rule = next(
+                (
+                    r for r in self.rules.verify
+                    if r.claim in claim
+                    and r.stage in (None, payload.stage)
+                    and (r.chunk_contains is None or r.chunk_contains in view)
+                ),
+                None,
+            )
+            if rule is None:
+                judgements.append(
+                    ClaimJudgement(claim=position, label=self.rules.default, rationale="no rule matched")
+                )
+            else:
+                judgements.append(
+                    ClaimJudgement(
+                        claim=position,
+                        label=rule.label,
+                        evidence=rule.evidence,
+                        rationale=f"scripted rule {self.rules.verify.index(rule)}",
+                        confidence=rule.confidence,
+                    )
+                )
+        return VerifyOutput(judgements=judgements)
+
+    async def aclose(self) -> None:
+        return None

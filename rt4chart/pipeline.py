@@ -1,0 +1,107 @@
+"""Async orchestration: one sample end to end, and batches of samples in input order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+
+from pydantic import Field
+
+from rt4chart.backends.base import Backend, GenerationParams
+from rt4chart.decompose import DecomposerKind, decompose_by_judge, decompose_by_rules
+from rt4chart.grounding import ContextIndex
+from rt4chart.io import InputLine, error_report
+from rt4chart.prompts import PromptTemplate, load_prompts, prompt_set_version
+from rt4chart.session import JudgeSession
+from rt4chart.text import chunk_sentences, segment_context, split_sentences
+from rt4chart.types import Label, Report, Sample
+from rt4chart.verify import ClaimJudge, VerifyOptions, and_join, hallucinated_spans, verify_claims
+
+
+class PipelineOptions(VerifyOptions):
+    """Everything that shapes an audit besides the judge."""
+
+    decomposer: DecomposerKind = "auto"
+    """``judge``, ``rules``, or ``auto`` (the judge when it can decompose, else rules)."""
+    params: GenerationParams = Field(default_factory=GenerationParams)
+    """Sampling parameters for every judge call."""
+    samples_in_flight: int = Field(default=64, ge=1)
+    """Samples processed at once; judge calls are further bounded by the backend."""
+
+
+@dataclass
+class Pipeline:
+    """A judge, its prompts and options: verifies samples."""
+
+    backend: Backend
+    options: PipelineOptions = field(default_factory=PipelineOptions)
+    prompts: dict[str, PromptTemplate] = field(default_factory=load_prompts)
+
+    @property
+    def prompt_version(self) -> str:
+        return prompt_set_version(self.prompts)
+
+    async def verify_sample(self, sample: Sample, line: int = 1) -> Report:
+        """Audit one sample."""
+        options = self.options
+        context, sentences = segment_context(sample.context)
+        answer_sentences = split_sentences(sample.answer)
+        chunks = chunk_sentences(len(sentences), options.window, options.overlap)
+        session = JudgeSession(self.backend, self.prompts, options.params)
+        use_judge = options.decomposer == "judge" or (
+            options.decomposer == "auto" and self.backend.supports_decompose
+        )
+        errors: list[str] = []
+        if use_judge:
+            claims, errors = await decompose_by_judge(session, answer_sentences, sample.question)
+        else:
+            claims = decompose_by_rules(answer_sentences)
+        judge = ClaimJudge(session, ContextIndex(context, sentences), sample.question)
+        verdicts = await verify_claims(judge, claims, chunks, options)
+        label = and_join(v.label for v in verdicts)
+        return Report(
+            id=sample.id,
+            line=line,
+            label=label,
+            hallucinated=label != Label.ENTAILED,
+            claims=verdicts,
+            spans=hallucinated_spans(verdicts),
+            context_sentences=len(sentences),
+            chunks=len(chunks),
+            usage=session.usage,
+            usage_by_judge=session.usage_by_judge,
+            judge=self.backend.name,
+            prompt_version=self.prompt_version,
+            errors=errors,
+            gold=sample.gold,
+        )
+
+    async def run(self, items: Iterable[InputLine]) -> AsyncIterator[Report]:
+        """Audit input lines concurrently; yield one report per line, in input order."""
+        pending: deque[asyncio.Task[Report]] = deque()
+        iterator = iter(items)
+
+        def start_next() -> bool:
+            item = next(iterator, None)
+            if item is None:
+                return False
+            pending.append(asyncio.ensure_future(self._report(item)))
+            return True
+
+        while len(pending) < self.options.samples_in_flight and start_next():
+            pass
+        try:
+            while pending:
+                report = await pending.popleft()
+                start_next()
+                yield report
+        finally:
+            for task in pending:
+                task.cancel()
+
+    async def _report(self, item: InputLine) -> Report:
+        if item.sample is None:
+            return error_report(item)
+        return await self.verify_sample(item.sample, item.line)

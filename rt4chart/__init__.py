@@ -67,40 +67,41 @@ def _input_line(sample: SampleLike, position: int) -> InputLine:
 
 
 @overload
-async def averify(samples: SampleLike, judge: str | Backend = ..., **options: Any) -> Report: ...
+async def averify(samples: SampleLike, judge: str | Backend | None = ..., **options: Any) -> Report: ...
 @overload
-async def averify(samples: Iterable[SampleLike], judge: str | Backend = ..., **options: Any) -> list[Report]: ...
+async def averify(samples: Iterable[SampleLike], judge: str | Backend | None = ..., **options: Any) -> list[Report]: ...
 
 
 async def averify(
-    samples: SampleLike | Iterable[SampleLike], judge: str | Backend = "scripted", **options: Any
+    samples: SampleLike | Iterable[SampleLike], judge: str | Backend | None = None, **options: Any
 ) -> Report | list[Report]:
     """Audit one sample (returns a :class:`Report`) or many (returns a list, in input order).
 
-    ``judge`` is a backend or anything ``rt4 verify --judge`` accepts; ``options`` are
+    ``judge`` is a backend or anything ``rt4 verify --judge`` accepts (default: the embedded
+    offline verifier); ``options`` are
     :class:`PipelineOptions` fields (``window``, ``overlap``, ``batch_claims``, ...). Invalid
     samples yield a report with ``errors`` instead of raising.
     """
     single = isinstance(samples, (Sample, Mapping))
     batch = [samples] if single else list(samples)  # type: ignore[list-item]
-    backend = resolve_judge(judge) if isinstance(judge, str) else judge
+    backend = judge if isinstance(judge, Backend) else resolve_judge(judge)
     pipeline = Pipeline(backend, PipelineOptions(**options))
     try:
         reports = [r async for r in pipeline.run(_input_line(s, i) for i, s in enumerate(batch, 1))]
     finally:
-        if isinstance(judge, str):
+        if backend is not judge:
             await backend.aclose()
     return reports[0] if single else reports
 
 
 @overload
-def verify(samples: SampleLike, judge: str | Backend = ..., **options: Any) -> Report: ...
+def verify(samples: SampleLike, judge: str | Backend | None = ..., **options: Any) -> Report: ...
 @overload
-def verify(samples: Iterable[SampleLike], judge: str | Backend = ..., **options: Any) -> list[Report]: ...
+def verify(samples: Iterable[SampleLike], judge: str | Backend | None = ..., **options: Any) -> list[Report]: ...
 
 
 def verify(
-    samples: SampleLike | Iterable[SampleLike], judge: str | Backend = "scripted", **options: Any
+    samples: SampleLike | Iterable[SampleLike], judge: str | Backend | None = None, **options: Any
 ) -> Report | list[Report]:
     """Synchronous :func:`averify`."""
     return asyncio.run(averify(samples, judge, **options))

@@ -48,7 +48,9 @@ def fail(message: str) -> typer.Exit:
 def verify(
     input_path: Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer.")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
-    judge: Annotated[str, typer.Option(help="Judge: profile name, litellm model or scripted:RULES.json.")] = "scripted",
+    judge: Annotated[str | None, typer.Option(help="Judge: profile name, litellm model, cascade:A,B or scripted:RULES.json (default: the embedded offline verifier).")] = None,
+    api_base: Annotated[str | None, typer.Option(help="Base URL of an OpenAI-compatible or vLLM server.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Judge calls in flight (default: the judge profile's).")] = None,
     decomposer: Annotated[str, typer.Option(help="judge, rules or auto.")] = "auto",
     window: Annotated[int, typer.Option(help="Context sentences per chunk (W).")] = 25,
     overlap: Annotated[int, typer.Option(help="Sentences shared by consecutive chunks (O < W).")] = 10,
@@ -66,7 +68,7 @@ def verify(
     if not input_path.is_file():
         raise fail(f"input file not found: {input_path}")
     try:
-        backend = resolve_judge(judge)
+        backend = resolve_judge(judge, api_base=api_base, concurrency=concurrency)
     except JudgeConfigError as error:
         raise fail(str(error)) from None
     kind: DecomposerKind = decomposer  # type: ignore[assignment]

@@ -3,15 +3,16 @@
 Accepted forms: ``scripted:RULES.json``.
 """
 
-DEFAULT_JUDGE = "embedded"
-"""The judge used when none is named: needs no key and no network."""
-
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from rt4chart.backends.base import Backend
 from rt4chart.backends.scripted import ScriptedBackend
+
+
+DEFAULT_JUDGE = "embedded"
+"""The judge used when none is named: needs no key and no network."""
 
 
 class JudgeConfigError(ValueError):

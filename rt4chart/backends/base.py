@@ -171,3 +171,17 @@ class Backend(Protocol):
     async def aclose(self) -> None:
         """Release connections, servers or models."""
         ...
+
+
+@runtime_checkable
+class CostEstimator(Protocol):
+    """Optional backend capability: the worst-case cost of a request, before it is sent.
+
+    The budget reserves this amount before each call (prompt tokens counted with the model's
+    tokenizer plus ``params.max_tokens`` of output, at the judge's prices). A backend without it
+    is treated as free.
+    """
+
+    def max_cost_usd(self, request: JudgeRequest) -> float:
+        """Upper bound on what answering ``request`` can cost, in USD."""
+        ...

@@ -163,5 +163,8 @@ class ScriptedBackend:
                 )
         return VerifyOutput(judgements=judgements)
 
+    def max_cost_usd(self, request: JudgeRequest) -> float:
+        return self.rules.cost_per_call
+
     async def aclose(self) -> None:
         return None

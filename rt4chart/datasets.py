@@ -1,0 +1,431 @@
+"""Benchmark adapters: human-labelled datasets read into :class:`Sample` objects with gold labels.
+
+Every adapter keeps the answer text byte for byte, so gold spans (character offsets into the
+answer, end exclusive) stay valid, and puts the labels in ``Sample.gold``, which no judge sees.
+
+Datasets and their gold:
+
+- ``ragtruth-qa``: the RAGTruth QA test responses in the QC-NLI layout (``d1`` passages, ``d2``
+  response, ``query``, ``labels``), split into ``dev.jsonl`` / ``test.jsonl``. Hallucinated = any
+  annotated span (all four RAGTruth label types; ``implicit_true`` spans included, because the
+  context does not state them either).
+- ``ragtruth``: the original RAGTruth layout (``response.jsonl`` + ``source_info.jsonl``), which
+  users supply; ``split`` selects ``train`` / ``test`` by the responses' own ``split`` field.
+- ``faithbench``: FaithBench ``batch_<n>.json`` files. Hallucinated = any annotation whose first
+  label is ``Unwanted`` (or one of its subtypes); gold spans are those annotations' summary spans
+  and gold evidence their source spans, when annotators gave one. The dev/test split is
+  ``int(sha256(f"{batch}:{sample_id}"), 16) % 3 == 0`` -> test.
+- ``mu-shroom``: SemEval-2025 Mu-SHROOM jsonl files (``val`` -> dev, ``test_labeled`` -> test).
+  The task is closed-book: there is no retrieved context, so the context is empty and the model
+  input becomes the question. A context-grounded verifier therefore finds every claim baseless;
+  the adapter exists for the IoU scoring semantics and for users who attach their own context.
+  ``task_type`` is the language code, so per-task metrics are per language.
+- ``generic``: rt4chart input JSONL (``id``, ``context``, ``question``, ``answer``) with gold either
+  as a ``gold`` object (what ``rt4 convert`` writes) or as top-level ``spans`` / ``label``.
+
+Data location: an explicit ``path``, else the ``RT4_DATA_DIR`` environment variable, else
+``../shared/data`` next to the source checkout (where the project's shared benchmark data lives).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from pydantic import ValidationError
+
+from rt4chart.types import Gold, Label, Sample, Span
+
+DatasetName = Literal["ragtruth-qa", "ragtruth", "faithbench", "mu-shroom", "generic"]
+DATASET_NAMES: tuple[str, ...] = get_args(DatasetName)
+
+DATA_DIR_ENV = "RT4_DATA_DIR"
+"""Environment variable naming the folder that holds ``ragtruth-qa/``, ``faithbench/``, ..."""
+
+_DEFAULT_FOLDERS: dict[str, str] = {
+    "ragtruth-qa": "ragtruth-qa",
+    "ragtruth": "ragtruth",
+    "faithbench": "faithbench",
+    "mu-shroom": "mu-shroom",
+}
+_SPLITS: dict[str, tuple[str, ...]] = {
+    "ragtruth-qa": ("dev", "test"),
+    "ragtruth": ("train", "test"),
+    "faithbench": ("dev", "test"),
+    "mu-shroom": ("dev", "test"),
+    "generic": (),
+}
+_BATCH_FILE = re.compile(r"batch_(\d+)\.json$")
+_MU_SHROOM_FOLDERS = {"dev": "val", "test": "test_labeled"}
+
+
+class DatasetError(ValueError):
+    """A dataset cannot be read: unknown name or split, missing file, or a malformed record."""
+
+
+def default_data_dir() -> Path:
+    """``$RT4_DATA_DIR`` if set, else ``../shared/data`` beside the source checkout."""
+    configured = os.environ.get(DATA_DIR_ENV)
+    if configured:
+        return Path(configured)
+    checkout = Path(__file__).resolve().parent.parent
+    return checkout.parent / "shared" / "data"
+
+
+def dataset_path(name: str, path: Path | None = None) -> Path:
+    """Where ``name`` is read from: ``path`` when given, else its folder in the data directory."""
+    if name not in DATASET_NAMES:
+        raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(DATASET_NAMES)}")
+    if path is not None:
+        return path
+    if name == "generic":
+        raise DatasetError("the generic dataset needs a path to a JSONL file")
+    return default_data_dir() / _DEFAULT_FOLDERS[name]
+
+
+def dataset_files(name: str, path: Path | None = None, split: str | None = None) -> list[Path]:
+    """The files an adapter reads for ``name`` / ``split``, in reading order."""
+    root = dataset_path(name, path)
+    split = _check_split(name, split)
+    if not root.exists():
+        raise DatasetError(
+            f"{name} data not found at {root} (pass a path, or set {DATA_DIR_ENV} to the folder "
+            f"holding {_DEFAULT_FOLDERS.get(name, 'the data')}/)"
+        )
+    if name == "ragtruth-qa":
+        return [root if root.is_file() else _existing(root / f"{split or 'dev'}.jsonl")]
+    if name == "ragtruth":
+        return [_existing(root / "response.jsonl"), _existing(root / "source_info.jsonl")]
+    if name == "faithbench":
+        return _faithbench_files(root)
+    if name == "mu-shroom":
+        if root.is_file():
+            return [root]
+        folder = root / _MU_SHROOM_FOLDERS[split] if split else root
+        files = sorted(folder.rglob("*.jsonl"))
+        if not files:
+            raise DatasetError(f"no Mu-SHROOM .jsonl files under {folder}")
+        return files
+    return [_existing(root)]
+
+
+def load_dataset(
+    name: str, path: Path | None = None, split: str | None = None, limit: int | None = None
+) -> list[Sample]:
+    """Read a benchmark as samples with gold labels, in a stable order.
+
+    ``split``: ``dev`` / ``test`` for ragtruth-qa (default ``dev``), faithbench and mu-shroom (all
+    samples when omitted); ``train`` / ``test`` for ragtruth; none for generic. ``limit`` keeps the
+    first N samples of the split. Raises :class:`DatasetError` with the file and line at fault.
+    """
+    if limit is not None and limit < 0:
+        raise DatasetError(f"limit must be at least 0 (got {limit})")
+    files = dataset_files(name, path, split)
+    split = _check_split(name, split)
+    samples: list[Sample]
+    if name == "ragtruth-qa":
+        samples = [_ragtruth_qa(record, where) for record, where in _jsonl(files[0])]
+    elif name == "ragtruth":
+        samples = _ragtruth(files[0], files[1], split)
+    elif name == "faithbench":
+        samples = _faithbench(files, split)
+    elif name == "mu-shroom":
+        samples = [_mu_shroom(record, where) for file in files for record, where in _jsonl(file)]
+    else:
+        samples = [_generic(record, where) for record, where in _jsonl(files[0])]
+    return samples if limit is None else samples[:limit]
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes (as in the data folders' MANIFEST.md)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def samples_sha256(samples: list[Sample]) -> str:
+    """sha256 over the loaded samples (inputs and gold): identifies exactly what was evaluated."""
+    digest = hashlib.sha256()
+    for sample in samples:
+        digest.update(sample.model_dump_json().encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def faithbench_split(batch: int, sample_id: int) -> Literal["dev", "test"]:
+    """The FaithBench split rule of the shared data README (242 of 750 samples are test)."""
+    digest = hashlib.sha256(f"{batch}:{sample_id}".encode()).hexdigest()
+    return "test" if int(digest, 16) % 3 == 0 else "dev"
+
+
+def merge_spans(spans: list[Span]) -> list[Span]:
+    """Sort spans, drop empty ones, and merge those that overlap or touch."""
+    merged: list[Span] = []
+    for span in sorted((s for s in spans if s.end > s.start), key=lambda s: (s.start, s.end)):
+        if merged and span.start <= merged[-1].end:
+            merged[-1] = Span(start=merged[-1].start, end=max(merged[-1].end, span.end))
+        else:
+            merged.append(span)
+    return merged
+
+
+def _check_split(name: str, split: str | None) -> str | None:
+    allowed = _SPLITS[name]
+    if split is not None and split not in allowed:
+        choices = ", ".join(allowed) if allowed else "none"
+        raise DatasetError(f"{name} has no split {split!r} (splits: {choices})")
+    return split
+
+
+def _existing(path: Path) -> Path:
+    if not path.is_file():
+        raise DatasetError(f"dataset file not found: {path}")
+    return path
+
+
+def _jsonl(path: Path) -> Iterator[tuple[dict[str, Any], str]]:
+    with open(path, encoding="utf-8") as handle:
+        for number, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise DatasetError(f"{where}: not valid JSON ({error.msg})") from None
+            if not isinstance(record, dict):
+                raise DatasetError(f"{where}: expected a JSON object")
+            yield record, where
+
+
+def _field(record: dict[str, Any], key: str, where: str) -> Any:
+    if key not in record:
+        raise DatasetError(f"{where}: missing field {key!r}")
+    return record[key]
+
+
+def _span(start: Any, end: Any, answer: str, where: str) -> Span:
+    if not isinstance(start, int) or not isinstance(end, int) or not 0 <= start <= end <= len(answer):
+        raise DatasetError(
+            f"{where}: gold span [{start}, {end}) is not inside the answer ({len(answer)} characters)"
+        )
+    return Span(start=start, end=end)
+
+
+def _sample(where: str, **fields: Any) -> Sample:
+    try:
+        return Sample.model_validate(fields)
+    except ValidationError as error:
+        raise DatasetError(f"{where}: {error.errors()[0]['loc']}: {error.errors()[0]['msg']}") from None
+
+
+def _ragtruth_labels(labels: list[dict[str, Any]], answer: str, where: str) -> list[Span]:
+    return merge_spans([_span(label.get("start"), label.get("end"), answer, where) for label in labels])
+
+
+def _ragtruth_qa(record: dict[str, Any], where: str) -> Sample:
+    answer = _field(record, "d2", where)
+    spans = _ragtruth_labels(_field(record, "labels", where), answer, where)
+    return _sample(
+        where,
+        id=str(_field(record, "id", where)),
+        context=_field(record, "d1", where),
+        question=record.get("query"),
+        answer=answer,
+        gold=Gold(hallucinated=bool(spans), spans=spans, task_type="QA"),
+    )
+
+
+def _ragtruth(responses: Path, sources: Path, split: str | None) -> list[Sample]:
+    source_info: dict[str, tuple[dict[str, Any], str]] = {
+        str(_field(record, "source_id", where)): (record, where) for record, where in _jsonl(sources)
+    }
+    samples = []
+    for record, where in _jsonl(responses):
+        if split is not None and record.get("split") != split:
+            continue
+        source_id = str(_field(record, "source_id", where))
+        if source_id not in source_info:
+            raise DatasetError(f"{where}: source_id {source_id!r} is not in {sources}")
+        source, source_where = source_info[source_id]
+        task_type = _field(source, "task_type", source_where)
+        info = _field(source, "source_info", source_where)
+        question: str | None = None
+        if task_type == "QA" and isinstance(info, dict):
+            question, context = info.get("question"), info.get("passages", "")
+        elif isinstance(info, str):
+            context = info
+        else:
+            # Data2txt sources are structured records; the generator saw them as JSON, so does the judge.
+            context = json.dumps(info, ensure_ascii=False, indent=2)
+        answer = _field(record, "response", where)
+        spans = _ragtruth_labels(_field(record, "labels", where), answer, where)
+        samples.append(
+            _sample(
+                where,
+                id=str(_field(record, "id", where)),
+                context=context,
+                question=question,
+                answer=answer,
+                gold=Gold(hallucinated=bool(spans), spans=spans, task_type=task_type),
+            )
+        )
+    return samples
+
+
+def _faithbench_files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    folder = root / "data_for_release" if (root / "data_for_release").is_dir() else root
+    files = [f for f in folder.iterdir() if _BATCH_FILE.search(f.name)]
+    if not files:
+        raise DatasetError(f"no FaithBench batch_<n>.json files in {folder}")
+    return sorted(files, key=_batch_number)
+
+
+def _batch_number(path: Path) -> int:
+    match = _BATCH_FILE.search(path.name)
+    if match is None:
+        raise DatasetError(f"{path}: FaithBench files must be named batch_<n>.json")
+    return int(match.group(1))
+
+
+def _is_unwanted(annotation: dict[str, Any]) -> bool:
+    labels = annotation.get("label") or []
+    return bool(labels) and str(labels[0]).startswith("Unwanted")
+
+
+def _faithbench(files: list[Path], split: str | None) -> list[Sample]:
+    samples = []
+    for file in files:
+        batch = _batch_number(file)
+        try:
+            content = json.loads(file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise DatasetError(f"{file}: not valid JSON ({error.msg})") from None
+        for position, record in enumerate(_field(content, "samples", str(file))):
+            where = f"{file} sample #{position}"
+            sample_id = _field(record, "sample_id", where)
+            if split is not None and faithbench_split(batch, sample_id) != split:
+                continue
+            answer, source = _field(record, "summary", where), _field(record, "source", where)
+            unwanted = [a for a in record.get("annotations") or [] if _is_unwanted(a)]
+            spans = [
+                _span(a.get("summary_start"), a.get("summary_end"), answer, where)
+                for a in unwanted if a.get("summary_start") is not None
+            ]
+            evidence = [
+                Span(start=a["source_start"], end=a["source_end"])
+                for a in unwanted
+                if isinstance(a.get("source_start"), int) and isinstance(a.get("source_end"), int)
+                and 0 <= a["source_start"] < a["source_end"] <= len(source)
+            ]
+            samples.append(
+                _sample(
+                    where,
+                    id=f"faithbench-{batch}-{sample_id}",
+                    context=source,
+                    answer=answer,
+                    gold=Gold(
+                        hallucinated=bool(unwanted),
+                        spans=merge_spans(spans),
+                        task_type="Summary",
+                        evidence=merge_spans(evidence),
+                    ),
+                )
+            )
+    return samples
+
+
+def _mu_shroom(record: dict[str, Any], where: str) -> Sample:
+    answer = _field(record, "model_output_text", where)
+    pairs = _field(record, "hard_labels", where)
+    spans = merge_spans([_span(pair[0], pair[1], answer, where) for pair in pairs])
+    return _sample(
+        where,
+        id=str(_field(record, "id", where)),
+        context="",
+        question=record.get("model_input"),
+        answer=answer,
+        gold=Gold(hallucinated=bool(spans), spans=spans, task_type=record.get("lang")),
+    )
+
+
+def _generic_label(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("hallucinated", "true", "1"):
+            return True
+        if lowered in ("faithful", "false", "0"):
+            return False
+        if lowered in {label.value for label in Label}:
+            return lowered != Label.ENTAILED
+    raise DatasetError(
+        f"{where}: label must be true/false, 0/1, hallucinated/faithful or entailed/contradicted/baseless "
+        f"(got {value!r})"
+    )
+
+
+def _generic_spans(value: Any, answer: str, where: str) -> list[Span]:
+    if not isinstance(value, list):
+        raise DatasetError(f"{where}: spans must be a list of {{start, end}} objects or [start, end] pairs")
+    spans = []
+    for item in value:
+        if isinstance(item, dict):
+            spans.append(_span(item.get("start"), item.get("end"), answer, where))
+        elif isinstance(item, list) and len(item) == 2:
+            spans.append(_span(item[0], item[1], answer, where))
+        else:
+            raise DatasetError(f"{where}: bad span {item!r}; expected {{start, end}} or [start, end]")
+    return merge_spans(spans)
+
+
+def _generic(record: dict[str, Any], where: str) -> Sample:
+    answer = _field(record, "answer", where)
+    if not isinstance(answer, str):
+        raise DatasetError(f"{where}: answer must be a string")
+    gold_record = record.get("gold")
+    if gold_record is not None:
+        try:
+            gold = Gold.model_validate(gold_record)
+        except ValidationError as error:
+            raise DatasetError(f"{where}: gold: {error.errors()[0]['msg']}") from None
+        gold = gold.model_copy(update={"spans": _generic_spans(
+            [[s.start, s.end] for s in gold.spans], answer, where
+        )})
+    else:
+        spans = _generic_spans(record.get("spans", []), answer, where)
+        hallucinated = (
+            _generic_label(record["label"], where) if "label" in record
+            else bool(spans) if "spans" in record else None
+        )
+        try:
+            gold = Gold(
+                hallucinated=hallucinated,
+                spans=spans,
+                task_type=record.get("task_type"),
+                evidence=record.get("evidence", []),
+            )
+        except ValidationError as error:
+            raise DatasetError(f"{where}: {error.errors()[0]['loc']}: {error.errors()[0]['msg']}") from None
+    if gold.hallucinated is None and gold.spans:
+        gold = gold.model_copy(update={"hallucinated": True})
+    return _sample(
+        where,
+        id=str(_field(record, "id", where)),
+        context=_field(record, "context", where),
+        question=record.get("question"),
+        answer=answer,
+        gold=gold,
+    )

@@ -10,16 +10,19 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from rt4chart.decompose import DecomposerKind
-from rt4chart.io import dump_report, read_jsonl
+from rt4chart.backends.base import Backend
+from rt4chart.budget import Ledger, MeteredBackend
+from rt4chart.cache import CachedBackend, JudgeCache
+from rt4chart.io import InputLine, read_jsonl
 from rt4chart.judges import JudgeConfigError, resolve_judge
-from rt4chart.pipeline import Pipeline, PipelineOptions
-from rt4chart.report import RunSummary, print_summary
+from rt4chart.pipeline import Pipeline, PipelineOptions, run_audit
+from rt4chart.report import AuditProgress, RunSummary, print_summary
+from rt4chart.types import Report
 
 EXIT_OK, EXIT_HALLUCINATED, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
 
@@ -44,64 +47,108 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
-@app.command()
-def verify(
-    input_path: Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer.")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
-    judge: Annotated[str | None, typer.Option(help="Judge: profile name, litellm model, cascade:A,B or scripted:RULES.json (default: the embedded offline verifier).")] = None,
-    api_base: Annotated[str | None, typer.Option(help="Base URL of an OpenAI-compatible or vLLM server.")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Judge calls in flight (default: the judge profile's).")] = None,
-    decomposer: Annotated[str, typer.Option(help="judge, rules or auto.")] = "auto",
-    window: Annotated[int, typer.Option(help="Context sentences per chunk (W).")] = 25,
-    overlap: Annotated[int, typer.Option(help="Sentences shared by consecutive chunks (O < W).")] = 10,
-    batch_claims: Annotated[int, typer.Option(help="Claims judged per call; 1 = reference algorithm.")] = 8,
-    global_verification: Annotated[bool, typer.Option("--global/--no-global", help="Re-judge claims against the full context.")] = True,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
-) -> None:
-    """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
+def _resolve_metered(
+    judge: str | None,
+    api_base: str | None,
+    concurrency: int | None,
+    ledger: Ledger,
+    cache: JudgeCache | None,
+) -> Backend:
+    """The judge with every model-calling stage metered against the ledger, behind the cache."""
+
+    def wrap(leaf: Backend) -> Backend:
+        metered: Backend = MeteredBackend(leaf, ledger)
+        return CachedBackend(metered, cache) if cache is not None else metered
+
+    try:
+        return resolve_judge(judge, api_base=api_base, concurrency=concurrency, wrap=wrap)
+    except JudgeConfigError as error:
+        raise fail(str(error)) from None
+
+
+def _pipeline_options(
+    window: int, overlap: int, batch_claims: int, global_verification: bool, decomposer: str
+) -> PipelineOptions:
     if window < 1 or not 0 <= overlap < window:
         raise fail(f"--overlap must be at least 0 and smaller than --window (got W={window}, O={overlap})")
     if batch_claims < 1:
         raise fail("--batch-claims must be at least 1")
     if decomposer not in ("judge", "rules", "auto"):
         raise fail(f"--decomposer must be judge, rules or auto (got {decomposer!r})")
-    if not input_path.is_file():
-        raise fail(f"input file not found: {input_path}")
-    try:
-        backend = resolve_judge(judge, api_base=api_base, concurrency=concurrency)
-    except JudgeConfigError as error:
-        raise fail(str(error)) from None
-    kind: DecomposerKind = decomposer  # type: ignore[assignment]
-    options = PipelineOptions(
+    return PipelineOptions(
         window=window,
         overlap=overlap,
         batch_claims=batch_claims,
         global_verification=global_verification,
-        decomposer=kind,
+        decomposer=decomposer,  # type: ignore[arg-type]
     )
-    pipeline = Pipeline(backend, options)
+
+
+def _read_input(input_path: Path) -> list[InputLine]:
+    if not input_path.is_file():
+        raise fail(f"input file not found: {input_path}")
+    return list(read_jsonl(input_path))
+
+
+InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer.")]
+JudgeOption = Annotated[str | None, typer.Option(help="Judge: profile name, litellm model, cascade:A,B or scripted:RULES.json (default: the embedded offline verifier).")]
+ApiBaseOption = Annotated[str | None, typer.Option(help="Base URL of an OpenAI-compatible or vLLM server.")]
+ConcurrencyOption = Annotated[int | None, typer.Option(help="Judge calls in flight (default: the judge profile's).")]
+DecomposerOption = Annotated[str, typer.Option(help="judge, rules or auto.")]
+WindowOption = Annotated[int, typer.Option(help="Context sentences per chunk (W).")]
+OverlapOption = Annotated[int, typer.Option(help="Sentences shared by consecutive chunks (O < W).")]
+BatchOption = Annotated[int, typer.Option(help="Claims judged per call; 1 = reference algorithm.")]
+GlobalOption = Annotated[bool, typer.Option("--global/--no-global", help="Re-judge claims against the full context.")]
+CacheDirOption = Annotated[Path | None, typer.Option(help="Judge-call cache directory (default: per-user cache).")]
+
+
+@app.command()
+def verify(
+    input_path: InputArgument,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
+    judge: JudgeOption = None,
+    api_base: ApiBaseOption = None,
+    concurrency: ConcurrencyOption = None,
+    decomposer: DecomposerOption = "auto",
+    window: WindowOption = 25,
+    overlap: OverlapOption = 10,
+    batch_claims: BatchOption = 8,
+    global_verification: GlobalOption = True,
+    budget: Annotated[float | None, typer.Option(help="Hard cap on judge spend in USD; exit 3 when reached.")] = None,
+    cache_dir: CacheDirOption = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Keep records already complete in --out; audit the rest.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary on stderr.")] = False,
+) -> None:
+    """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
+    options = _pipeline_options(window, overlap, batch_claims, global_verification, decomposer)
+    if budget is not None and budget < 0:
+        raise fail("--budget must not be negative")
+    if resume and out is None:
+        raise fail("--resume needs --out FILE")
+    items = _read_input(input_path)
+    ledger = Ledger(limit_usd=budget)
+    cache = None if no_cache else JudgeCache(cache_dir)
+    backend = _resolve_metered(judge, api_base, concurrency, ledger, cache)
     summary = RunSummary()
-    sink: TextIO = open(out, "w", encoding="utf-8") if out else sys.stdout
-    try:
-        asyncio.run(_write_reports(pipeline, input_path, sink, summary))
-    finally:
-        if out:
-            sink.close()
+    with AuditProgress(len(items), ledger, stderr, enabled=not quiet) as progress:
+
+        def on_report(report: Report) -> None:
+            summary.add(report)
+            progress.advance(summary)
+
+        result = asyncio.run(
+            run_audit(Pipeline(backend, options), items, out, on_report, resume=resume, stdout=sys.stdout)
+        )
+    summary.remaining = result.remaining
+    summary.stopped_by_budget = result.stopped_by_budget
     if not quiet:
         print_summary(summary, stderr)
+    if result.stopped_by_budget:
+        raise typer.Exit(EXIT_BUDGET)
     if summary.invalid:
         raise typer.Exit(EXIT_USAGE)
     raise typer.Exit(EXIT_HALLUCINATED if summary.hallucinated else EXIT_OK)
-
-
-async def _write_reports(pipeline: Pipeline, input_path: Path, sink: TextIO, summary: RunSummary) -> None:
-    try:
-        async for report in pipeline.run(read_jsonl(input_path)):
-            sink.write(dump_report(report) + "\n")
-            sink.flush()
-            summary.add(report)
-    finally:
-        await pipeline.backend.aclose()
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,3 +78,58 @@ def error_report(item: InputLine) -> Report:
 def dump_report(report: Report) -> str:
     """One output line (no trailing newline)."""
     return report.model_dump_json(exclude_none=False)
+
+
+def read_completed(path: Path, items: list[InputLine]) -> dict[int, Report]:
+    """Records already complete in an output file, by input line number.
+
+    A record counts only if it parses as a whole :class:`Report` and names an input line with the
+    same id; a torn last line left by a killed run, or a record of some other input, does not.
+    """
+    expected = {item.line: item.sample.id if item.sample else item.raw_id for item in items}
+    completed: dict[int, Report] = {}
+    if not path.exists():
+        return completed
+    with open(path, encoding="utf-8") as handle:
+        for text in handle:
+            if not text.endswith("\n"):
+                break  # torn: the run died while writing this line
+            try:
+                report = Report.model_validate_json(text)
+            except ValidationError:
+                continue
+            if report.line in expected and expected[report.line] == report.id:
+                completed.setdefault(report.line, report)
+    return completed
+
+
+def write_reports_atomically(path: Path, reports: list[Report]) -> None:
+    """Replace ``path`` with ``reports``, one per line, via a temporary file and a rename."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        for report in reports:
+            handle.write(dump_report(report) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+class ReportAppender:
+    """Appends records to an output file, one ``write`` per record.
+
+    Each record goes out in a single ``os.write`` on an ``O_APPEND`` descriptor, so a killed run
+    leaves at most one torn last line, which :func:`read_completed` ignores.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def append(self, report: Report) -> None:
+        data = (dump_report(report) + "\n").encode("utf-8")
+        written = os.write(self._fd, data)
+        while written < len(data):
+            written += os.write(self._fd, data[written:])
+
+    def close(self) -> None:
+        os.fsync(self._fd)
+        os.close(self._fd)

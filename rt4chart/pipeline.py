@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
 
 from pydantic import Field
 
 from rt4chart.backends.base import Backend, GenerationParams
 from rt4chart.decompose import DecomposerKind, decompose_by_judge, decompose_by_rules
 from rt4chart.grounding import ContextIndex
-from rt4chart.io import InputLine, error_report
+from rt4chart.budget import BudgetExhausted
+from rt4chart.io import (
+    InputLine,
+    ReportAppender,
+    dump_report,
+    error_report,
+    read_completed,
+    write_reports_atomically,
+)
 from rt4chart.prompts import PromptTemplate, load_prompts, prompt_set_version
 from rt4chart.session import JudgeSession
 from rt4chart.text import chunk_sentences, segment_context, split_sentences
@@ -105,3 +115,70 @@ class Pipeline:
         if item.sample is None:
             return error_report(item)
         return await self.verify_sample(item.sample, item.line)
+
+
+@dataclass
+class AuditResult:
+    """How a batch audit ended."""
+
+    written: int = 0
+    """Records written by this run."""
+    resumed: int = 0
+    """Records kept from an earlier run (``--resume``)."""
+    remaining: int = 0
+    """Input lines left without a record because the budget stopped the run."""
+    stopped_by_budget: bool = False
+    """True when a call was refused by the budget."""
+
+
+async def run_audit(
+    pipeline: Pipeline,
+    items: list[InputLine],
+    out: Path | None,
+    on_report: Callable[[Report], None],
+    *,
+    resume: bool = False,
+    stdout: TextIO | None = None,
+) -> AuditResult:
+    """Audit ``items`` into ``out`` (or ``stdout``), one record per line, in input order.
+
+    With ``resume``, records already complete in ``out`` are kept and their inputs skipped. When
+    the budget refuses a call, every record finished before it is written completely, nothing
+    half-done is, and the result says how many inputs remain. The file ends in input order.
+    """
+    result = AuditResult()
+    completed = read_completed(out, items) if resume and out else {}
+    if out is not None:
+        # Rewriting first drops a torn tail or foreign records before anything is appended.
+        write_reports_atomically(out, [completed[line] for line in sorted(completed)])
+    result.resumed = len(completed)
+    for report in completed.values():
+        on_report(report)
+    todo = [item for item in items if item.line not in completed]
+    appender = ReportAppender(out) if out is not None else None
+    try:
+        async for report in pipeline.run(todo):
+            if appender is not None:
+                appender.append(report)
+            elif stdout is not None:
+                stdout.write(dump_report(report) + "\n")
+                stdout.flush()
+            result.written += 1
+            on_report(report)
+    except BudgetExhausted:
+        result.stopped_by_budget = True
+        result.remaining = len(todo) - result.written
+    finally:
+        if appender is not None:
+            appender.close()
+        await pipeline.backend.aclose()
+    if out is not None and result.resumed:
+        _restore_input_order(out, items)
+    return result
+
+
+def _restore_input_order(out: Path, items: list[InputLine]) -> None:
+    records = read_completed(out, items)
+    lines = [report.line for report in records.values()]
+    if lines != sorted(lines):
+        write_reports_atomically(out, [records[line] for line in sorted(records)])

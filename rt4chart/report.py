@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
+from types import TracebackType
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from rt4chart.budget import Ledger
 from rt4chart.types import Label, Report, Usage
 
 
@@ -57,7 +61,8 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     table.add_row("claims", claims or "0")
     table.add_row("ungrounded verdicts", str(summary.ungrounded))
     usage = summary.usage
-    table.add_row("judge calls", f"{usage.calls} ({usage.cache_hits} from cache)")
+    table.add_row("judge calls", str(usage.calls))
+    table.add_row("cache hits", str(usage.cache_hits))
     table.add_row("tokens in / out", f"{usage.prompt_tokens} / {usage.completion_tokens}")
     table.add_row("cost", f"${usage.cost_usd:.4f}")
     if len(summary.usage_by_judge) > 1:
@@ -66,3 +71,71 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     if summary.stopped_by_budget:
         table.add_row("[red]stopped by budget[/red]", f"{summary.remaining} samples not audited")
     console.print(table)
+
+
+class AuditProgress:
+    """Progress of a batch audit on stderr.
+
+    On a terminal: a live bar with samples done/total, judge calls in flight, throughput, spend
+    against the budget, cache hit rate and ETA. Elsewhere (CI logs): one plain line every
+    ``log_every_s`` seconds. Nothing at all when disabled (``--quiet``).
+    """
+
+    def __init__(
+        self, total: int, ledger: Ledger, console: Console, *, enabled: bool = True, log_every_s: float = 10.0
+    ) -> None:
+        self.total = total
+        self.ledger = ledger
+        self.console = console
+        self.enabled = enabled
+        self.log_every_s = log_every_s
+        self.started = time.monotonic()
+        self._last_log = self.started
+        self._done = 0
+        self._summary = RunSummary()
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> AuditProgress:
+        if self.enabled and self.console.is_terminal:
+            self._bar = Progress(
+                TextColumn("[bold]auditing"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[status]}"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+                get_time=time.monotonic,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("audit", total=self.total, status=self.status())
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def status(self) -> str:
+        """One line: calls in flight, samples/s, spend vs budget, cache hit rate."""
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        usage = self._summary.usage
+        lookups = usage.calls + usage.cache_hits
+        hit_rate = usage.cache_hits / lookups if lookups else 0.0
+        budget = f" of ${self.ledger.limit_usd:.4f}" if self.ledger.limit_usd is not None else ""
+        return (
+            f"{self.ledger.in_flight} calls in flight | {self._done / elapsed:.2f} samples/s | "
+            f"${self.ledger.spent_usd:.4f}{budget} | cache hits {hit_rate:.0%}"
+        )
+
+    def advance(self, summary: RunSummary) -> None:
+        """Called after each record with the run's totals so far."""
+        self._summary = summary
+        self._done = summary.records
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, completed=self._done, status=self.status())
+        elif self.enabled and time.monotonic() - self._last_log >= self.log_every_s:
+            self._last_log = time.monotonic()
+            self.console.print(f"rt4: {self._done}/{self.total} samples | {self.status()}", highlight=False)

@@ -171,7 +171,7 @@ class Usage(BaseModel):
     """Judge usage and cost, summed over calls."""
 
     calls: int = 0
-    """Judge calls made, cache hits included."""
+    """Requests that reached the judge, re-asks and retries included; cache hits are not calls."""
     prompt_tokens: int = 0
     """Prompt tokens reported by the judge (0 for cache hits)."""
     completion_tokens: int = 0

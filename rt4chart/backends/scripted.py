@@ -18,6 +18,7 @@ are estimated as one token per four characters of the messages and the reply.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import time
@@ -86,10 +87,13 @@ class ScriptedBackend:
     def from_file(cls, path: str | Path) -> ScriptedBackend:
         """Load a rules file; raises ``ValueError`` naming the file when it is unusable."""
         try:
-            rules = ScriptedRules.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+            source = Path(path).read_text(encoding="utf-8")
+            rules = ScriptedRules.model_validate(json.loads(source))
         except (OSError, json.JSONDecodeError, ValidationError) as error:
             raise ValueError(f"cannot use scripted rules file {str(path)!r}: {error}") from error
-        return cls(rules, name=f"scripted:{Path(path).name}")
+        # The content hash in the name keeps cached replies of an edited rules file from being reused.
+        digest = hashlib.sha256(source.encode()).hexdigest()[:8]
+        return cls(rules, name=f"scripted:{Path(path).name}#{digest}")
 
     @property
     def name(self) -> str:

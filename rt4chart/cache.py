@@ -1,0 +1,133 @@
+"""Disk cache of judge calls, so an audit never pays twice for the same call.
+
+The key is a sha256 over everything that can change a reply: the judge's identity, the task, the
+output schema, every generation parameter, the prompt template hash and the full rendered
+messages. Only schema-valid replies are stored. diskcache keeps entries in SQLite, which makes a
+cache directory safe to share between concurrent runs; an entry that cannot be read or no longer
+validates is treated as a miss and dropped, never as an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import diskcache
+import platformdirs
+
+from rt4chart.backends.base import Backend, JudgeRequest, JudgeResponse
+from rt4chart.types import Usage
+
+CACHE_FORMAT = 1
+"""Bumped when the stored value format changes; part of every key."""
+
+
+def default_cache_dir() -> Path:
+    """Per-user cache directory (``~/.cache/rt4chart/judge-calls`` on Linux)."""
+    return Path(platformdirs.user_cache_dir("rt4chart")) / "judge-calls"
+
+
+def request_key(judge: str, request: JudgeRequest) -> str:
+    """The cache key of ``request`` sent to the judge named ``judge``."""
+    material = {
+        "format": CACHE_FORMAT,
+        "judge": judge,
+        "task": request.task,
+        "schema": request.output_schema.model_json_schema(),
+        "params": request.params.model_dump(),
+        "prompt_version": request.prompt_version,
+        "messages": [m.model_dump() for m in request.messages],
+    }
+    encoded = json.dumps(material, sort_keys=True, ensure_ascii=False).encode()
+    return hashlib.sha256(encoded).hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """What a cache directory holds."""
+
+    directory: Path
+    entries: int
+    size_bytes: int
+
+
+class JudgeCache:
+    """A diskcache directory of schema-valid judge replies."""
+
+    def __init__(self, directory: Path | str | None = None) -> None:
+        self.directory = Path(directory) if directory else default_cache_dir()
+        self._store = diskcache.Cache(str(self.directory))
+
+    def get(self, key: str) -> JudgeResponse | None:
+        """The stored reply, or ``None`` on a miss or an unreadable entry."""
+        try:
+            stored = self._store.get(key)
+            if stored is None:
+                return None
+            return JudgeResponse.model_validate_json(stored)
+        except Exception:  # noqa: BLE001 - any damaged entry is a miss by contract
+            self._forget(key)
+            return None
+
+    def put(self, key: str, response: JudgeResponse) -> None:
+        """Store a reply if it is schema-valid; failures are never cached."""
+        if response.parsed is None or response.error is not None:
+            return
+        try:
+            self._store.set(key, response.model_dump_json())
+        except Exception:  # noqa: BLE001 - a full or read-only disk must not stop an audit
+            return
+
+    def _forget(self, key: str) -> None:
+        try:
+            self._store.delete(key)
+        except Exception:  # noqa: BLE001 - best effort on an already damaged entry
+            return
+
+    def stats(self) -> CacheStats:
+        return CacheStats(self.directory, len(self._store), int(self._store.volume()))
+
+    def clear(self) -> int:
+        """Remove every entry; returns how many there were."""
+        return int(self._store.clear())
+
+    def close(self) -> None:
+        self._store.close()
+
+
+class CachedBackend:
+    """Puts a :class:`JudgeCache` in front of a backend."""
+
+    def __init__(self, inner: Backend, cache: JudgeCache) -> None:
+        self.inner = inner
+        self.cache = cache
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def supports_decompose(self) -> bool:
+        return self.inner.supports_decompose
+
+    async def complete(self, request: JudgeRequest) -> JudgeResponse:
+        key = request_key(self.inner.name, request)
+        started = time.perf_counter()
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit.model_copy(
+                update={
+                    "cached": True,
+                    "usage": Usage(cache_hits=1),
+                    "latency_s": time.perf_counter() - started,
+                }
+            )
+        response = await self.inner.complete(request)
+        self.cache.put(key, response)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

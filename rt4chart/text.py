@@ -20,7 +20,9 @@ PASSAGE_SEPARATOR = "\n\n"
 """Placed between passages when a context arrives as a list; offsets refer to the joined text."""
 
 _LINE = re.compile(r"[^\n]+")
-_LIST_MARKER = re.compile(r"\s*(?:\d{1,3}[.)]|[-*\u2022]|[a-zA-Z][.)](?=\s))\s+")
+# A letter followed by a full stop opens a list item ("a. ", "B. ") unless another initial follows:
+# "J. K. Rowling" keeps its first initial.
+_LIST_MARKER = re.compile(r"\s*(?:\d{1,3}[.)]|[-*\u2022]|[a-zA-Z][.)](?=\s)(?!\s+[A-Z]\.))\s+")
 
 
 @cache

@@ -127,7 +127,9 @@ def test_split_sentences_offsets_hold_for_any_text(text: str) -> None:
 
 # Lines that cannot start with a list marker, so segmentation must keep every visible character.
 _LINE_OPENERS = st.sampled_from(["The", "Then", "Prices", "\u201cWhy?\u201d", "Growth"])
-_WORDS = st.sampled_from(["Dr.", "Smith", "e.g.", "3.5%", "$3.50", "rose.", "she asked.", "U.S.", "ok", "No!"])
+_WORDS = st.sampled_from(
+    ["Dr.", "Smith", "e.g.", "3.5%", "$3.50", "rose.", "she asked.", "U.S.", "ok", "No!"]
+)
 _MARKER_FREE_TEXT = st.lists(
     st.tuples(_LINE_OPENERS, st.lists(_WORDS, max_size=8)).map(lambda line: " ".join([line[0], *line[1]])),
     max_size=6,
@@ -248,5 +250,5 @@ def test_chunk_sentence_ids_cover_first_to_last() -> None:
     [(2, 2), (2, 3), (1, 1), (25, 25), (3, -1), (0, 0)],
 )
 def test_chunking_rejects_overlap_not_below_window(window: int, overlap: int) -> None:
-    with pytest.raises(ValueError, match="window|overlap"):
+    with pytest.raises(ValueError, match=r"window|overlap"):
         chunk_sentences(10, window, overlap)

@@ -1,0 +1,439 @@
+"""Detection metrics against human gold labels, with seeded bootstrap confidence intervals.
+
+Positive = hallucinated, everywhere. Definitions follow the benchmarks' reference protocols:
+
+- answer level: precision / recall / F1 and balanced accuracy of ``Report.hallucinated``;
+- span level (RAGTruth overlap protocol): hallucinated answer characters, micro-summed over
+  samples: TP = |G and P|, FP = |P minus G|, FN = |G minus P|;
+- IoU (Mu-SHROOM): per sample |G and P| / |G or P| over characters, 1 when both are empty,
+  averaged over samples;
+- AUROC of a detector score (Mann-Whitney, ties counted half);
+- evidence grounding: for gold-hallucinated samples whose gold has context evidence, the context
+  characters cited by contradicted claims against the gold evidence characters, micro-summed;
+- claim level (verifier validation): a claim whose answer span overlaps a gold hallucination span
+  is gold-unsupported; precision / recall of "not entailed" and AUROC of the judge's score.
+
+A ratio with a zero denominator is 0.0, as scikit-learn reports it (``zero_division=0``).
+Bootstrap CIs resample samples with replacement (seeded) and take the 2.5 / 97.5 percentiles.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+from rt4chart.types import ClaimVerdict, Gold, Label, Report, Span
+
+T = TypeVar("T")
+
+
+class PRF(BaseModel):
+    """Precision, recall and F1 with the counts they come from."""
+
+    precision: float
+    """TP / (TP + FP); 0 when nothing was predicted positive."""
+    recall: float
+    """TP / (TP + FN); 0 when nothing is gold positive."""
+    f1: float
+    """Harmonic mean of precision and recall; 0 when both are 0."""
+    tp: int
+    """True positives (samples, characters or claims)."""
+    fp: int
+    """False positives."""
+    fn: int
+    """False negatives."""
+
+
+class Estimate(BaseModel):
+    """A headline figure with its bootstrap 95% confidence interval."""
+
+    value: float | None
+    """The figure on the full evaluation set; ``None`` when undefined (e.g. AUROC with one class)."""
+    low: float | None = None
+    """2.5th percentile of the bootstrap distribution."""
+    high: float | None = None
+    """97.5th percentile of the bootstrap distribution."""
+
+
+class ClaimValidation(BaseModel):
+    """Claim-level validation of the verifier against gold hallucination spans."""
+
+    claims: int
+    """Claims in the scored reports."""
+    aligned: int
+    """Claims with a gold label: they have an answer span and their sample's gold has spans or is clean."""
+    unaligned: int
+    """Claims without a gold label (holistic claims, or gold positive without span offsets)."""
+    gold_unsupported: int
+    """Aligned claims that overlap a gold hallucination span."""
+    at_operating_point: PRF
+    """Predicted unsupported (label not entailed) against gold unsupported, over aligned claims."""
+    scored: int
+    """Aligned claims for which the judge reported a confidence."""
+    auroc: float | None
+    """AUROC of the unsupported score over scored claims; ``None`` without both classes."""
+
+
+class EvaluationMetrics(BaseModel):
+    """Every metric of one evaluation run."""
+
+    samples: int
+    """Gold samples evaluated."""
+    scored: int
+    """Samples with both a valid prediction and a gold answer label."""
+    invalid: int
+    """Samples whose prediction has no label (invalid input or a failed audit); left out of the scores."""
+    missing: int
+    """Gold samples without any prediction record; left out of the scores."""
+    gold_positive: int
+    """Scored samples that annotators marked hallucinated."""
+    predicted_positive: int
+    """Scored samples the detector flagged."""
+    headline: dict[str, Estimate]
+    """Headline figures with bootstrap 95% CIs, keyed by metric name."""
+    answer: PRF
+    """Answer-level precision / recall / F1."""
+    by_task_type: dict[str, PRF]
+    """Answer-level precision / recall / F1 per gold task type."""
+    span: PRF
+    """Character-level micro precision / recall / F1 over hallucinated spans."""
+    evidence: PRF | None
+    """Evidence grounding against gold context evidence; ``None`` when the gold has none."""
+    claims: ClaimValidation
+    """Claim-level validation of the verifier."""
+    bootstrap_resamples: int
+    """Resamples behind each confidence interval."""
+    seed: int
+    """Seed of the bootstrap."""
+
+
+def prf(tp: int, fp: int, fn: int) -> PRF:
+    """Precision, recall and F1 from counts (0 for a zero denominator)."""
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return PRF(precision=precision, recall=recall, f1=f1, tp=tp, fp=fp, fn=fn)
+
+
+def binary_prf(gold: Sequence[bool], predicted: Sequence[bool]) -> PRF:
+    """Precision / recall / F1 of binary predictions, positive = True."""
+    _same_length(gold, predicted)
+    tp = sum(g and p for g, p in zip(gold, predicted, strict=True))
+    fp = sum(p and not g for g, p in zip(gold, predicted, strict=True))
+    fn = sum(g and not p for g, p in zip(gold, predicted, strict=True))
+    return prf(tp, fp, fn)
+
+
+def balanced_accuracy(gold: Sequence[bool], predicted: Sequence[bool]) -> float | None:
+    """Mean recall over the classes present in ``gold``; ``None`` for no samples."""
+    _same_length(gold, predicted)
+    recalls = []
+    for cls in (True, False):
+        members = [p for g, p in zip(gold, predicted, strict=True) if g is cls]
+        if members:
+            recalls.append(sum(p is cls for p in members) / len(members))
+    return sum(recalls) / len(recalls) if recalls else None
+
+
+def auroc(gold: Sequence[bool], scores: Sequence[float]) -> float | None:
+    """Area under the ROC curve of ``scores`` for positives ``gold``; ``None`` without both classes.
+
+    Computed as the Mann-Whitney statistic with average ranks for ties.
+    """
+    _same_length(gold, scores)
+    positives = sum(gold)
+    negatives = len(gold) - positives
+    if not positives or not negatives:
+        return None
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    ranks = [0.0] * len(scores)
+    position = 0
+    while position < len(order):
+        tied_end = position
+        while tied_end + 1 < len(order) and scores[order[tied_end + 1]] == scores[order[position]]:
+            tied_end += 1
+        average_rank = (position + tied_end) / 2 + 1
+        for k in range(position, tied_end + 1):
+            ranks[order[k]] = average_rank
+        position = tied_end + 1
+    positive_rank_sum = sum(rank for rank, g in zip(ranks, gold, strict=True) if g)
+    return (positive_rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
+
+
+def characters(spans: Iterable[Span]) -> set[int]:
+    """The character offsets covered by ``spans`` (overlaps counted once)."""
+    covered: set[int] = set()
+    for span in spans:
+        covered.update(range(span.start, span.end))
+    return covered
+
+
+def span_counts(gold: Iterable[Span], predicted: Iterable[Span]) -> tuple[int, int, int]:
+    """Character TP, FP, FN of one sample."""
+    gold_chars, predicted_chars = characters(gold), characters(predicted)
+    return (
+        len(gold_chars & predicted_chars),
+        len(predicted_chars - gold_chars),
+        len(gold_chars - predicted_chars),
+    )
+
+
+def span_prf(pairs: Iterable[tuple[Iterable[Span], Iterable[Span]]]) -> PRF:
+    """Micro precision / recall / F1 over characters of (gold, predicted) span lists, summed over samples."""
+    tp = fp = fn = 0
+    for gold, predicted in pairs:
+        sample_tp, sample_fp, sample_fn = span_counts(gold, predicted)
+        tp, fp, fn = tp + sample_tp, fp + sample_fp, fn + sample_fn
+    return prf(tp, fp, fn)
+
+
+def iou(gold: Iterable[Span], predicted: Iterable[Span]) -> float:
+    """Intersection over union of hallucinated characters; 1 when both are empty (Mu-SHROOM)."""
+    gold_chars, predicted_chars = characters(gold), characters(predicted)
+    union = gold_chars | predicted_chars
+    return len(gold_chars & predicted_chars) / len(union) if union else 1.0
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Linear-interpolated percentile (numpy's default method) of non-empty ``values``."""
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    lower = int(position)
+    upper = min(lower + 1, len(ordered) - 1)
+    return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
+
+
+def bootstrap(
+    items: Sequence[T],
+    statistic: Callable[[Sequence[T]], float | None],
+    resamples: int = 1000,
+    seed: int = 0,
+) -> Estimate:
+    """``statistic`` on ``items`` with a percentile bootstrap 95% CI over resampled items.
+
+    Resamples on which the statistic is undefined (``None``) are skipped.
+    """
+    value = statistic(items)
+    if value is None or not items or resamples < 1:
+        return Estimate(value=value)
+    rng = random.Random(seed)
+    draws: list[float] = []
+    for _ in range(resamples):
+        resample = [items[rng.randrange(len(items))] for _ in items]
+        result = statistic(resample)
+        if result is not None:
+            draws.append(result)
+    if not draws:
+        return Estimate(value=value)
+    return Estimate(value=value, low=percentile(draws, 0.025), high=percentile(draws, 0.975))
+
+
+def claim_unsupported_score(claim: ClaimVerdict) -> float | None:
+    """The judge's belief that a claim is not entailed, from its label and confidence."""
+    if claim.confidence is None or claim.label is None:
+        return None
+    return claim.confidence if claim.label != Label.ENTAILED else 1.0 - claim.confidence
+
+
+def answer_score(report: Report) -> float | None:
+    """Answer-level hallucination score: the highest claim unsupported score.
+
+    ``None`` when any claim lacks a score; 0 for an answer without claims (nothing unsupported).
+    """
+    scores = [claim_unsupported_score(c) for c in report.claims]
+    if any(s is None for s in scores):
+        return None
+    return max((s for s in scores if s is not None), default=0.0)
+
+
+@dataclass(frozen=True)
+class ScoredSample:
+    """One sample's prediction paired with its gold, reduced to what the metrics need."""
+
+    gold: bool
+    predicted: bool
+    score: float | None
+    task_type: str
+    span_tp: int
+    span_fp: int
+    span_fn: int
+    iou: float
+    evidence: tuple[int, int, int] | None
+
+
+def evidence_counts(report: Report, gold: Gold) -> tuple[int, int, int] | None:
+    """Character TP, FP, FN of contradiction evidence against gold evidence (``None`` if not applicable)."""
+    if not gold.evidence or not gold.hallucinated:
+        return None
+    cited = [
+        Span(start=e.start, end=e.end)
+        for claim in report.claims if claim.label == Label.CONTRADICTED
+        for e in claim.evidence
+    ]
+    return span_counts(gold.evidence, cited)
+
+
+def score_sample(report: Report, gold: Gold) -> ScoredSample | None:
+    """Pair a valid prediction with its gold; ``None`` when either has no answer label."""
+    if report.hallucinated is None or gold.hallucinated is None:
+        return None
+    tp, fp, fn = span_counts(gold.spans, report.spans)
+    return ScoredSample(
+        gold=gold.hallucinated,
+        predicted=report.hallucinated,
+        score=answer_score(report),
+        task_type=gold.task_type or "unknown",
+        span_tp=tp,
+        span_fp=fp,
+        span_fn=fn,
+        iou=iou(gold.spans, report.spans),
+        evidence=evidence_counts(report, gold),
+    )
+
+
+def _answer(samples: Sequence[ScoredSample]) -> PRF:
+    return binary_prf([s.gold for s in samples], [s.predicted for s in samples])
+
+
+def _span(samples: Sequence[ScoredSample]) -> PRF:
+    return prf(
+        sum(s.span_tp for s in samples), sum(s.span_fp for s in samples), sum(s.span_fn for s in samples)
+    )
+
+
+def _evidence(samples: Sequence[ScoredSample]) -> PRF | None:
+    counts = [s.evidence for s in samples if s.evidence is not None]
+    if not counts:
+        return None
+    return prf(sum(c[0] for c in counts), sum(c[1] for c in counts), sum(c[2] for c in counts))
+
+
+def _auroc(samples: Sequence[ScoredSample]) -> float | None:
+    if any(s.score is None for s in samples):
+        return None
+    return auroc([s.gold for s in samples], [s.score or 0.0 for s in samples])
+
+
+def _mean_iou(samples: Sequence[ScoredSample]) -> float | None:
+    return sum(s.iou for s in samples) / len(samples) if samples else None
+
+
+def _optional_f1(result: PRF | None) -> float | None:
+    return result.f1 if result is not None else None
+
+
+HEADLINE_STATISTICS: dict[str, Callable[[Sequence[ScoredSample]], float | None]] = {
+    "answer_precision": lambda s: _answer(s).precision,
+    "answer_recall": lambda s: _answer(s).recall,
+    "answer_f1": lambda s: _answer(s).f1,
+    "balanced_accuracy": lambda s: balanced_accuracy([x.gold for x in s], [x.predicted for x in s]),
+    "auroc": _auroc,
+    "span_precision": lambda s: _span(s).precision,
+    "span_recall": lambda s: _span(s).recall,
+    "span_f1": lambda s: _span(s).f1,
+    "mean_iou": _mean_iou,
+    "evidence_f1": lambda s: _optional_f1(_evidence(s)),
+}
+"""Headline metric name -> statistic over scored samples (what the bootstrap recomputes)."""
+
+
+def claim_gold_unsupported(claim: ClaimVerdict, gold: Gold) -> bool | None:
+    """Gold label of a claim: True when its answer span overlaps a gold hallucination span.
+
+    ``None`` (cannot align) when the claim has no answer span, or the sample is gold hallucinated
+    but its gold carries no span offsets.
+    """
+    if claim.answer_span is None or gold.hallucinated is None or (gold.hallucinated and not gold.spans):
+        return None
+    span = claim.answer_span
+    return any(g.start < span.end and span.start < g.end for g in gold.spans)
+
+
+def validate_claims(pairs: Iterable[tuple[Report, Gold]]) -> ClaimValidation:
+    """Verifier validation: claims aligned to gold spans, scored at the operating point and by AUROC."""
+    total = 0
+    gold_labels: list[bool] = []
+    predicted: list[bool] = []
+    scored_gold: list[bool] = []
+    scores: list[float] = []
+    for report, gold in pairs:
+        for claim in report.claims:
+            total += 1
+            gold_unsupported = claim_gold_unsupported(claim, gold)
+            if gold_unsupported is None:
+                continue
+            gold_labels.append(gold_unsupported)
+            predicted.append(claim.label != Label.ENTAILED)
+            score = claim_unsupported_score(claim)
+            if score is not None:
+                scored_gold.append(gold_unsupported)
+                scores.append(score)
+    return ClaimValidation(
+        claims=total,
+        aligned=len(gold_labels),
+        unaligned=total - len(gold_labels),
+        gold_unsupported=sum(gold_labels),
+        at_operating_point=binary_prf(gold_labels, predicted),
+        scored=len(scores),
+        auroc=auroc(scored_gold, scores),
+    )
+
+
+def score_reports(
+    reports: Sequence[Report],
+    gold: dict[str, Gold] | None = None,
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> EvaluationMetrics:
+    """Score predictions against gold: from ``gold`` keyed by sample id, else each report's own gold.
+
+    With a ``gold`` mapping, every gold sample counts: one without a prediction is ``missing``.
+    """
+    by_id = {r.id: r for r in reports if r.id is not None}
+    if gold is None:
+        pairs = [(r, r.gold) for r in reports if r.gold is not None]
+        samples, missing = len(pairs), 0
+    else:
+        pairs = [(by_id[i], g) for i, g in gold.items() if i in by_id]
+        samples, missing = len(gold), len(gold) - len(pairs)
+    scored: list[ScoredSample] = []
+    invalid = 0
+    for report, sample_gold in pairs:
+        if report.hallucinated is None:
+            invalid += 1
+            continue
+        result = score_sample(report, sample_gold)
+        if result is not None:
+            scored.append(result)
+    by_task: dict[str, list[ScoredSample]] = {}
+    for sample in scored:
+        by_task.setdefault(sample.task_type, []).append(sample)
+    return EvaluationMetrics(
+        samples=samples,
+        scored=len(scored),
+        invalid=invalid,
+        missing=missing,
+        gold_positive=sum(s.gold for s in scored),
+        predicted_positive=sum(s.predicted for s in scored),
+        headline={
+            name: bootstrap(scored, statistic, resamples, seed)
+            for name, statistic in HEADLINE_STATISTICS.items()
+        },
+        answer=_answer(scored),
+        by_task_type={task: _answer(members) for task, members in sorted(by_task.items())},
+        span=_span(scored),
+        evidence=_evidence(scored),
+        claims=validate_claims((r, g) for r, g in pairs if r.hallucinated is not None),
+        bootstrap_resamples=resamples,
+        seed=seed,
+    )
+
+
+def _same_length(first: Sequence[object], second: Sequence[object]) -> None:
+    if len(first) != len(second):
+        raise ValueError(f"length mismatch: {len(first)} gold vs {len(second)} predicted")

@@ -1,0 +1,211 @@
+"""Metrics against scikit-learn and against examples worked by hand."""
+
+from __future__ import annotations
+
+import random
+
+import numpy
+import pytest
+from sklearn.metrics import (
+    balanced_accuracy_score,
+    f1_score,
+    precision_score,
+    recall_score,
+    roc_auc_score,
+)
+
+from rt4chart.metrics import (
+    auroc,
+    balanced_accuracy,
+    binary_prf,
+    bootstrap,
+    claim_gold_unsupported,
+    iou,
+    percentile,
+    score_reports,
+    span_prf,
+    validate_claims,
+)
+from rt4chart.types import ClaimVerdict, Evidence, Gold, Label, Report, Span
+
+
+def _spans(*pairs: tuple[int, int]) -> list[Span]:
+    return [Span(start=a, end=b) for a, b in pairs]
+
+
+def _random_labels(seed: int, n: int) -> tuple[list[bool], list[bool], list[float]]:
+    rng = random.Random(seed)
+    gold = [rng.random() < 0.3 for _ in range(n)]
+    predicted = [rng.random() < 0.4 for _ in range(n)]
+    # Scores on a coarse grid so that ties occur and the tie handling is exercised.
+    scores = [round(rng.random() * 10) / 10 for _ in range(n)]
+    return gold, predicted, scores
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_binary_prf_and_balanced_accuracy_match_sklearn(seed: int) -> None:
+    gold, predicted, _ = _random_labels(seed, 57)
+    ours = binary_prf(gold, predicted)
+    assert ours.precision == pytest.approx(precision_score(gold, predicted, zero_division=0))
+    assert ours.recall == pytest.approx(recall_score(gold, predicted, zero_division=0))
+    assert ours.f1 == pytest.approx(f1_score(gold, predicted, zero_division=0))
+    assert balanced_accuracy(gold, predicted) == pytest.approx(balanced_accuracy_score(gold, predicted))
+
+
+def test_prf_zero_division_is_zero_like_sklearn() -> None:
+    gold, predicted = [False, False, True], [False, False, False]
+    ours = binary_prf(gold, predicted)
+    assert (ours.precision, ours.recall, ours.f1) == (0.0, 0.0, 0.0)
+    assert ours.precision == precision_score(gold, predicted, zero_division=0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_auroc_matches_sklearn_with_ties(seed: int) -> None:
+    gold, _, scores = _random_labels(seed, 80)
+    assert auroc(gold, scores) == pytest.approx(roc_auc_score(gold, scores))
+
+
+def test_auroc_undefined_with_one_class_and_worked_example() -> None:
+    assert auroc([True, True], [0.1, 0.9]) is None
+    # Positives 0.8, 0.4; negatives 0.4, 0.1: pairs won 1 + 1 + 0.5 (tie) + 1 = 3.5 of 4.
+    assert auroc([True, True, False, False], [0.8, 0.4, 0.4, 0.1]) == pytest.approx(0.875)
+
+
+def test_span_micro_prf_hand_worked_with_overlaps_and_empty_samples() -> None:
+    pairs = [
+        # Gold [0,10) ; predicted [5,15) and [8,12) overlapping: P chars 5..14 (10), TP 5, FP 5, FN 5.
+        (_spans((0, 10)), _spans((5, 15), (8, 12))),
+        # Nothing gold, nothing predicted: contributes nothing.
+        ([], []),
+        # Gold [0,4) missed entirely: FN 4.
+        (_spans((0, 4)), []),
+        # Predicted [2,3) where nothing is gold: FP 1.
+        ([], _spans((2, 3))),
+    ]
+    result = span_prf(pairs)
+    assert (result.tp, result.fp, result.fn) == (5, 6, 9)
+    assert result.precision == pytest.approx(5 / 11)
+    assert result.recall == pytest.approx(5 / 14)
+    assert result.f1 == pytest.approx(2 * (5 / 11) * (5 / 14) / (5 / 11 + 5 / 14))
+
+
+def test_span_prf_of_nothing_is_zero() -> None:
+    result = span_prf([([], [])])
+    assert (result.precision, result.recall, result.f1) == (0.0, 0.0, 0.0)
+
+
+def test_iou_hand_worked() -> None:
+    assert iou([], []) == 1.0
+    assert iou(_spans((0, 5)), []) == 0.0
+    assert iou([], _spans((0, 5))) == 0.0
+    # Gold 0..9 (10 chars); predicted 5..14 plus overlapping 12..15 -> 5..15 (11 chars); inter 5, union 16.
+    assert iou(_spans((0, 10)), _spans((5, 15), (12, 16))) == pytest.approx(5 / 16)
+    # Overlapping gold spans count each character once.
+    assert iou(_spans((0, 4), (2, 6)), _spans((0, 6))) == 1.0
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.025, 0.5, 0.975, 1.0])
+def test_percentile_matches_numpy_linear(fraction: float) -> None:
+    values = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0]
+    assert percentile(values, fraction) == pytest.approx(float(numpy.percentile(values, fraction * 100)))
+
+
+def test_bootstrap_is_seeded_and_brackets_the_value() -> None:
+    items = [1.0] * 30 + [0.0] * 70
+
+    def mean(sample: list[float] | tuple[float, ...]) -> float:
+        return sum(sample) / len(sample)
+
+    first = bootstrap(items, mean, resamples=300, seed=7)
+    again = bootstrap(items, mean, resamples=300, seed=7)
+    other = bootstrap(items, mean, resamples=300, seed=8)
+    assert first == again and first != other
+    assert first.value == pytest.approx(0.3)
+    assert first.low is not None and first.high is not None
+    assert first.low < 0.3 < first.high
+    assert first.low > 0.15 and first.high < 0.45
+
+
+def _claim(index: int, span: tuple[int, int] | None, label: Label, confidence: float | None) -> ClaimVerdict:
+    return ClaimVerdict(
+        index=index,
+        text=f"claim {index}",
+        sentence_index=index,
+        answer_span=Span(start=span[0], end=span[1]) if span else None,
+        label=label,
+        confidence=confidence,
+    )
+
+
+def test_claim_alignment_rules() -> None:
+    gold = Gold(hallucinated=True, spans=_spans((10, 20)))
+    assert claim_gold_unsupported(_claim(0, (0, 10), Label.ENTAILED, None), gold) is False
+    assert claim_gold_unsupported(_claim(1, (15, 30), Label.ENTAILED, None), gold) is True
+    assert claim_gold_unsupported(_claim(2, None, Label.ENTAILED, None), gold) is None
+    no_offsets = Gold(hallucinated=True)
+    assert claim_gold_unsupported(_claim(0, (0, 10), Label.ENTAILED, None), no_offsets) is None
+
+
+def test_validate_claims_counts_operating_point_and_auroc() -> None:
+    report = Report(
+        id="a",
+        line=1,
+        claims=[
+            _claim(0, (0, 10), Label.ENTAILED, 0.9),  # gold supported, score 0.1
+            _claim(1, (10, 20), Label.CONTRADICTED, 0.8),  # gold unsupported, score 0.8
+            _claim(2, (20, 30), Label.BASELESS, 0.6),  # gold supported (no overlap), score 0.6
+            _claim(3, None, Label.BASELESS, None),  # holistic: unaligned
+        ],
+    )
+    result = validate_claims([(report, Gold(hallucinated=True, spans=_spans((12, 18))))])
+    assert (result.claims, result.aligned, result.unaligned, result.gold_unsupported) == (4, 3, 1, 1)
+    operating = result.at_operating_point
+    assert (operating.tp, operating.fp, operating.fn) == (1, 1, 0)
+    assert result.scored == 3
+    assert result.auroc == pytest.approx(roc_auc_score([False, True, False], [0.1, 0.8, 0.6]))
+
+
+def _report(
+    id_: str, hallucinated: bool | None, spans: list[Span], gold: Gold, claims: list[ClaimVerdict]
+) -> Report:
+    label = None if hallucinated is None else (Label.BASELESS if hallucinated else Label.ENTAILED)
+    return Report(
+        id=id_, line=1, label=label, hallucinated=hallucinated, spans=spans, claims=claims, gold=gold
+    )
+
+
+def test_score_reports_end_to_end() -> None:
+    evidence = Evidence(start=0, end=5, text="abcde", sentence_ids=[0])
+    contradicted = _claim(0, (0, 10), Label.CONTRADICTED, 0.9).model_copy(update={"evidence": [evidence]})
+    reports = [
+        _report("tp", True, _spans((0, 10)),
+                Gold(hallucinated=True, spans=_spans((5, 10)), task_type="QA", evidence=_spans((0, 10))),
+                [contradicted]),
+        _report("tn", False, [], Gold(hallucinated=False, task_type="QA"),
+                [_claim(0, (0, 8), Label.ENTAILED, 0.7)]),
+        _report("fn", False, [], Gold(hallucinated=True, spans=_spans((0, 4)), task_type="Summary"),
+                [_claim(0, (0, 8), Label.ENTAILED, 0.6)]),
+        _report("bad", None, [], Gold(hallucinated=True), []),
+    ]
+    metrics = score_reports(reports, resamples=200, seed=1)
+    assert (metrics.samples, metrics.scored, metrics.invalid, metrics.missing) == (4, 3, 1, 0)
+    assert (metrics.answer.tp, metrics.answer.fp, metrics.answer.fn) == (1, 0, 1)
+    assert metrics.by_task_type["QA"].f1 == 1.0 and metrics.by_task_type["Summary"].recall == 0.0
+    assert (metrics.span.tp, metrics.span.fp, metrics.span.fn) == (5, 5, 4)
+    assert metrics.headline["mean_iou"].value == pytest.approx((5 / 10 + 1.0 + 0.0) / 3)
+    assert metrics.headline["auroc"].value == pytest.approx(roc_auc_score([1, 0, 1], [0.9, 0.3, 0.4]))
+    assert metrics.headline["balanced_accuracy"].value == pytest.approx(0.75)
+    assert metrics.evidence is not None
+    assert (metrics.evidence.tp, metrics.evidence.fp, metrics.evidence.fn) == (5, 0, 5)
+    answer_f1 = metrics.headline["answer_f1"]
+    assert answer_f1.low is not None and answer_f1.high is not None and answer_f1.low <= answer_f1.high
+
+
+def test_score_reports_with_separate_gold_counts_missing_predictions() -> None:
+    gold = {"a": Gold(hallucinated=True, spans=_spans((0, 3))), "b": Gold(hallucinated=False)}
+    reports = [_report("a", True, _spans((0, 3)), Gold(), [])]
+    metrics = score_reports(reports, gold, resamples=50)
+    assert (metrics.samples, metrics.scored, metrics.missing) == (2, 1, 1)
+    assert metrics.answer.f1 == 1.0
+    # An answer without claims has nothing unsupported: score 0, not "unknown".
+    assert metrics.headline["auroc"].value is None  # only one gold class scored

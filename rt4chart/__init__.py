@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from rt4chart.backends.base import Backend, GenerationParams, JudgeRequest, JudgeResponse
 from rt4chart.io import InputLine, parse_sample
@@ -83,7 +83,7 @@ async def averify(
     samples yield a report with ``errors`` instead of raising.
     """
     single = isinstance(samples, (Sample, Mapping))
-    batch = [samples] if single else list(samples)  # type: ignore[list-item]
+    batch: list[SampleLike] = [samples] if isinstance(samples, (Sample, Mapping)) else list(samples)
     backend = judge if isinstance(judge, Backend) else resolve_judge(judge)
     pipeline = Pipeline(backend, PipelineOptions(**options))
     try:
@@ -104,4 +104,5 @@ def verify(
     samples: SampleLike | Iterable[SampleLike], judge: str | Backend | None = None, **options: Any
 ) -> Report | list[Report]:
     """Synchronous :func:`averify`."""
-    return asyncio.run(averify(samples, judge, **options))
+    # mypy cannot pick an overload for the union argument; the implementation returns exactly this.
+    return cast("Report | list[Report]", asyncio.run(averify(samples, judge, **options)))

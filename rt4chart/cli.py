@@ -20,8 +20,8 @@ from rt4chart.budget import Ledger, MeteredBackend
 from rt4chart.cache import CachedBackend, JudgeCache
 from rt4chart.io import InputLine, read_jsonl
 from rt4chart.judges import JudgeConfigError, resolve_judge
-from rt4chart.pipeline import Pipeline, PipelineOptions, run_audit
-from rt4chart.report import AuditProgress, RunSummary, print_summary
+from rt4chart.pipeline import Pipeline, PipelineOptions, estimate_audit, run_audit
+from rt4chart.report import AuditProgress, RunSummary, print_estimate, print_summary
 from rt4chart.types import Report
 
 EXIT_OK, EXIT_HALLUCINATED, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
@@ -149,6 +149,51 @@ def verify(
     if summary.invalid:
         raise typer.Exit(EXIT_USAGE)
     raise typer.Exit(EXIT_HALLUCINATED if summary.hallucinated else EXIT_OK)
+
+
+@app.command()
+def estimate(
+    input_path: InputArgument,
+    judge: JudgeOption = None,
+    api_base: ApiBaseOption = None,
+    decomposer: DecomposerOption = "auto",
+    window: WindowOption = 25,
+    overlap: OverlapOption = 10,
+    batch_claims: BatchOption = 8,
+    global_verification: GlobalOption = True,
+    cache_dir: CacheDirOption = None,
+) -> None:
+    """Calls, tokens and worst-case USD an audit of INPUT.jsonl would need; calls no judge."""
+    options = _pipeline_options(window, overlap, batch_claims, global_verification, decomposer)
+    items = _read_input(input_path)
+    try:
+        backend = resolve_judge(judge, api_base=api_base)
+    except JudgeConfigError as error:
+        raise fail(str(error)) from None
+    plan = estimate_audit(Pipeline(backend, options), items, JudgeCache(cache_dir))
+    print_estimate(plan, Console())
+
+
+cache_app = typer.Typer(help="Inspect or clear the judge-call cache.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("stats")
+def cache_stats(cache_dir: CacheDirOption = None) -> None:
+    """Entries and size of the cache."""
+    cache = JudgeCache(cache_dir)
+    stats = cache.stats()
+    cache.close()
+    stderr.print(f"{stats.directory}: {stats.entries} entries, {stats.size_bytes / 1e6:.2f} MB", highlight=False)
+
+
+@cache_app.command("clear")
+def cache_clear(cache_dir: CacheDirOption = None) -> None:
+    """Remove every cached judge reply."""
+    cache = JudgeCache(cache_dir)
+    removed = cache.clear()
+    cache.close()
+    stderr.print(f"removed {removed} entries from {cache.directory}", highlight=False)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from rt4chart.backends.base import DecomposeInput, DecomposeOutput
+from rt4chart.backends.base import DecomposeInput, DecomposeOutput, JudgeRequest
 from rt4chart.session import JudgeSession
 from rt4chart.types import Claim, Sentence, Span
 
@@ -44,6 +44,18 @@ def decompose_by_rules(sentences: list[Sentence]) -> list[Claim]:
     return claims_from_texts([(s, rule_claims(s)) for s in sentences])
 
 
+def decompose_request(
+    session: JudgeSession, sentences: list[Sentence], question: str | None
+) -> JudgeRequest:
+    """The request that asks the judge for the claims of every answer sentence."""
+    payload = DecomposeInput(question=question, sentences=[s.text for s in sentences])
+    fields = {
+        "question": question or "(none)",
+        "sentences": "\n".join(f"[{s.index}] {s.text}" for s in sentences),
+    }
+    return session.request("decompose", "decompose", payload, fields)
+
+
 async def decompose_by_judge(
     session: JudgeSession, sentences: list[Sentence], question: str | None
 ) -> tuple[list[Claim], list[str]]:
@@ -54,12 +66,7 @@ async def decompose_by_judge(
     """
     if not sentences:
         return [], []
-    payload = DecomposeInput(question=question, sentences=[s.text for s in sentences])
-    fields = {
-        "question": question or "(none)",
-        "sentences": "\n".join(f"[{s.index}] {s.text}" for s in sentences),
-    }
-    response = await session.ask("decompose", "decompose", payload, fields)
+    response = await session.send(decompose_request(session, sentences, question))
     if not isinstance(response.parsed, DecomposeOutput):
         error = f"decomposition failed ({response.error}); used one claim per sentence"
         return decompose_by_rules(sentences), [error]

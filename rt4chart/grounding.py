@@ -15,7 +15,7 @@ from rt4chart.types import Evidence, Sentence
 
 _WHITESPACE = re.compile(r"\s+")
 _SENTENCE_MARKER = re.compile(r"\[S\d+\]\s*")
-_WRAPPING_QUOTES = "\"'“”‘’«» "
+_WRAPPING_QUOTES = "\"'“”‘’«» "  # noqa: RUF001 - typographic quotes are the point
 
 
 @dataclass

@@ -11,10 +11,11 @@ from typing import TextIO
 
 from pydantic import Field
 
-from rt4chart.backends.base import Backend, GenerationParams
-from rt4chart.decompose import DecomposerKind, decompose_by_judge, decompose_by_rules
-from rt4chart.grounding import ContextIndex
+from rt4chart.backends.base import Backend, CostEstimator, GenerationParams, JudgeRequest, prompt_tokens
 from rt4chart.budget import BudgetExhausted
+from rt4chart.cache import JudgeCache, request_key
+from rt4chart.decompose import DecomposerKind, decompose_by_judge, decompose_by_rules, decompose_request
+from rt4chart.grounding import ContextIndex
 from rt4chart.io import (
     InputLine,
     ReportAppender,
@@ -26,8 +27,8 @@ from rt4chart.io import (
 from rt4chart.prompts import PromptTemplate, load_prompts, prompt_set_version
 from rt4chart.session import JudgeSession
 from rt4chart.text import chunk_sentences, segment_context, split_sentences
-from rt4chart.types import Label, Report, Sample
-from rt4chart.verify import ClaimJudge, VerifyOptions, and_join, hallucinated_spans, verify_claims
+from rt4chart.types import Chunk, Label, Report, Sample, Sentence
+from rt4chart.verify import ClaimJudge, VerifyOptions, and_join, batches, hallucinated_spans, verify_claims
 
 
 class PipelineOptions(VerifyOptions):
@@ -42,6 +43,17 @@ class PipelineOptions(VerifyOptions):
 
 
 @dataclass
+class _Prepared:
+    """A sample segmented and chunked, with the session that will judge it."""
+
+    answer_sentences: list[Sentence]
+    chunks: list[Chunk]
+    session: JudgeSession
+    judge: ClaimJudge
+    decompose_by_judge: bool
+
+
+@dataclass
 class Pipeline:
     """A judge, its prompts and options: verifies samples."""
 
@@ -53,23 +65,28 @@ class Pipeline:
     def prompt_version(self) -> str:
         return prompt_set_version(self.prompts)
 
+    def _prepare(self, sample: Sample) -> _Prepared:
+        context, sentences = segment_context(sample.context)
+        session = JudgeSession(self.backend, self.prompts, self.options.params)
+        return _Prepared(
+            answer_sentences=split_sentences(sample.answer),
+            chunks=chunk_sentences(len(sentences), self.options.window, self.options.overlap),
+            session=session,
+            judge=ClaimJudge(session, ContextIndex(context, sentences), sample.question),
+            decompose_by_judge=self.options.decomposer == "judge"
+            or (self.options.decomposer == "auto" and self.backend.supports_decompose),
+        )
+
     async def verify_sample(self, sample: Sample, line: int = 1) -> Report:
         """Audit one sample."""
-        options = self.options
-        context, sentences = segment_context(sample.context)
-        answer_sentences = split_sentences(sample.answer)
-        chunks = chunk_sentences(len(sentences), options.window, options.overlap)
-        session = JudgeSession(self.backend, self.prompts, options.params)
-        use_judge = options.decomposer == "judge" or (
-            options.decomposer == "auto" and self.backend.supports_decompose
-        )
+        prepared = self._prepare(sample)
+        session = prepared.session
         errors: list[str] = []
-        if use_judge:
-            claims, errors = await decompose_by_judge(session, answer_sentences, sample.question)
+        if prepared.decompose_by_judge:
+            claims, errors = await decompose_by_judge(session, prepared.answer_sentences, sample.question)
         else:
-            claims = decompose_by_rules(answer_sentences)
-        judge = ClaimJudge(session, ContextIndex(context, sentences), sample.question)
-        verdicts = await verify_claims(judge, claims, chunks, options)
+            claims = decompose_by_rules(prepared.answer_sentences)
+        verdicts = await verify_claims(prepared.judge, claims, prepared.chunks, self.options)
         label = and_join(v.label for v in verdicts)
         return Report(
             id=sample.id,
@@ -78,8 +95,8 @@ class Pipeline:
             hallucinated=label != Label.ENTAILED,
             claims=verdicts,
             spans=hallucinated_spans(verdicts),
-            context_sentences=len(sentences),
-            chunks=len(chunks),
+            context_sentences=len(prepared.judge.index.sentences),
+            chunks=len(prepared.chunks),
             usage=session.usage,
             usage_by_judge=session.usage_by_judge,
             judge=self.backend.name,
@@ -87,6 +104,26 @@ class Pipeline:
             errors=errors,
             gold=sample.gold,
         )
+
+    def plan_requests(self, sample: Sample) -> list[JudgeRequest]:
+        """The requests an audit of ``sample`` would send, built without calling the judge.
+
+        Claims are unknown until the judge decomposes the answer, so the plan uses the rule-based
+        claims; it assumes no claim is skipped and one global group per batch of claims.
+        """
+        prepared = self._prepare(sample)
+        judge, batch = prepared.judge, self.options.batch_claims
+        sentences = judge.index.sentences
+        requests = []
+        if prepared.decompose_by_judge and prepared.answer_sentences:
+            requests.append(decompose_request(prepared.session, prepared.answer_sentences, sample.question))
+        claims = decompose_by_rules(prepared.answer_sentences)
+        for chunk in prepared.chunks:
+            view = sentences[chunk.first : chunk.last + 1]
+            requests.extend(judge.build_request(b, view, "local", chunk.index) for b in batches(claims, batch))
+        if self.options.global_verification and sentences:
+            requests.extend(judge.build_request(b, sentences, "global") for b in batches(claims, batch))
+        return requests
 
     async def run(self, items: Iterable[InputLine]) -> AsyncIterator[Report]:
         """Audit input lines concurrently; yield one report per line, in input order."""
@@ -182,3 +219,42 @@ def _restore_input_order(out: Path, items: list[InputLine]) -> None:
     lines = [report.line for report in records.values()]
     if lines != sorted(lines):
         write_reports_atomically(out, [records[line] for line in sorted(records)])
+
+
+@dataclass
+class AuditEstimate:
+    """What an audit would need, computed without calling a judge."""
+
+    samples: int = 0
+    """Valid input samples."""
+    invalid: int = 0
+    """Input lines that would get an error record."""
+    calls: int = 0
+    """Planned judge calls (no re-asks, no skips)."""
+    prompt_tokens: int = 0
+    """Prompt tokens of the planned calls."""
+    max_completion_tokens: int = 0
+    """Completion tokens if every call used its full ``max_tokens``."""
+    worst_case_usd: float = 0.0
+    """Cost if every call used its full ``max_tokens`` (what a budget reserves)."""
+    cached: int = 0
+    """Planned calls whose reply is already in the cache."""
+
+
+def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache) -> AuditEstimate:
+    """Plan every request of an audit and price it; see :meth:`Pipeline.plan_requests`."""
+    plan = AuditEstimate()
+    backend = pipeline.backend
+    for item in items:
+        if item.sample is None:
+            plan.invalid += 1
+            continue
+        plan.samples += 1
+        for request in pipeline.plan_requests(item.sample):
+            plan.calls += 1
+            plan.prompt_tokens += prompt_tokens(backend, request)
+            plan.max_completion_tokens += request.params.max_tokens
+            if isinstance(backend, CostEstimator):
+                plan.worst_case_usd += backend.max_cost_usd(request)
+            plan.cached += cache.get(request_key(backend.name, request)) is not None
+    return plan

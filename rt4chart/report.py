@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from rt4chart.budget import Ledger
+from rt4chart.pipeline import AuditEstimate
 from rt4chart.types import Label, Report, Usage
 
 
@@ -139,3 +140,22 @@ class AuditProgress:
         elif self.enabled and time.monotonic() - self._last_log >= self.log_every_s:
             self._last_log = time.monotonic()
             self.console.print(f"rt4: {self._done}/{self.total} samples | {self.status()}", highlight=False)
+
+
+def print_estimate(plan: AuditEstimate, console: Console) -> None:
+    """The table of ``rt4 estimate``."""
+    table = Table(title="rt4chart estimate (no judge called)", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("samples", f"{plan.samples} (+{plan.invalid} invalid lines)")
+    table.add_row("judge calls", str(plan.calls))
+    table.add_row("already cached", str(plan.cached))
+    table.add_row("prompt tokens", str(plan.prompt_tokens))
+    table.add_row("completion tokens (max)", str(plan.max_completion_tokens))
+    table.add_row("worst-case cost", f"${plan.worst_case_usd:.4f}")
+    console.print(table)
+    console.print(
+        "Planned with rule-based claims, no skipped chunks and one global call per batch of claims; "
+        "a judge decomposer changes the claim count.",
+        style="dim",
+    )

@@ -28,27 +28,26 @@ class JudgeSession:
     usage: Usage = field(default_factory=Usage)
     usage_by_judge: dict[str, Usage] = field(default_factory=dict)
 
-    async def ask(
+    def request(
         self,
         task: Task,
         template: str,
         payload: DecomposeInput | VerifyInput,
         fields: dict[str, str],
         follow_up: list[Message] | None = None,
-    ) -> JudgeResponse:
-        """Render ``template`` with ``fields``, call the judge, and record what it cost.
-
-        ``follow_up`` messages are appended after the rendered prompt (used to re-ask a judge
-        whose evidence was not found in the context).
-        """
+    ) -> JudgeRequest:
+        """Render ``template`` with ``fields`` into a request (``follow_up`` appended after it)."""
         prompt = self.prompts[template]
-        request = JudgeRequest(
+        return JudgeRequest(
             task=task,
             payload=payload,
             messages=prompt.render(**fields) + (follow_up or []),
             params=self.params,
             prompt_version=prompt.version,
         )
+
+    async def send(self, request: JudgeRequest) -> JudgeResponse:
+        """Call the judge and record what it cost."""
         response = await self.backend.complete(request)
         self.usage = self.usage + response.usage
         judge = response.judge or self.backend.name

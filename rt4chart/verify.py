@@ -8,12 +8,13 @@ must be found in the part of the context the judge was shown.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-from rt4chart.backends.base import ClaimJudgement, Message, VerifyInput, VerifyOutput
+from rt4chart.backends.base import ClaimJudgement, JudgeRequest, Message, VerifyInput, VerifyOutput
 from rt4chart.grounding import ContextIndex, anchor_quotes
 from rt4chart.session import JudgeSession
 from rt4chart.types import Chunk, Claim, ClaimVerdict, Evidence, Label, Sentence, Span, Vote
@@ -105,15 +106,16 @@ class ClaimJudge:
     index: ContextIndex
     question: str | None
 
-    async def judge(
+    def build_request(
         self,
         claims: list[Claim],
         view: list[Sentence],
         stage: str,
         chunk: int | None = None,
         hint: list[int] | None = None,
-    ) -> dict[int, Judged]:
-        """Judge ``claims`` against the sentences in ``view``; keyed by claim index."""
+        follow_up: list[Message] | None = None,
+    ) -> JudgeRequest:
+        """The request that judges ``claims`` against the sentences in ``view``."""
         template = "verify_local" if stage == "local" else (
             "verify_global_hint" if hint else "verify_global"
         )
@@ -131,8 +133,19 @@ class ClaimJudge:
             "claims": _render_claims(claims),
             "hint": f"S{hint[0]}-S{hint[-1]}" if hint else "",
         }
+        return self.session.request("verify", template, payload, fields, follow_up)
+
+    async def judge(
+        self,
+        claims: list[Claim],
+        view: list[Sentence],
+        stage: str,
+        chunk: int | None = None,
+        hint: list[int] | None = None,
+    ) -> dict[int, Judged]:
+        """Judge ``claims`` against the sentences in ``view``; keyed by claim index."""
         within = (view[0].start, view[-1].end) if view else (0, 0)
-        response = await self.session.ask("verify", template, payload, fields)
+        response = await self.session.send(self.build_request(claims, view, stage, chunk, hint))
         if not isinstance(response.parsed, VerifyOutput):
             return {c.index: Judged(label=None, error=f"judge failed: {response.error}") for c in claims}
         judge = response.judge or self.session.backend.name
@@ -148,9 +161,10 @@ class ClaimJudge:
             if not judged.grounded:
                 ungrounded.append(position)
         if ungrounded:
-            await self._reask_ungrounded(
-                claims, ungrounded, payload, template, fields, response.raw, within, results
+            reask = self.build_request(
+                claims, view, stage, chunk, hint, follow_up=_reask_messages(ungrounded, response.raw)
             )
+            await self._reask_ungrounded(claims, ungrounded, reask, within, results)
         missing = [c for c in claims if c.index not in results]
         if missing and len(claims) > 1:
             for claim in missing:
@@ -193,27 +207,12 @@ class ClaimJudge:
         self,
         claims: list[Claim],
         positions: list[int],
-        payload: VerifyInput,
-        template: str,
-        fields: dict[str, str],
-        raw: str,
+        reask: JudgeRequest,
         within: tuple[int, int],
         results: dict[int, Judged],
     ) -> None:
         """Re-ask once for claims whose evidence is not in the context; keep what then holds."""
-        follow_up = [
-            Message(role="assistant", content=raw),
-            Message(
-                role="user",
-                content=(
-                    f"For claims {positions} your evidence is not a verbatim quote of the context. "
-                    "Reply again with the full JSON; every evidence string must be copied exactly "
-                    "from the context (without [S..] markers). If nothing in the context decides a "
-                    "claim, label it baseless."
-                ),
-            ),
-        ]
-        response = await self.session.ask("verify", template, payload, fields, follow_up)
+        response = await self.session.send(reask)
         by_position = (
             self._by_position(response.parsed, len(claims))
             if isinstance(response.parsed, VerifyOutput) else {}
@@ -231,7 +230,23 @@ class ClaimJudge:
                 first.error = f"{first.error}; still ungrounded after a re-ask"
 
 
-def _batches(claims: list[Claim], size: int) -> list[list[Claim]]:
+def _reask_messages(positions: list[int], raw: str) -> list[Message]:
+    return [
+        Message(role="assistant", content=raw),
+        Message(
+            role="user",
+            content=(
+                f"For claims {positions} your evidence is not a verbatim quote of the context. "
+                "Reply again with the full JSON; every evidence string must be copied exactly "
+                "from the context (without [S..] markers). If nothing in the context decides a "
+                "claim, label it baseless."
+            ),
+        ),
+    ]
+
+
+def batches(claims: list[Claim], size: int) -> list[list[Claim]]:
+    """Consecutive groups of at most ``size`` claims."""
     return [claims[i : i + size] for i in range(0, len(claims), size)]
 
 
@@ -256,7 +271,7 @@ async def verify_locally(
         view = sentences[chunk.first : chunk.last + 1]
         outcomes = await asyncio.gather(
             *(judge.judge(batch, view, "local", chunk=chunk.index)
-              for batch in _batches(active, options.batch_claims))
+              for batch in batches(active, options.batch_claims))
         )
         for outcome in outcomes:
             for claim_index, judged in outcome.items():
@@ -328,12 +343,12 @@ async def verify_globally(
     for claim, verdict in zip(claims, verdicts, strict=True):
         groups.setdefault(verdict.hint_chunk, []).append(claim)
     sentences = judge.index.sentences
-    calls = []
+    calls: list[Coroutine[Any, Any, dict[int, Judged]]] = []
     for hint_chunk, members in groups.items():
         hint = list(chunks[hint_chunk].sentence_ids) if hint_chunk is not None else None
         calls.extend(
             judge.judge(batch, sentences, "global", hint=hint)
-            for batch in _batches(members, options.batch_claims)
+            for batch in batches(members, options.batch_claims)
         )
     outcomes: dict[int, Judged] = {}
     for outcome in await asyncio.gather(*calls):

@@ -185,3 +185,24 @@ class CostEstimator(Protocol):
     def max_cost_usd(self, request: JudgeRequest) -> float:
         """Upper bound on what answering ``request`` can cost, in USD."""
         ...
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Optional backend capability: count a request's prompt tokens with the model's tokenizer."""
+
+    def count_prompt_tokens(self, request: JudgeRequest) -> int:
+        """Prompt tokens ``request`` would use."""
+        ...
+
+
+def approximate_tokens(text: str) -> int:
+    """Token count for judges without a tokenizer: one token per four characters, rounded up."""
+    return -(-len(text) // 4)
+
+
+def prompt_tokens(backend: object, request: JudgeRequest) -> int:
+    """Prompt tokens of ``request``: the backend's own count when it has one, else the approximation."""
+    if isinstance(backend, TokenCounter):
+        return backend.count_prompt_tokens(request)
+    return approximate_tokens("".join(m.content for m in request.messages))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import math
 import time
 from pathlib import Path
 from typing import Literal
@@ -36,6 +35,7 @@ from rt4chart.backends.base import (
     JudgeResponse,
     VerifyInput,
     VerifyOutput,
+    approximate_tokens,
 )
 from rt4chart.types import Label, Usage
 
@@ -72,10 +72,6 @@ class ScriptedRules(BaseModel):
     """Seconds each call takes, to stand in for a slow judge."""
 
 
-def _tokens(text: str) -> int:
-    return math.ceil(len(text) / 4)
-
-
 class ScriptedBackend:
     """Backend that answers from :class:`ScriptedRules`."""
 
@@ -108,11 +104,9 @@ class ScriptedBackend:
         if self.rules.latency_s:
             await asyncio.sleep(self.rules.latency_s)
         payload = request.payload
-        parsed: DecomposeOutput | VerifyOutput
-        if isinstance(payload, DecomposeInput):
-            parsed = self._decompose(payload)
-        else:
-            parsed = self._verify(payload)
+        parsed: DecomposeOutput | VerifyOutput = (
+            self._decompose(payload) if isinstance(payload, DecomposeInput) else self._verify(payload)
+        )
         raw = parsed.model_dump_json()
         prompt = "".join(m.content for m in request.messages)
         return JudgeResponse(
@@ -120,8 +114,8 @@ class ScriptedBackend:
             raw=raw,
             usage=Usage(
                 calls=1,
-                prompt_tokens=_tokens(prompt),
-                completion_tokens=_tokens(raw),
+                prompt_tokens=approximate_tokens(prompt),
+                completion_tokens=approximate_tokens(raw),
                 cost_usd=self.rules.cost_per_call,
             ),
             latency_s=time.perf_counter() - started,

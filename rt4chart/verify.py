@@ -12,7 +12,7 @@ from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rt4chart.backends.base import ClaimJudgement, JudgeRequest, Message, VerifyInput, VerifyOutput
 from rt4chart.grounding import ContextIndex, anchor_quotes
@@ -22,6 +22,9 @@ from rt4chart.types import Chunk, Claim, ClaimVerdict, Evidence, Label, Sentence
 
 class VerifyOptions(BaseModel):
     """How claims are verified."""
+
+    # A misspelt option (``windw=5``) must fail loudly rather than silently audit with defaults.
+    model_config = ConfigDict(extra="forbid")
 
     window: int = Field(default=25, ge=1)
     """Sentences per chunk (W)."""
@@ -33,6 +36,13 @@ class VerifyOptions(BaseModel):
     """Re-judge every claim against the full context (adaptive by local label)."""
     skip_decided: bool = True
     """Stop asking further chunks about a claim already contradicted (its OR-join is settled)."""
+
+    @model_validator(mode="after")
+    def _overlap_below_window(self) -> VerifyOptions:
+        # Checked here, not only in the CLI, so API callers get the usage error before any judge call.
+        if self.overlap >= self.window:
+            raise ValueError(f"overlap must be smaller than window (got window={self.window}, overlap={self.overlap})")
+        return self
 
 
 def or_join(labels: Iterable[Label | None]) -> Label:

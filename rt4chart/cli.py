@@ -67,12 +67,19 @@ def _resolve_metered(
 
 
 def _pipeline_options(
-    window: int, overlap: int, batch_claims: int, global_verification: bool, decomposer: str
+    window: int,
+    overlap: int,
+    batch_claims: int,
+    global_verification: bool,
+    decomposer: str,
+    samples_in_flight: int = 16,
 ) -> PipelineOptions:
     if window < 1 or not 0 <= overlap < window:
         raise fail(f"--overlap must be at least 0 and smaller than --window (got W={window}, O={overlap})")
     if batch_claims < 1:
         raise fail("--batch-claims must be at least 1")
+    if samples_in_flight < 1:
+        raise fail("--samples-in-flight must be at least 1")
     if decomposer not in ("judge", "rules", "auto"):
         raise fail(f"--decomposer must be judge, rules or auto (got {decomposer!r})")
     return PipelineOptions(
@@ -81,6 +88,7 @@ def _pipeline_options(
         batch_claims=batch_claims,
         global_verification=global_verification,
         decomposer=decomposer,  # type: ignore[arg-type]
+        samples_in_flight=samples_in_flight,
     )
 
 
@@ -114,6 +122,7 @@ def verify(
     overlap: OverlapOption = 10,
     batch_claims: BatchOption = 8,
     global_verification: GlobalOption = True,
+    samples_in_flight: Annotated[int, typer.Option(help="Samples audited at once (fewer finish sooner under a budget).")] = 16,
     budget: Annotated[float | None, typer.Option(help="Hard cap on judge spend in USD; exit 3 when reached.")] = None,
     cache_dir: CacheDirOption = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
@@ -121,7 +130,7 @@ def verify(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary on stderr.")] = False,
 ) -> None:
     """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
-    options = _pipeline_options(window, overlap, batch_claims, global_verification, decomposer)
+    options = _pipeline_options(window, overlap, batch_claims, global_verification, decomposer, samples_in_flight)
     if budget is not None and budget < 0:
         raise fail("--budget must not be negative")
     if resume and out is None:
@@ -142,6 +151,7 @@ def verify(
         )
     summary.remaining = result.remaining
     summary.stopped_by_budget = result.stopped_by_budget
+    summary.spent_usd, summary.budget_usd = ledger.spent_usd, ledger.limit_usd
     if not quiet:
         print_summary(summary, stderr)
     if result.stopped_by_budget:

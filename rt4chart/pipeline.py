@@ -38,8 +38,9 @@ class PipelineOptions(VerifyOptions):
     """``judge``, ``rules``, or ``auto`` (the judge when it can decompose, else rules)."""
     params: GenerationParams = Field(default_factory=GenerationParams)
     """Sampling parameters for every judge call."""
-    samples_in_flight: int = Field(default=64, ge=1)
-    """Samples processed at once; judge calls are further bounded by the backend."""
+    samples_in_flight: int = Field(default=16, ge=1)
+    """Samples audited at once; judge calls are further bounded by the judge's concurrency.
+    Fewer samples in flight finish samples sooner, which matters when a budget may stop the run."""
 
 
 @dataclass

@@ -29,6 +29,8 @@ class RunSummary:
     usage_by_judge: dict[str, Usage] = field(default_factory=dict)
     remaining: int = 0
     stopped_by_budget: bool = False
+    spent_usd: float | None = None
+    budget_usd: float | None = None
 
     def add(self, report: Report) -> None:
         self.records += 1
@@ -65,7 +67,10 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     table.add_row("judge calls", str(usage.calls))
     table.add_row("cache hits", str(usage.cache_hits))
     table.add_row("tokens in / out", f"{usage.prompt_tokens} / {usage.completion_tokens}")
-    table.add_row("cost", f"${usage.cost_usd:.4f}")
+    table.add_row("cost of these records", f"${usage.cost_usd:.4f}")
+    if summary.spent_usd is not None:
+        limit = f" of ${summary.budget_usd:.4f}" if summary.budget_usd is not None else ""
+        table.add_row("spent by this run", f"${summary.spent_usd:.4f}{limit}")
     if len(summary.usage_by_judge) > 1:
         for judge, part in summary.usage_by_judge.items():
             table.add_row(f"  {judge}", f"{part.calls} calls, ${part.cost_usd:.4f}")
@@ -139,7 +144,7 @@ class AuditProgress:
             self._bar.update(self._task, completed=self._done, status=self.status())
         elif self.enabled and time.monotonic() - self._last_log >= self.log_every_s:
             self._last_log = time.monotonic()
-            self.console.print(f"rt4: {self._done}/{self.total} samples | {self.status()}", highlight=False)
+            self.console.print(f"rt4: {self._done}/{self.total} samples | {self.status()}", highlight=False, soft_wrap=True)
 
 
 def print_estimate(plan: AuditEstimate, console: Console) -> None:

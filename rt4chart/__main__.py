@@ -1,0 +1,5 @@
+"""``python -m rt4chart`` runs the ``rt4`` command."""
+
+from rt4chart.cli import main
+
+main()

@@ -1,0 +1,102 @@
+"""The hard budget: spend never crosses it, only complete records are written, resume finishes."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+from audit_fixtures import read_records, write_rules, write_samples
+from typer.testing import CliRunner
+
+from rt4chart.backends.scripted import ScriptedBackend
+from rt4chart.budget import Ledger, MeteredBackend
+from rt4chart.cli import app
+from rt4chart.io import read_jsonl
+from rt4chart.pipeline import Pipeline, PipelineOptions, run_audit
+from rt4chart.types import Usage
+
+COST = 0.01
+runner = CliRunner()
+
+
+def test_ledger_reserves_within_the_limit_and_settles_to_the_real_cost() -> None:
+    ledger = Ledger(limit_usd=1.0)
+    assert ledger.reserve(0.6)
+    assert not ledger.reserve(0.5), "0.6 reserved + 0.5 would cross 1.0"
+    assert ledger.refused == 1
+    ledger.settle(0.6, Usage(calls=1, cost_usd=0.2))
+    assert (ledger.reserved_usd, ledger.spent_usd) == (0.0, 0.2)
+    assert ledger.reserve(0.8)
+    assert Ledger().reserve(1e9), "no limit, no refusal"
+
+
+@pytest.mark.parametrize("in_flight", [1, 4])
+def test_spend_never_exceeds_the_budget_and_only_complete_records_are_written(
+    tmp_path: Path, in_flight: int
+) -> None:
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json", cost_per_call=COST)
+    write_samples(inputs, 10)
+    ledger = Ledger(limit_usd=0.2)
+    pipeline = Pipeline(
+        MeteredBackend(ScriptedBackend.from_file(rules), ledger),
+        PipelineOptions(samples_in_flight=in_flight),
+    )
+    out = tmp_path / "out.jsonl"
+    result = asyncio.run(run_audit(pipeline, list(read_jsonl(inputs)), out, lambda report: None))
+    records = read_records(out)
+    assert result.stopped_by_budget
+    assert ledger.spent_usd <= 0.2 + 1e-12
+    assert ledger.spent_usd == pytest.approx(ledger.usage.calls * COST)
+    assert result.written == len(records) and result.remaining == 10 - len(records)
+    assert [r["line"] for r in records] == list(range(1, len(records) + 1))
+    assert all(r["label"] is not None and len(r["claims"]) == 2 for r in records)
+
+
+def test_cli_stops_with_exit_3_then_resume_with_a_larger_budget_finishes(tmp_path: Path) -> None:
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json", cost_per_call=COST)
+    write_samples(inputs, 10)
+    out, cache = tmp_path / "out.jsonl", str(tmp_path / "cache")
+    args = ["verify", str(inputs), "--judge", f"scripted:{rules}", "--out", str(out), "--cache-dir", cache,
+            "--samples-in-flight", "1"]
+    first = runner.invoke(app, [*args, "--budget", "0.2"])
+    assert first.exit_code == 3, first.output
+    assert "stopped by budget" in first.output
+    partial = read_records(out)
+    assert 0 < len(partial) < 10, "a budget for about half the work writes about half the records"
+    assert sum(r["usage"]["cost_usd"] for r in partial) <= 0.2
+
+    second = runner.invoke(app, [*args, "--budget", "1.0", "--resume"])
+    assert second.exit_code == 1, second.output
+    records = read_records(out)
+    assert [r["id"] for r in records] == [f"s{i}" for i in range(10)]
+    assert records[: len(partial)] == partial, "records of the first run are kept as they were"
+    new = records[len(partial) :]
+    assert sum(r["usage"]["cache_hits"] for r in new) > 0, "calls paid before the stop are not paid again"
+
+
+def table_value(output: str, row: str) -> str:
+    match = re.search(rf"{row}\s*│\s*([^│]+?)\s*│", output)
+    assert match, f"no row {row!r} in:\n{output}"
+    return match.group(1)
+
+
+def test_estimate_prices_the_planned_calls_without_calling_the_judge(tmp_path: Path) -> None:
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json", cost_per_call=COST)
+    write_samples(inputs, 3)
+    args = ["estimate", str(inputs), "--judge", f"scripted:{rules}", "--cache-dir", str(tmp_path / "cache")]
+    cold = runner.invoke(app, args)
+    assert cold.exit_code == 0, cold.output
+    # Per sample: one decomposition, one local call (one chunk, both claims in a batch), one global call.
+    assert table_value(cold.output, "judge calls") == "9"
+    assert table_value(cold.output, "worst-case cost") == "$0.0900"
+    assert table_value(cold.output, "already cached") == "0"
+
+    audit = runner.invoke(app, ["verify", str(inputs), "--judge", f"scripted:{rules}", "-q",
+                                "--cache-dir", str(tmp_path / "cache")])
+    assert audit.exit_code == 1
+    warm = runner.invoke(app, args)
+    # Decomposition and local calls are planned exactly; the real global stage split the claims
+    # into two hint groups, so the planned single global call is not in the cache.
+    assert table_value(warm.output, "already cached") == "6"

@@ -1,0 +1,164 @@
+"""Answer -> claims: the rule decomposer, the judge decomposer, and what the decomposer may see."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from fixtures.spine.judges import (
+    RecordingBackend,
+    Rewrite,
+    example_rules,
+    running_example_judge,
+    running_example_sample,
+    scripted,
+)
+
+import rt4chart
+from rt4chart.backends.base import DecomposedSentence, DecomposeInput, DecomposeOutput, JudgeRequest, JudgeResponse
+from rt4chart.decompose import decompose_by_rules
+from rt4chart.text import split_sentences
+from rt4chart.types import Claim, ClaimVerdict, Report, Sample
+
+
+def _answer_texts(answer: str, claims: Sequence[Claim | ClaimVerdict]) -> list[str]:
+    """The answer sentence each claim points at, read through its span."""
+    texts = []
+    for claim in claims:
+        assert claim.answer_span is not None
+        texts.append(answer[claim.answer_span.start : claim.answer_span.end])
+    return texts
+
+
+def test_rule_decomposer_splits_clauses_at_semicolons_and_keeps_sentence_spans() -> None:
+    answer = "The trial lasts 14 days; it covers every feature.  Support is by email."
+    claims = decompose_by_rules(split_sentences(answer))
+    assert [(c.index, c.text, c.sentence_index) for c in claims] == [
+        (0, "The trial lasts 14 days", 0),
+        (1, "it covers every feature.", 0),
+        (2, "Support is by email.", 1),
+    ]
+    assert _answer_texts(answer, claims) == [
+        "The trial lasts 14 days; it covers every feature.",
+        "The trial lasts 14 days; it covers every feature.",
+        "Support is by email.",
+    ]
+
+
+def test_rule_decomposer_of_no_sentences_has_no_claims() -> None:
+    assert decompose_by_rules(split_sentences("  \n")) == []
+
+
+def _decomposition(
+    backend: RecordingBackend, sample: Sample | None = None, **options: Any
+) -> tuple[Report, list[JudgeRequest]]:
+    sample = sample or running_example_sample()
+    report = rt4chart.verify(sample, judge=backend, window=2, overlap=1, global_verification=False, **options)
+    return report, [r for r in backend.requests if r.task == "decompose"]
+
+
+def test_judge_decomposer_claims_point_at_their_answer_sentences() -> None:
+    sample = running_example_sample()
+    report, requests = _decomposition(running_example_judge(), sample)
+    assert len(requests) == 1, "one decomposition call per answer"
+    assert [(c.text, c.sentence_index) for c in report.claims] == [
+        ("All users can start the free trial.", 0),
+        ("Existing customers can start the free trial.", 0),
+        ("The trial lasts 14 days.", 1),
+        ("A verified new user can use the trial for up to 21 days in total.", 1),
+        ("The trial includes priority phone support.", 2),
+    ]
+    sentences = [s.text for s in split_sentences(sample.answer)]
+    assert _answer_texts(sample.answer, report.claims) == [sentences[i] for i in (0, 0, 1, 1, 2)]
+    assert report.errors == []
+
+
+def test_the_decomposer_never_sees_the_context() -> None:
+    sample = running_example_sample()
+    _, [request] = _decomposition(running_example_judge(), sample)
+    payload = request.payload
+    assert isinstance(payload, DecomposeInput)
+    assert set(DecomposeInput.model_fields) == {"question", "sentences"}
+    assert payload.question == sample.question
+    assert payload.sentences == [s.text for s in split_sentences(sample.answer)]
+    rendered = "\n".join(m.content for m in request.messages)
+    assert sample.question is not None and sample.question in rendered
+    assert all(sentence in rendered for sentence in payload.sentences)
+    context = sample.context if isinstance(sample.context, str) else " ".join(sample.context)
+    for context_sentence in split_sentences(context):
+        assert context_sentence.text not in rendered
+    assert "identity-verified" not in rendered and "premium feature" not in rendered
+
+
+def _reply_editor(edit: Callable[[DecomposeOutput], DecomposeOutput]) -> Rewrite:
+    """A judge whose decomposition reply is ``edit(reply)`` instead of the scripted one."""
+
+    def rewrite(request: JudgeRequest, response: JudgeResponse) -> JudgeResponse:
+        if not isinstance(response.parsed, DecomposeOutput):
+            return response
+        return response.model_copy(update={"parsed": edit(response.parsed)})
+
+    return rewrite
+
+
+def test_a_sentence_missing_from_the_reply_becomes_its_own_claim_with_an_error() -> None:
+    backend = running_example_judge()
+    backend.rewrite = _reply_editor(
+        lambda reply: DecomposeOutput(sentences=[e for e in reply.sentences if e.sentence != 1])
+    )
+    report, _ = _decomposition(backend)
+    assert [(c.text, c.sentence_index) for c in report.claims] == [
+        ("All users can start the free trial.", 0),
+        ("Existing customers can start the free trial.", 0),
+        ("The trial lasts 14 days, and a verified new user can use it for up to 21 days in total.", 1),
+        ("The trial includes priority phone support.", 2),
+    ]
+    assert report.errors == ["decomposition skipped answer sentences [1]; used them as claims"]
+
+
+def test_out_of_range_and_repeated_entries_of_the_reply_are_ignored() -> None:
+    backend = running_example_judge()
+    backend.rewrite = _reply_editor(
+        lambda reply: DecomposeOutput(
+            sentences=[
+                *reply.sentences,
+                DecomposedSentence(sentence=0, claims=["A second, conflicting decomposition."]),
+                DecomposedSentence(sentence=7, claims=["A sentence the answer does not have."]),
+            ]
+        )
+    )
+    report, _ = _decomposition(backend)
+    assert [c.text for c in report.claims] == [c.text for c in _decomposition(running_example_judge())[0].claims]
+    assert report.errors == []
+
+
+def test_a_failed_decomposition_falls_back_to_one_claim_per_sentence() -> None:
+    backend = running_example_judge()
+    backend.rewrite = lambda request, response: (
+        JudgeResponse(error="reply did not validate", usage=response.usage)
+        if request.task == "decompose" else response
+    )
+    sample = running_example_sample()
+    report, _ = _decomposition(backend, sample)
+    assert [c.text for c in report.claims] == [s.text for s in split_sentences(sample.answer)]
+    assert report.errors == ["decomposition failed (reply did not validate); used one claim per sentence"]
+    assert report.label is not None, "the sample is still verified"
+
+
+def test_blank_claims_are_dropped_and_a_sentence_may_state_no_fact() -> None:
+    backend = scripted(example_rules(decompose={"Hello": [], "trial lasts": ["  ", "The trial lasts 14 days."]}))
+    sample = Sample(id="x", context="The trial lasts 14 days.", answer="Hello there! The trial lasts 14 days.")
+    report, _ = _decomposition(backend, sample)
+    assert [(c.text, c.sentence_index) for c in report.claims] == [("The trial lasts 14 days.", 1)]
+
+
+@pytest.mark.parametrize("decomposer", ["rules", "judge", "auto"])
+def test_decomposer_choice(decomposer: str) -> None:
+    backend = running_example_judge()
+    report, requests = _decomposition(backend, decomposer=decomposer)
+    if decomposer == "rules":
+        assert requests == []
+        assert len(report.claims) == 3, "one claim per answer sentence (no semicolons)"
+    else:
+        assert len(requests) == 1 and len(report.claims) == 5

@@ -144,7 +144,8 @@ class AuditProgress:
             self._bar.update(self._task, completed=self._done, status=self.status())
         elif self.enabled and time.monotonic() - self._last_log >= self.log_every_s:
             self._last_log = time.monotonic()
-            self.console.print(f"rt4: {self._done}/{self.total} samples | {self.status()}", highlight=False, soft_wrap=True)
+            line = f"rt4: {self._done}/{self.total} samples | {self.status()}"
+            self.console.print(line, highlight=False, soft_wrap=True)
 
 
 def print_estimate(plan: AuditEstimate, console: Console) -> None:

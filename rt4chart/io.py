@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -41,7 +41,11 @@ def parse_sample(record: Any, line: int) -> InputLine:
     if not isinstance(record, dict):
         return InputLine(line, None, f"line {line}: expected a JSON object, got {type(record).__name__}")
     raw_id = record.get("id")
-    raw_id = str(raw_id) if isinstance(raw_id, (str, int)) else None
+    # bool is an int to Python, but `"id": true` is a mistake, not the id "True".
+    if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, (str, int))):
+        kind = type(raw_id).__name__
+        return InputLine(line, None, f"line {line}: id: must be a string or an integer, got {kind}")
+    raw_id = None if raw_id is None else str(raw_id)
     try:
         sample = Sample.model_validate({**record, "id": raw_id if raw_id is not None else f"line-{line}"})
     except ValidationError as error:
@@ -53,13 +57,21 @@ def parse_sample(record: Any, line: int) -> InputLine:
 
 def read_jsonl(path: Path | str) -> Iterator[InputLine]:
     """Read an input file; blank lines are skipped, every other line yields one item."""
-    with open(path, encoding="utf-8") as handle:
+    # Bytes, decoded line by line: one line that is not UTF-8 is one bad line, not a failed run.
+    with open(path, "rb") as handle:
         yield from parse_lines(handle)
 
 
-def parse_lines(lines: IO[str] | list[str]) -> Iterator[InputLine]:
-    """Parse JSONL text lines (see :func:`read_jsonl`)."""
-    for number, text in enumerate(lines, start=1):
+def parse_lines(lines: Iterable[str | bytes]) -> Iterator[InputLine]:
+    """Parse JSONL lines, as text or as UTF-8 bytes (see :func:`read_jsonl`)."""
+    for number, raw in enumerate(lines, start=1):
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as error:
+            yield InputLine(number, None, f"line {number}: not valid UTF-8 (byte {error.start + 1})")
+            continue
+        if number == 1:
+            text = text.removeprefix("\ufeff")  # a byte order mark left by some editors
         if not text.strip():
             continue
         try:

@@ -1,0 +1,116 @@
+"""JSONL input: every non-blank line yields one item, a sample or the reason it is bad."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rt4chart.io import InputLine, dump_report, error_report, read_jsonl
+from rt4chart.types import Report
+
+VALID = {"id": "a", "context": "The trial lasts 14 days.", "answer": "It lasts 14 days."}
+
+
+def _read(tmp_path: Path, lines: list[str] | bytes) -> list[InputLine]:
+    path = tmp_path / "input.jsonl"
+    if isinstance(lines, bytes):
+        path.write_bytes(lines)
+    else:
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return list(read_jsonl(path))
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        pytest.param("{not json", "not valid JSON", id="not-json"),
+        pytest.param('{"id": "x", "context": "c"}', "answer", id="missing-answer"),
+        pytest.param('{"id": "x", "answer": "a"}', "context", id="missing-context"),
+        pytest.param('{"id": "x", "context": "c", "answer": ""}', "answer is empty", id="empty-answer"),
+        pytest.param('{"id": "x", "context": "c", "answer": " \\n "}', "answer is empty", id="blank-answer"),
+        pytest.param('{"id": "x", "context": "c", "answer": 42}', "answer", id="answer-not-a-string"),
+        pytest.param('{"id": "x", "context": 3, "answer": "a"}', "context", id="context-not-text"),
+        pytest.param('{"id": "x", "context": ["ok", 3], "answer": "a"}', "context", id="passage-not-text"),
+        pytest.param('{"id": "x", "context": "c", "answer": "a", "question": 1}', "question", id="question-type"),
+        pytest.param('{"id": ["x"], "context": "c", "answer": "a"}', "id", id="id-a-list"),
+        pytest.param('{"id": {"k": 1}, "context": "c", "answer": "a"}', "id", id="id-an-object"),
+        pytest.param('{"id": true, "context": "c", "answer": "a"}', "id", id="id-a-boolean"),
+        pytest.param('["a", "b"]', "expected a JSON object, got list", id="array"),
+        pytest.param('"just a string"', "expected a JSON object, got str", id="string"),
+        pytest.param("null", "expected a JSON object", id="null"),
+    ],
+)
+def test_bad_lines_name_their_line_number_and_problem(tmp_path: Path, line: str, problem: str) -> None:
+    items = _read(tmp_path, [json.dumps(VALID), line])
+    assert [item.line for item in items] == [1, 2]
+    bad = items[1]
+    assert bad.sample is None and bad.error is not None
+    assert bad.error.startswith("line 2: ")
+    assert problem in bad.error
+    assert items[0].sample is not None
+
+
+def test_blank_lines_are_skipped_but_line_numbers_stay_those_of_the_file(tmp_path: Path) -> None:
+    items = _read(tmp_path, ["", json.dumps(VALID), "   ", "{broken", json.dumps({**VALID, "id": "b"})])
+    assert [(item.line, item.sample.id if item.sample else None) for item in items] == [
+        (2, "a"),
+        (4, None),
+        (5, "b"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("record", "expected_id"),
+    [
+        ({**VALID, "id": "s-1"}, "s-1"),
+        ({**VALID, "id": 7}, "7"),
+        ({key: value for key, value in VALID.items() if key != "id"}, "line-1"),
+    ],
+)
+def test_ids_are_strings_and_default_to_the_line(tmp_path: Path, record: dict[str, object], expected_id: str) -> None:
+    [item] = _read(tmp_path, [json.dumps(record)])
+    assert item.sample is not None and item.sample.id == expected_id
+
+
+def test_an_invalid_line_keeps_its_id_for_the_error_record(tmp_path: Path) -> None:
+    [item] = _read(tmp_path, [json.dumps({"id": "keep-me", "context": "c"})])
+    report = error_report(item)
+    assert (report.id, report.line, report.label) == ("keep-me", 1, None)
+    assert report.errors == [item.error]
+
+
+def test_passages_question_and_gold_are_read(tmp_path: Path) -> None:
+    record = {**VALID, "context": ["One.", "Two."], "question": "How long?", "gold": {"hallucinated": False}}
+    [item] = _read(tmp_path, [json.dumps(record)])
+    assert item.sample is not None
+    assert item.sample.context == ["One.", "Two."] and item.sample.question == "How long?"
+    assert item.sample.gold is not None and item.sample.gold.hallucinated is False
+
+
+def test_a_line_that_is_not_utf8_is_one_bad_line_not_a_crash(tmp_path: Path) -> None:
+    good = json.dumps(VALID).encode()
+    items = _read(tmp_path, good + b"\n" + b'{"id": "x", "answer": "caf\xe9"}\n' + good + b"\n")
+    assert [item.line for item in items] == [1, 2, 3]
+    assert items[1].sample is None and items[1].error is not None
+    assert items[1].error.startswith("line 2: ") and "UTF-8" in items[1].error
+    assert items[0].sample is not None and items[2].sample is not None
+
+
+def test_a_byte_order_mark_does_not_break_the_first_line(tmp_path: Path) -> None:
+    items = _read(tmp_path, b"\xef\xbb\xbf" + json.dumps(VALID).encode() + b"\n")
+    assert [item.sample.id if item.sample else item.error for item in items] == ["a"]
+
+
+def test_unicode_text_is_read_exactly(tmp_path: Path) -> None:
+    record = {**VALID, "answer": "Caf\u00e9 \u201cquoted\u201d \u2014 \U0001f600."}
+    [item] = _read(tmp_path, [json.dumps(record, ensure_ascii=False)])
+    assert item.sample is not None and item.sample.answer == record["answer"]
+
+
+def test_a_dumped_report_is_one_line_that_reads_back() -> None:
+    report = Report(id="x", line=3, errors=["line 3: answer is empty"])
+    text = dump_report(report)
+    assert "\n" not in text
+    assert Report.model_validate_json(text) == report

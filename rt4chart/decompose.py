@@ -9,11 +9,17 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from rt4chart.backends.base import DecomposeInput, DecomposeOutput, JudgeRequest
+from rt4chart.backends.base import (
+    DecomposeInput,
+    DecomposeOutput,
+    HolisticDecomposeInput,
+    HolisticDecomposeOutput,
+    JudgeRequest,
+)
 from rt4chart.session import JudgeSession
 from rt4chart.types import Claim, Sentence, Span
 
-DecomposerKind = Literal["judge", "rules", "auto"]
+DecomposerKind = Literal["judge", "rules", "auto", "holistic"]
 
 _CLAUSE_BREAK = re.compile(r"\s*;\s+")
 
@@ -81,3 +87,25 @@ async def decompose_by_judge(
     per_sentence = [(s, by_sentence.get(s.index, rule_claims(s))) for s in sentences]
     return claims_from_texts(per_sentence), errors
 
+
+async def decompose_holistically(
+    session: JudgeSession, answer: str, sentences: list[Sentence], question: str | None
+) -> tuple[list[Claim], list[str]]:
+    """Ablation: claims drawn from the whole answer in one call, tied to no sentence (so no span).
+
+    A failed call falls back to the rule-based, sentence-based claims, reported in the errors.
+    """
+    if not sentences:
+        return [], []
+    payload = HolisticDecomposeInput(question=question, answer=answer)
+    fields = {"question": question or "(none)", "answer": answer}
+    response = await session.send(session.request("decompose_holistic", "decompose_holistic", payload, fields))
+    if not isinstance(response.parsed, HolisticDecomposeOutput):
+        error = f"holistic decomposition failed ({response.error}); used one claim per sentence"
+        return decompose_by_rules(sentences), [error]
+    texts = [text.strip() for text in response.parsed.claims if text.strip()]
+    claims = [
+        Claim(index=position, text=text, sentence_index=None, answer_span=None)
+        for position, text in enumerate(texts)
+    ]
+    return claims, []

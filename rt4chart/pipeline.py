@@ -14,7 +14,13 @@ from pydantic import Field
 from rt4chart.backends.base import Backend, CostEstimator, GenerationParams, JudgeRequest, prompt_tokens
 from rt4chart.budget import BudgetExhausted
 from rt4chart.cache import JudgeCache, request_key
-from rt4chart.decompose import DecomposerKind, decompose_by_judge, decompose_by_rules, decompose_request
+from rt4chart.decompose import (
+    DecomposerKind,
+    decompose_by_judge,
+    decompose_by_rules,
+    decompose_holistically,
+    decompose_request,
+)
 from rt4chart.grounding import ContextIndex
 from rt4chart.io import (
     InputLine,
@@ -83,7 +89,11 @@ class Pipeline:
         prepared = self._prepare(sample)
         session = prepared.session
         errors: list[str] = []
-        if prepared.decompose_by_judge:
+        if self.options.decomposer == "holistic":
+            claims, errors = await decompose_holistically(
+                session, sample.answer, prepared.answer_sentences, sample.question
+            )
+        elif prepared.decompose_by_judge:
             claims, errors = await decompose_by_judge(session, prepared.answer_sentences, sample.question)
         else:
             claims = decompose_by_rules(prepared.answer_sentences)

@@ -16,7 +16,9 @@ from string import Template
 from rt4chart.backends.base import Message
 from rt4chart.resources import resource_dir
 
-TEMPLATE_NAMES = ("decompose", "verify_local", "verify_global", "verify_global_hint")
+TEMPLATE_NAMES = (
+    "decompose", "verify_local", "verify_global", "verify_global_hint", "decompose_holistic", "direct",
+)
 
 
 @dataclass(frozen=True)

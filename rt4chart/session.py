@@ -6,13 +6,12 @@ from dataclasses import dataclass, field
 
 from rt4chart.backends.base import (
     Backend,
-    DecomposeInput,
     GenerationParams,
+    JudgePayload,
     JudgeRequest,
     JudgeResponse,
     Message,
     Task,
-    VerifyInput,
 )
 from rt4chart.prompts import PromptTemplate
 from rt4chart.types import Usage
@@ -32,7 +31,7 @@ class JudgeSession:
         self,
         task: Task,
         template: str,
-        payload: DecomposeInput | VerifyInput,
+        payload: JudgePayload,
         fields: dict[str, str],
         follow_up: list[Message] | None = None,
     ) -> JudgeRequest:

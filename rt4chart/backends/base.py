@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rt4chart.types import Label, Sentence, Usage
 
-Task = Literal["decompose", "verify"]
+Task = Literal["decompose", "verify", "decompose_holistic", "direct"]
 
 
 class Message(BaseModel):
@@ -106,9 +106,64 @@ class VerifyOutput(BaseModel):
     """Verdicts, one per claim."""
 
 
+class HolisticDecomposeInput(BaseModel):
+    """Holistic decomposition (ablation): the whole answer at once, no sentence numbering."""
+
+    question: str | None
+    """The user question, if any."""
+    answer: str
+    """The whole answer."""
+
+
+class HolisticDecomposeOutput(BaseModel):
+    """Judge reply schema for holistic decomposition."""
+
+    claims: list[str]
+    """Self-contained claims of the answer, not tied to any answer sentence."""
+
+
+class DirectInput(BaseModel):
+    """The direct baseline (ablation): one call over the whole context and answer."""
+
+    question: str | None
+    """The user question, if any."""
+    context: str
+    """The whole context (passages joined)."""
+    answer: str
+    """The whole answer."""
+
+
+class DirectSpan(BaseModel):
+    """One hallucinated part of the answer, as the direct baseline reports it."""
+
+    text: str
+    """Verbatim quote of the answer."""
+    label: Label
+    """contradicted or baseless (a span labelled entailed is not a hallucination and is ignored)."""
+    rationale: str = ""
+    """One sentence explaining the label."""
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Judge's confidence that the span is hallucinated, when it reports one."""
+
+
+class DirectOutput(BaseModel):
+    """Judge reply schema for the direct baseline: the hallucinated spans (empty when faithful)."""
+
+    spans: list[DirectSpan]
+    """Hallucinated answer spans."""
+
+
+JudgePayload = DecomposeInput | VerifyInput | HolisticDecomposeInput | DirectInput
+"""Every structured input a request can carry."""
+JudgeOutput = DecomposeOutput | VerifyOutput | HolisticDecomposeOutput | DirectOutput
+"""Every parsed reply a response can carry."""
+
+
 OUTPUT_SCHEMAS: dict[Task, type[BaseModel]] = {
     "decompose": DecomposeOutput,
     "verify": VerifyOutput,
+    "decompose_holistic": HolisticDecomposeOutput,
+    "direct": DirectOutput,
 }
 
 
@@ -117,7 +172,7 @@ class JudgeRequest(BaseModel):
 
     task: Task
     """Which step of the method is asking."""
-    payload: DecomposeInput | VerifyInput
+    payload: JudgePayload
     """Structured inputs the messages were rendered from."""
     messages: list[Message]
     """Rendered prompt."""
@@ -134,7 +189,7 @@ class JudgeRequest(BaseModel):
 class JudgeResponse(BaseModel):
     """What a backend returns for one request."""
 
-    parsed: DecomposeOutput | VerifyOutput | None = None
+    parsed: JudgeOutput | None = None
     """The schema-validated reply; ``None`` when the call failed."""
     raw: str = ""
     """The judge's raw text (for debugging; never a source of verdicts)."""

@@ -31,13 +31,21 @@ from rt4chart.backends.base import (
     DecomposedSentence,
     DecomposeInput,
     DecomposeOutput,
+    DirectInput,
+    DirectOutput,
+    DirectSpan,
+    HolisticDecomposeInput,
+    HolisticDecomposeOutput,
+    JudgeOutput,
+    JudgePayload,
     JudgeRequest,
     JudgeResponse,
     VerifyInput,
     VerifyOutput,
     approximate_tokens,
 )
-from rt4chart.types import Label, Usage
+from rt4chart.text import split_sentences
+from rt4chart.types import Label, Sentence, Usage
 
 
 class VerifyRule(BaseModel):
@@ -104,9 +112,7 @@ class ScriptedBackend:
         if self.rules.latency_s:
             await asyncio.sleep(self.rules.latency_s)
         payload = request.payload
-        parsed: DecomposeOutput | VerifyOutput = (
-            self._decompose(payload) if isinstance(payload, DecomposeInput) else self._verify(payload)
-        )
+        parsed = self._reply(payload)
         raw = parsed.model_dump_json()
         prompt = "".join(m.content for m in request.messages)
         return JudgeResponse(
@@ -120,6 +126,38 @@ class ScriptedBackend:
             ),
             latency_s=time.perf_counter() - started,
             judge=self.name,
+        )
+
+    def _reply(self, payload: JudgePayload) -> JudgeOutput:
+        if isinstance(payload, DecomposeInput):
+            return self._decompose(payload)
+        if isinstance(payload, VerifyInput):
+            return self._verify(payload)
+        if isinstance(payload, HolisticDecomposeInput):
+            return self._decompose_holistic(payload)
+        return self._direct(payload)
+
+    def _decompose_holistic(self, payload: HolisticDecomposeInput) -> HolisticDecomposeOutput:
+        """The decompose rules applied sentence by sentence, returned as one list of claims."""
+        sentences = [s.text for s in split_sentences(payload.answer)]
+        per_sentence = self._decompose(DecomposeInput(question=payload.question, sentences=sentences))
+        return HolisticDecomposeOutput(claims=[c for entry in per_sentence.sentences for c in entry.claims])
+
+    def _direct(self, payload: DirectInput) -> DirectOutput:
+        """Each answer sentence judged by the verify rules against the whole context (stage
+        ``global``); the sentences not entailed come back as hallucinated spans."""
+        sentences = [s.text for s in split_sentences(payload.answer)]
+        whole_context = Sentence(index=0, start=0, end=len(payload.context), text=payload.context)
+        verdicts = self._verify(
+            VerifyInput(stage="global", claims=sentences, sentences=[whole_context], question=payload.question)
+        )
+        return DirectOutput(
+            spans=[
+                DirectSpan(
+                    text=sentences[j.claim], label=j.label, rationale=j.rationale, confidence=j.confidence
+                )
+                for j in verdicts.judgements if j.label != Label.ENTAILED
+            ]
         )
 
     def _decompose(self, payload: DecomposeInput) -> DecomposeOutput:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
 from rt4chart.types import Evidence, Sentence
 
@@ -20,14 +21,17 @@ _WRAPPING_QUOTES = "\"'“”‘’«» "  # noqa: RUF001 - typographic quotes a
 
 @dataclass
 class ContextIndex:
-    """A context prepared for quote lookup: its normalised text and the map back to offsets."""
+    """A context prepared for quote lookup, with a whitespace-normalised view built on demand."""
 
     text: str
     sentences: list[Sentence]
-    normalised: str = field(init=False)
-    original_offsets: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
+        self._sentence_starts = [s.start for s in self.sentences]
+
+    @cached_property
+    def _normalised(self) -> tuple[str, list[int]]:
+        """The text with each whitespace run as one space, and each character's original offset."""
         pieces: list[str] = []
         offsets: list[int] = []
         position = 0
@@ -39,9 +43,7 @@ class ContextIndex:
             position = match.end()
         pieces.append(self.text[position:])
         offsets.extend(range(position, len(self.text)))
-        self.normalised = "".join(pieces)
-        self.original_offsets = offsets
-        self._sentence_starts = [s.start for s in self.sentences]
+        return "".join(pieces), offsets
 
     def sentence_ids(self, start: int, end: int) -> list[int]:
         """Indices of the sentences that overlap ``[start, end)``."""
@@ -58,19 +60,22 @@ class ContextIndex:
         if not needle:
             return None
         low, high = within or (0, len(self.text))
+        # Most quotes are verbatim: find them in the text itself before normalising anything.
+        exact = self.text.find(needle, low, high)
+        if exact != -1:
+            return self._evidence(exact, exact + len(needle))
+        normalised, offsets = self._normalised
         search_from = 0
-        while (found := self.normalised.find(needle, search_from)) != -1:
-            start = self.original_offsets[found]
-            end = self.original_offsets[found + len(needle) - 1] + 1
+        while (found := normalised.find(needle, search_from)) != -1:
+            start = offsets[found]
+            end = offsets[found + len(needle) - 1] + 1
             if low <= start and end <= high:
-                return Evidence(
-                    start=start,
-                    end=end,
-                    text=self.text[start:end],
-                    sentence_ids=self.sentence_ids(start, end),
-                )
+                return self._evidence(start, end)
             search_from = found + 1
         return None
+
+    def _evidence(self, start: int, end: int) -> Evidence:
+        return Evidence(start=start, end=end, text=self.text[start:end], sentence_ids=self.sentence_ids(start, end))
 
 
 def anchor_quotes(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from functools import cache
+from functools import cache, lru_cache
 
 import punkt
 from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
@@ -54,7 +54,13 @@ def split_sentences(text: str, passage_starts: list[int] | None = None) -> list[
     ``passage_starts`` (from :func:`join_passages`) labels each sentence with its passage; a
     sentence never crosses a passage boundary because passages are separated by line breaks.
     """
-    starts = passage_starts or [0]
+    return list(_split_cached(text, tuple(passage_starts or [0])))
+
+
+# Batches repeat contexts (several answers per retrieved context), and Punkt is the slowest step
+# of a sample, so segmentations are memoised; Sentence objects are never mutated once built.
+@lru_cache(maxsize=4096)
+def _split_cached(text: str, starts: tuple[int, ...]) -> tuple[Sentence, ...]:
     tokenizer = _tokenizer()
     sentences: list[Sentence] = []
     passage = 0
@@ -89,7 +95,7 @@ def split_sentences(text: str, passage_starts: list[int] | None = None) -> list[
                     passage=passage,
                 )
             )
-    return sentences
+    return tuple(sentences)
 
 
 def segment_context(context: str | list[str]) -> tuple[str, list[Sentence]]:

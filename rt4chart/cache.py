@@ -13,10 +13,12 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import diskcache
 import platformdirs
+from pydantic import BaseModel
 
 from rt4chart.backends.base import Backend, JudgeRequest, JudgeResponse
 from rt4chart.types import Usage
@@ -30,13 +32,19 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("rt4chart")) / "judge-calls"
 
 
+@cache
+def _schema_digest(schema: type[BaseModel]) -> str:
+    encoded = json.dumps(schema.model_json_schema(), sort_keys=True).encode()
+    return hashlib.sha256(encoded).hexdigest()
+
+
 def request_key(judge: str, request: JudgeRequest) -> str:
     """The cache key of ``request`` sent to the judge named ``judge``."""
     material = {
         "format": CACHE_FORMAT,
         "judge": judge,
         "task": request.task,
-        "schema": request.output_schema.model_json_schema(),
+        "schema": _schema_digest(request.output_schema),
         "params": request.params.model_dump(),
         "prompt_version": request.prompt_version,
         "messages": [m.model_dump() for m in request.messages],
@@ -68,7 +76,7 @@ class JudgeCache:
             if stored is None:
                 return None
             return JudgeResponse.model_validate_json(stored)
-        except Exception:  # noqa: BLE001 - any damaged entry is a miss by contract
+        except Exception:  # any damaged entry is a miss by contract
             self._forget(key)
             return None
 
@@ -78,13 +86,13 @@ class JudgeCache:
             return
         try:
             self._store.set(key, response.model_dump_json())
-        except Exception:  # noqa: BLE001 - a full or read-only disk must not stop an audit
+        except Exception:  # a full or read-only disk must not stop an audit
             return
 
     def _forget(self, key: str) -> None:
         try:
             self._store.delete(key)
-        except Exception:  # noqa: BLE001 - best effort on an already damaged entry
+        except Exception:  # best effort on an already damaged entry
             return
 
     def stats(self) -> CacheStats:

@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
-HEADER = "# Benchmark results\n\nWritten by the scripts in this folder; every section names the command that produced it.\n"
+HEADER = (
+    "# Benchmark results\n\nWritten by the scripts in this folder; every section names the command that produced it.\n"
+)
 
 
 def command_line() -> str:

@@ -1,0 +1,85 @@
+"""Warm-cache rerun vs cold run of the same audit (target: >= 20x faster, 0 judge calls).
+
+    python evals/bench/cache_rerun.py [--samples 40] [--judge JUDGE] [--api-base URL] [--latency-ms 300]
+
+Without --judge the judge is the scripted one answering every call after --latency-ms
+milliseconds, standing in for a remote API; with --judge any judge rt4 accepts is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from results import record
+from workload import bench_inputs
+
+from rt4chart.budget import Ledger, MeteredBackend
+from rt4chart.cache import CachedBackend, JudgeCache
+from rt4chart.io import InputLine
+from rt4chart.judges import resolve_judge
+from rt4chart.pipeline import Pipeline, run_audit
+from rt4chart.text import _split_cached
+from rt4chart.types import Report
+
+
+async def timed_audit(
+    judge: str, api_base: str | None, cache_dir: Path, items: list[InputLine]
+) -> tuple[float, Ledger, list[Report]]:
+    # Each run starts as a new process would: no sentence segmentation memoised from the last one.
+    _split_cached.cache_clear()
+    ledger, cache = Ledger(), JudgeCache(cache_dir)
+    backend = resolve_judge(
+        judge, api_base=api_base, wrap=lambda leaf: CachedBackend(MeteredBackend(leaf, ledger), cache)
+    )
+    reports: list[Report] = []
+    started = time.perf_counter()
+    await run_audit(Pipeline(backend), items, None, reports.append)
+    return time.perf_counter() - started, ledger, reports
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--samples", type=int, default=40)
+    parser.add_argument("--judge", default=None)
+    parser.add_argument("--api-base", default=None)
+    parser.add_argument("--latency-ms", type=float, default=300.0)
+    args = parser.parse_args()
+    items, source = bench_inputs(args.samples)
+    with tempfile.TemporaryDirectory() as scratch:
+        judge = args.judge
+        if judge is None:
+            rules = Path(scratch, "rules.json")
+            rules.write_text(json.dumps({"latency_s": args.latency_ms / 1000}), encoding="utf-8")
+            judge = f"scripted:{rules}"
+        cache_dir = Path(scratch, "cache")
+        cold_s, cold, cold_reports = await timed_audit(judge, args.api_base, cache_dir, items)
+        warm_s, warm, warm_reports = await timed_audit(judge, args.api_base, cache_dir, items)
+    same = [r.model_dump(exclude={"usage", "usage_by_judge"}) for r in cold_reports] == [
+        r.model_dump(exclude={"usage", "usage_by_judge"}) for r in warm_reports
+    ]
+    speedup = cold_s / warm_s
+    described = args.judge or f"scripted judge answering after {args.latency_ms:g} ms per call"
+    record(
+        f"Warm-cache rerun vs cold run ({'scripted stand-in' if args.judge is None else args.judge})",
+        [
+            f"Input: {source}; judge: {described}.",
+            "",
+            "| run | seconds | judge calls | cache hits |",
+            "|---|---|---|---|",
+            f"| cold | {cold_s:.2f} | {cold.usage.calls} | {sum(r.usage.cache_hits for r in cold_reports)} |",
+            f"| warm | {warm_s:.2f} | {warm.usage.calls} | {sum(r.usage.cache_hits for r in warm_reports)} |",
+            "",
+            f"**Warm rerun {speedup:.1f}x faster with {warm.usage.calls} judge calls** "
+            f"(target >= 20x and 0 calls: {'met' if speedup >= 20 and warm.usage.calls == 0 else 'NOT met'}); "
+            f"records identical apart from usage: {same}.",
+        ],
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

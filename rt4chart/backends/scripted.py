@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rt4chart.backends.base import (
     ClaimJudgement,
@@ -51,6 +51,9 @@ from rt4chart.types import Label, Sentence, Usage
 class VerifyRule(BaseModel):
     """One scripted verdict."""
 
+    # A misspelt key (``chunk_contain``) would silently widen the rule to every chunk.
+    model_config = ConfigDict(extra="forbid")
+
     claim: str
     """Substring of the claim text the rule applies to."""
     stage: Literal["local", "global"] | None = None
@@ -68,6 +71,8 @@ class VerifyRule(BaseModel):
 class ScriptedRules(BaseModel):
     """The rules file."""
 
+    model_config = ConfigDict(extra="forbid")
+
     decompose: dict[str, list[str]] = Field(default_factory=dict)
     """Answer-sentence substring -> claims of that sentence."""
     verify: list[VerifyRule] = Field(default_factory=list)
@@ -78,6 +83,10 @@ class ScriptedRules(BaseModel):
     """USD charged per call, to stand in for a paid judge."""
     latency_s: float = Field(default=0.0, ge=0.0)
     """Seconds each call takes, to stand in for a slow judge."""
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
 
 
 class ScriptedBackend:
@@ -93,7 +102,7 @@ class ScriptedBackend:
         try:
             source = Path(path).read_text(encoding="utf-8")
             rules = ScriptedRules.model_validate(json.loads(source))
-        except (OSError, json.JSONDecodeError, ValidationError) as error:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValidationError) as error:
             raise ValueError(f"cannot use scripted rules file {str(path)!r}: {error}") from error
         # The content hash in the name keeps cached replies of an edited rules file from being reused.
         digest = hashlib.sha256(source.encode()).hexdigest()[:8]
@@ -171,7 +180,8 @@ class ScriptedBackend:
         return DecomposeOutput(sentences=entries)
 
     def _verify(self, payload: VerifyInput) -> VerifyOutput:
-        view = " ".join(s.text for s in payload.sentences)
+        # Whitespace-insensitive, so a chunk_contains copied across a line or passage break matches.
+        view = _squash(" ".join(s.text for s in payload.sentences))
         judgements = []
         for position, claim in enumerate(payload.claims):
             rule = next(
@@ -179,7 +189,7 @@ class ScriptedBackend:
                     r for r in self.rules.verify
                     if r.claim in claim
                     and r.stage in (None, payload.stage)
-                    and (r.chunk_contains is None or r.chunk_contains in view)
+                    and (r.chunk_contains is None or _squash(r.chunk_contains) in view)
                 ),
                 None,
             )

@@ -18,10 +18,22 @@ from rich.console import Console
 from rt4chart.backends.base import Backend
 from rt4chart.budget import Ledger, MeteredBackend
 from rt4chart.cache import CachedBackend, JudgeCache
+from rt4chart.datasets import DATASET_NAMES, DatasetError, load_dataset
+from rt4chart.evaluation import (
+    EvalConfig,
+    PredictionsError,
+    evaluate,
+    load_samples,
+    result_details,
+    score_details,
+    score_predictions,
+    write_converted,
+    write_result,
+)
 from rt4chart.io import InputLine, read_jsonl
 from rt4chart.judges import JudgeConfigError, resolve_judge
 from rt4chart.pipeline import Pipeline, PipelineOptions, estimate_audit, run_audit
-from rt4chart.report import AuditProgress, RunSummary, print_estimate, print_summary
+from rt4chart.report import AuditProgress, RunSummary, print_estimate, print_metrics, print_summary
 from rt4chart.types import Report
 
 EXIT_OK, EXIT_HALLUCINATED, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
@@ -208,3 +220,107 @@ def cache_clear(cache_dir: CacheDirOption = None) -> None:
 
 def main() -> None:
     app()
+
+
+DatasetArgument = Annotated[str, typer.Argument(help=f"Dataset: {', '.join(DATASET_NAMES)}.")]
+DatasetPathOption = Annotated[
+    Path | None,
+    typer.Option("--path", help="Dataset file or folder (default: its folder under $RT4_DATA_DIR or ../shared/data)."),
+]
+SplitOption = Annotated[str | None, typer.Option(help="dev or test (ragtruth: train or test).")]
+LimitOption = Annotated[int | None, typer.Option(help="Only the first N samples of the split.")]
+ResamplesOption = Annotated[int, typer.Option(help="Bootstrap resamples for the 95% confidence intervals.")]
+SeedOption = Annotated[int, typer.Option(help="Bootstrap seed.")]
+
+
+@app.command("eval")
+def eval_command(
+    dataset: DatasetArgument,
+    path: DatasetPathOption = None,
+    split: SplitOption = None,
+    limit: LimitOption = None,
+    judge: JudgeOption = None,
+    api_base: ApiBaseOption = None,
+    concurrency: ConcurrencyOption = None,
+    method: Annotated[str, typer.Option(help="rt4chart (the full method) or direct (one-call baseline).")] = "rt4chart",
+    decomposer: Annotated[str, typer.Option(help="judge, rules, auto or holistic (ablation).")] = "auto",
+    window: WindowOption = 25,
+    overlap: OverlapOption = 10,
+    batch_claims: BatchOption = 8,
+    global_verification: GlobalOption = True,
+    resamples: ResamplesOption = 1000,
+    seed: SeedOption = 0,
+    tag: Annotated[str | None, typer.Option(help="Label added to the result file names (e.g. run-2).")] = None,
+    results_dir: Annotated[Path, typer.Option(help="Where the JSON and Markdown results go.")] = Path("evals/results"),
+    save_predictions: Annotated[bool, typer.Option(help="Also write every output record.")] = False,
+    cache_dir: Annotated[Path | None, typer.Option(help="Cache judge calls here (default: no cache, so runs are independent).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+) -> None:
+    """Audit a labelled dataset, print every metric with 95% CIs, and record the result."""
+    _pipeline_options(window, overlap, batch_claims, global_verification, "auto")
+    if method not in ("rt4chart", "direct"):
+        raise fail(f"--method must be rt4chart or direct (got {method!r})")
+    if decomposer not in ("judge", "rules", "auto", "holistic"):
+        raise fail(f"--decomposer must be judge, rules, auto or holistic (got {decomposer!r})")
+    if (limit is not None and limit < 0) or resamples < 0:
+        raise fail("--limit and --resamples must not be negative")
+    config = EvalConfig(
+        dataset=dataset, path=str(path) if path else None, split=split, limit=limit, judge=judge,
+        api_base=api_base, method=method, decomposer=decomposer, window=window,  # type: ignore[arg-type]
+        overlap=overlap, batch_claims=batch_claims, global_verification=global_verification,
+        resamples=resamples, seed=seed, tag=tag,
+    )
+    try:
+        samples = load_samples(config)
+    except DatasetError as error:
+        raise fail(str(error)) from None
+    ledger = Ledger()
+    backend = _resolve_metered(judge, api_base, concurrency, ledger, JudgeCache(cache_dir) if cache_dir else None)
+    summary = RunSummary()
+    with AuditProgress(len(samples), ledger, stderr, enabled=not quiet) as progress:
+
+        def on_report(report: Report) -> None:
+            summary.add(report)
+            progress.advance(summary)
+
+        result, reports = evaluate(config, samples, backend, on_report)
+    title = f"{dataset} {split or 'all'}: {result.judge}, {config.variant}"
+    print_metrics(result.metrics, Console(), title, result_details(result))
+    written = write_result(result, results_dir, reports if save_predictions else None)
+    stderr.print("wrote " + ", ".join(str(p) for p in written), highlight=False)
+
+
+@app.command()
+def score(
+    predictions: Annotated[Path, typer.Argument(metavar="PREDICTIONS.jsonl", help="Output of rt4 verify or rt4 eval --save-predictions.")],
+    gold: Annotated[Path | None, typer.Option(help="Gold JSONL (rt4 convert output or generic; default: the gold inside the records).")] = None,
+    resamples: ResamplesOption = 1000,
+    seed: SeedOption = 0,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the scores as JSON.")] = None,
+) -> None:
+    """Score existing output records against gold labels."""
+    try:
+        result = score_predictions(predictions, gold, resamples=resamples, seed=seed)
+    except (PredictionsError, DatasetError) as error:
+        raise fail(str(error)) from None
+    print_metrics(result.metrics, Console(), f"scores of {predictions.name}", score_details(result))
+    if out is not None:
+        out.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        stderr.print(f"wrote {out}", highlight=False)
+
+
+@app.command()
+def convert(
+    dataset: DatasetArgument,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output JSONL: id, context, question, answer, gold.")],
+    path: DatasetPathOption = None,
+    split: SplitOption = None,
+    limit: LimitOption = None,
+) -> None:
+    """Convert a labelled dataset to rt4chart input JSONL (gold labels kept under "gold")."""
+    try:
+        samples = load_dataset(dataset, path, split, limit)
+    except DatasetError as error:
+        raise fail(str(error)) from None
+    write_converted(samples, out)
+    stderr.print(f"wrote {len(samples)} samples to {out}", highlight=False)

@@ -33,7 +33,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -150,7 +150,7 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def samples_sha256(samples: list[Sample]) -> str:
+def samples_sha256(samples: Sequence[Sample]) -> str:
     """sha256 over the loaded samples (inputs and gold): identifies exactly what was evaluated."""
     digest = hashlib.sha256()
     for sample in samples:

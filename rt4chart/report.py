@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from rt4chart.budget import Ledger
+from rt4chart.metrics import Estimate, EvaluationMetrics
 from rt4chart.pipeline import AuditEstimate
 from rt4chart.types import Label, Report, Usage
 
@@ -165,3 +166,89 @@ def print_estimate(plan: AuditEstimate, console: Console) -> None:
         "a judge decomposer changes the claim count.",
         style="dim",
     )
+
+
+HEADLINE_NAMES = {
+    "answer_precision": "answer precision",
+    "answer_recall": "answer recall",
+    "answer_f1": "answer F1",
+    "balanced_accuracy": "balanced accuracy",
+    "auroc": "AUROC (answer score)",
+    "span_precision": "span precision (chars)",
+    "span_recall": "span recall (chars)",
+    "span_f1": "span F1 (chars)",
+    "mean_iou": "mean IoU",
+    "evidence_f1": "evidence F1 (chars)",
+}
+"""Display names of the headline metrics, in display order."""
+
+
+def _figure(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _interval(estimate: Estimate) -> str:
+    if estimate.low is None or estimate.high is None:
+        return ""
+    return f"[{estimate.low:.3f}, {estimate.high:.3f}]"
+
+
+def metric_rows(metrics: EvaluationMetrics) -> list[tuple[str, str, str]]:
+    """(metric, value, 95% CI or counts) rows shared by the terminal and Markdown tables."""
+    rows = [
+        ("samples scored", str(metrics.scored), f"of {metrics.samples}; {metrics.invalid} invalid, "
+         f"{metrics.missing} missing"),
+        ("gold / predicted hallucinated", f"{metrics.gold_positive} / {metrics.predicted_positive}", ""),
+    ]
+    for key, name in HEADLINE_NAMES.items():
+        estimate = metrics.headline.get(key)
+        if estimate is not None:
+            rows.append((name, _figure(estimate.value), _interval(estimate)))
+    answer, span = metrics.answer, metrics.span
+    rows.append(("answer TP / FP / FN", f"{answer.tp} / {answer.fp} / {answer.fn}", ""))
+    rows.append(("span chars TP / FP / FN", f"{span.tp} / {span.fp} / {span.fn}", ""))
+    if len(metrics.by_task_type) > 1:
+        for task, result in metrics.by_task_type.items():
+            rows.append((f"answer F1 [{task}]", _figure(result.f1), f"P {result.precision:.3f}, R {result.recall:.3f}"))
+    claims = metrics.claims
+    rows.append(("claims aligned / unaligned", f"{claims.aligned} / {claims.unaligned}",
+                 f"{claims.gold_unsupported} gold unsupported"))
+    operating = claims.at_operating_point
+    rows.append(("claim precision / recall / F1",
+                 f"{operating.precision:.3f} / {operating.recall:.3f} / {operating.f1:.3f}", "label != entailed"))
+    rows.append(("claim AUROC", _figure(claims.auroc), f"{claims.scored} claims with a confidence"))
+    return rows
+
+
+def metrics_table(metrics: EvaluationMetrics, title: str) -> Table:
+    """The metrics of one evaluation as a terminal table."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric", style="bold")
+    table.add_column("value", justify="right")
+    table.add_column(f"95% CI ({metrics.bootstrap_resamples} bootstrap resamples) / notes")
+    for row in metric_rows(metrics):
+        table.add_row(*row)
+    return table
+
+
+def print_metrics(
+    metrics: EvaluationMetrics, console: Console, title: str, details: dict[str, str] | None = None
+) -> None:
+    """Print an evaluation's provenance lines and its metrics table."""
+    for key, value in (details or {}).items():
+        console.print(f"[bold]{key}:[/bold] {value}", highlight=False)
+    console.print(metrics_table(metrics, title))
+
+
+def metrics_markdown(metrics: EvaluationMetrics, title: str, details: dict[str, str] | None = None) -> str:
+    """An evaluation's provenance and metrics as a Markdown section."""
+    lines = [f"### {title}", ""]
+    for key, value in (details or {}).items():
+        lines.append(f"- {key}: {value}")
+    lines += [
+        "",
+        f"| metric | value | 95% CI ({metrics.bootstrap_resamples} bootstrap resamples, seed {metrics.seed}) / notes |",
+        "|---|---:|---|",
+    ]
+    lines += [f"| {name} | {value} | {note} |" for name, value, note in metric_rows(metrics)]
+    return "\n".join(lines) + "\n"

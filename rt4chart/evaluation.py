@@ -1,0 +1,347 @@
+"""Run rt4chart (or the direct baseline) over a labelled dataset, score it, and record the result.
+
+A result names everything needed to compare it with another run: the judge, the prompt version,
+the sha256 of every dataset file read and of the samples evaluated, the split, the limit, every
+option, the date, and the metrics with bootstrap confidence intervals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from rt4chart.backends.base import Backend
+from rt4chart.datasets import (
+    dataset_files,
+    dataset_path,
+    file_sha256,
+    load_dataset,
+    samples_sha256,
+)
+from rt4chart.decompose import DecomposerKind
+from rt4chart.direct import DirectPipeline
+from rt4chart.io import InputLine
+from rt4chart.judges import resolve_judge
+from rt4chart.metrics import EvaluationMetrics, score_reports
+from rt4chart.pipeline import Pipeline, PipelineOptions
+from rt4chart.report import metrics_markdown
+from rt4chart.types import Gold, Report, Sample, Usage
+
+Method = Literal["rt4chart", "direct"]
+
+
+class EvalConfig(BaseModel):
+    """What to evaluate and how."""
+
+    dataset: str
+    """Dataset adapter name (see :mod:`rt4chart.datasets`)."""
+    path: str | None = None
+    """Dataset location; ``None`` for the adapter's default."""
+    split: str | None = None
+    """Dataset split (``dev`` / ``test``)."""
+    limit: int | None = Field(default=None, ge=0)
+    """Evaluate only the first N samples of the split."""
+    judge: str | None = None
+    """Judge spec as ``--judge`` takes it; ``None`` for the default judge."""
+    api_base: str | None = None
+    """Base URL of an OpenAI-compatible server, when the judge needs one."""
+    method: Method = "rt4chart"
+    """``rt4chart`` (the full method) or ``direct`` (the one-call baseline)."""
+    decomposer: DecomposerKind = "auto"
+    """Decomposer of the rt4chart method (``holistic`` is the ablation)."""
+    window: int = Field(default=25, ge=1)
+    """Context sentences per chunk (W)."""
+    overlap: int = Field(default=10, ge=0)
+    """Sentences shared by consecutive chunks (O)."""
+    batch_claims: int = Field(default=8, ge=1)
+    """Claims judged per call."""
+    global_verification: bool = True
+    """Re-judge claims against the full context."""
+    resamples: int = Field(default=1000, ge=0)
+    """Bootstrap resamples for the confidence intervals."""
+    seed: int = 0
+    """Bootstrap seed."""
+    tag: str | None = None
+    """Free label appended to the result's file name (e.g. ``run-2`` of repeated runs)."""
+
+    def pipeline_options(self) -> PipelineOptions:
+        return PipelineOptions(
+            window=self.window,
+            overlap=self.overlap,
+            batch_claims=self.batch_claims,
+            global_verification=self.global_verification,
+            decomposer=self.decomposer,
+        )
+
+    @property
+    def variant(self) -> str:
+        """Short name of the method variant: ``rt4chart``, ``rt4chart-no-global-W10-O3``, ``direct``."""
+        if self.method == "direct":
+            return "direct"
+        parts = ["rt4chart"]
+        if self.decomposer != "auto":
+            parts.append(self.decomposer)
+        if not self.global_verification:
+            parts.append("no-global")
+        if (self.window, self.overlap) != (25, 10):
+            parts.append(f"W{self.window}-O{self.overlap}")
+        return "-".join(parts)
+
+
+class DatasetFile(BaseModel):
+    """One file the dataset was read from."""
+
+    path: str
+    """Where it was read."""
+    sha256: str
+    """sha256 of its bytes."""
+
+
+class EvaluationResult(BaseModel):
+    """One evaluation run, as written to ``evals/results``."""
+
+    config: EvalConfig
+    """The request."""
+    judge: str
+    """Name of the judge that ran."""
+    prompt_version: str
+    """Hash of the prompt templates."""
+    files: list[DatasetFile]
+    """Dataset files read, with their sha256."""
+    samples_sha256: str
+    """sha256 of the samples evaluated (after split and limit)."""
+    date: str
+    """UTC time the run finished, ISO 8601."""
+    rt4chart_version: str
+    """Version of the installed package."""
+    wall_seconds: float
+    """Wall time of the audit (measured, machine dependent)."""
+    usage: Usage
+    """Judge usage summed over samples."""
+    samples_with_errors: int
+    """Samples whose record carries any error (judge failures are data, not crashes)."""
+    metrics: EvaluationMetrics
+    """Every metric with confidence intervals."""
+
+    @property
+    def stem(self) -> str:
+        """File name stem: dataset, split, judge, variant, limit and tag."""
+        parts = [self.config.dataset, self.config.split or "all", self.judge, self.config.variant]
+        if self.config.limit is not None:
+            parts.append(f"n{self.config.limit}")
+        if self.config.tag:
+            parts.append(self.config.tag)
+        return _slug("_".join(parts))
+
+
+class ScoreResult(BaseModel):
+    """Scores of an existing predictions file (``rt4 score``)."""
+
+    predictions: DatasetFile
+    """The predictions file."""
+    gold: DatasetFile | None
+    """The gold file; ``None`` when the gold came inside the prediction records."""
+    judges: list[str]
+    """Judges named by the prediction records."""
+    prompt_versions: list[str]
+    """Prompt versions named by the prediction records."""
+    date: str
+    """UTC time of scoring, ISO 8601."""
+    metrics: EvaluationMetrics
+    """Every metric with confidence intervals."""
+
+
+class PredictionsError(ValueError):
+    """A predictions file cannot be scored (missing, or a line that is not an output record)."""
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _package_version() -> str:
+    try:
+        return version("rt4chart")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def make_pipeline(backend: Backend, config: EvalConfig) -> Pipeline:
+    """The pipeline of the configured method."""
+    pipeline_class = DirectPipeline if config.method == "direct" else Pipeline
+    return pipeline_class(backend, config.pipeline_options())
+
+
+async def audit_samples(
+    pipeline: Pipeline, samples: Sequence[Sample], on_report: Callable[[Report], None] | None = None
+) -> list[Report]:
+    """Audit samples in order through ``pipeline``; closes the backend when done."""
+    items = [InputLine(position, sample) for position, sample in enumerate(samples, start=1)]
+    reports: list[Report] = []
+    try:
+        async for report in pipeline.run(items):
+            reports.append(report)
+            if on_report is not None:
+                on_report(report)
+    finally:
+        await pipeline.backend.aclose()
+    return reports
+
+
+def load_samples(config: EvalConfig) -> list[Sample]:
+    """The samples ``config`` evaluates; raises :class:`rt4chart.datasets.DatasetError`."""
+    return load_dataset(config.dataset, _path(config), config.split, config.limit)
+
+
+def _path(config: EvalConfig) -> Path | None:
+    return Path(config.path) if config.path else None
+
+
+def evaluate(
+    config: EvalConfig,
+    samples: Sequence[Sample] | None = None,
+    backend: Backend | None = None,
+    on_report: Callable[[Report], None] | None = None,
+) -> tuple[EvaluationResult, list[Report]]:
+    """Audit every sample of the configured dataset and score the reports.
+
+    ``samples`` are what :func:`load_samples` returns for ``config`` (loaded here when omitted);
+    ``backend`` overrides ``config.judge`` (the caller may wrap it in a cache). Raises
+    :class:`rt4chart.datasets.DatasetError` or :class:`rt4chart.judges.JudgeConfigError` before
+    any judge call when the data or the judge cannot be used.
+    """
+    path = _path(config)
+    if samples is None:
+        samples = load_samples(config)
+    files = [DatasetFile(path=str(f), sha256=file_sha256(f)) for f in dataset_files(config.dataset, path, config.split)]
+    judge = backend or resolve_judge(config.judge, api_base=config.api_base)
+    pipeline = make_pipeline(judge, config)
+    started = time.perf_counter()
+    reports = asyncio.run(audit_samples(pipeline, samples, on_report))
+    wall = time.perf_counter() - started
+    result = EvaluationResult(
+        config=config.model_copy(update={"path": str(dataset_path(config.dataset, path))}),
+        judge=judge.name,
+        prompt_version=pipeline.prompt_version,
+        files=files,
+        samples_sha256=samples_sha256(samples),
+        date=_now(),
+        rt4chart_version=_package_version(),
+        wall_seconds=round(wall, 3),
+        usage=sum((r.usage for r in reports), Usage()),
+        samples_with_errors=sum(bool(r.errors) or any(c.errors for c in r.claims) for r in reports),
+        metrics=score_reports(reports, resamples=config.resamples, seed=config.seed),
+    )
+    return result, reports
+
+
+def result_details(result: EvaluationResult) -> dict[str, str]:
+    """The provenance lines shown above a result's metrics table."""
+    config = result.config
+    return {
+        "dataset": f"{config.dataset} ({config.path})",
+        "split": config.split or "all",
+        "limit": str(config.limit) if config.limit is not None else "none",
+        "judge": result.judge,
+        "method": config.variant,
+        "options": (
+            f"W={config.window}, O={config.overlap}, batch_claims={config.batch_claims}, "
+            f"global={config.global_verification}, decomposer={config.decomposer}"
+        ),
+        "prompt version": result.prompt_version,
+        "dataset sha256": ", ".join(f"{Path(f.path).name} {f.sha256[:16]}" for f in result.files[:4])
+        + (f" (+{len(result.files) - 4} files)" if len(result.files) > 4 else ""),
+        "samples sha256": result.samples_sha256[:16],
+        "date": result.date,
+        "wall time": f"{result.wall_seconds:.1f} s",
+        "judge calls": f"{result.usage.calls} ({result.usage.cache_hits} from cache), ${result.usage.cost_usd:.4f}",
+        "samples with errors": str(result.samples_with_errors),
+    }
+
+
+def write_result(
+    result: EvaluationResult, directory: Path, reports: list[Report] | None = None
+) -> list[Path]:
+    """Write ``<stem>.json`` and ``<stem>.md`` (and ``<stem>.predictions.jsonl`` when ``reports``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    json_path = directory / f"{result.stem}.json"
+    markdown_path = directory / f"{result.stem}.md"
+    json_path.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    title = f"{result.config.dataset} {result.config.split or 'all'}: {result.judge}, {result.config.variant}"
+    markdown_path.write_text(
+        metrics_markdown(result.metrics, title, result_details(result)), encoding="utf-8"
+    )
+    written = [json_path, markdown_path]
+    if reports is not None:
+        predictions = directory / f"{result.stem}.predictions.jsonl"
+        predictions.write_text("".join(r.model_dump_json() + "\n" for r in reports), encoding="utf-8")
+        written.append(predictions)
+    return written
+
+
+def read_predictions(path: Path) -> list[Report]:
+    """Read ``rt4 verify`` / ``rt4 eval`` output records; raises :class:`PredictionsError`."""
+    if not path.is_file():
+        raise PredictionsError(f"predictions file not found: {path}")
+    reports = []
+    with open(path, encoding="utf-8") as handle:
+        for number, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            try:
+                reports.append(Report.model_validate_json(text))
+            except ValidationError as error:
+                problem = error.errors()[0]
+                raise PredictionsError(
+                    f"{path}:{number}: not an rt4chart output record ({problem['loc']}: {problem['msg']})"
+                ) from None
+    return reports
+
+
+def score_predictions(
+    predictions: Path, gold: Path | None = None, *, resamples: int = 1000, seed: int = 0
+) -> ScoreResult:
+    """Score an existing predictions file against ``gold`` (generic JSONL) or the gold inside it."""
+    reports = read_predictions(predictions)
+    gold_by_id: dict[str, Gold] | None = None
+    if gold is not None:
+        gold_by_id = {s.id: s.gold for s in load_dataset("generic", gold) if s.gold is not None}
+    elif not any(r.gold is not None for r in reports):
+        raise PredictionsError(f"{predictions} carries no gold labels; pass --gold GOLD.jsonl")
+    return ScoreResult(
+        predictions=DatasetFile(path=str(predictions), sha256=file_sha256(predictions)),
+        gold=DatasetFile(path=str(gold), sha256=file_sha256(gold)) if gold else None,
+        judges=sorted({r.judge for r in reports if r.judge}),
+        prompt_versions=sorted({r.prompt_version for r in reports if r.prompt_version}),
+        date=_now(),
+        metrics=score_reports(reports, gold_by_id, resamples=resamples, seed=seed),
+    )
+
+
+def score_details(result: ScoreResult) -> dict[str, str]:
+    """The provenance lines shown above a score's metrics table."""
+    return {
+        "predictions": f"{result.predictions.path} ({result.predictions.sha256[:16]})",
+        "gold": f"{result.gold.path} ({result.gold.sha256[:16]})" if result.gold else "inside the predictions",
+        "judges": ", ".join(result.judges) or "unknown",
+        "prompt versions": ", ".join(result.prompt_versions) or "unknown",
+        "date": result.date,
+    }
+
+
+def write_converted(samples: Sequence[Sample], out: Path) -> None:
+    """Write samples as rt4chart input JSONL with gold (what ``rt4 convert`` produces)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(s.model_dump_json(exclude_none=True) + "\n" for s in samples), encoding="utf-8")

@@ -376,3 +376,15 @@ def test_a_claim_left_out_of_a_batched_reply_is_asked_again_alone() -> None:
     assert all(not claim.errors for claim in report.claims)
     second_claim = report.claims[1].text
     assert [len(r.payload.claims) for r in backend.requests_for_claim(second_claim, "local")] == [5, 1]
+
+
+@pytest.mark.parametrize("context", ["", "  \n ", [], ["", " "]], ids=repr)
+def test_an_empty_context_makes_every_claim_baseless_without_asking(context: str | list[str]) -> None:
+    # Even a judge that entails everything is never shown an empty context.
+    backend = scripted({"default": "entailed"})
+    sample = Sample(id="empty", context=context, answer="The sky is green. Grass is blue.")
+    report = rt4chart.verify(sample, judge=backend)
+    assert (report.context_sentences, report.chunks) == (0, 0)
+    assert [(c.label, c.votes) for c in report.claims] == [(BAS, []), (BAS, [])]
+    assert report.label == BAS
+    assert [r.task for r in backend.requests] == ["decompose"]

@@ -1,22 +1,135 @@
-"""Turn a ``--judge`` value into a backend.
+"""Judge profiles and turning a ``--judge`` value into a backend.
 
-Accepted forms: ``scripted:RULES.json``.
+Accepted forms of ``--judge``:
+
+- a profile name from ``judges/*.toml`` (``gpt-4o-mini``, ``glm-4.7``, ``embedded``, ...);
+- a raw litellm model string (``openai/gpt-4.1-nano``, ``hosted_vllm/Qwen/Qwen3-8B`` with
+  ``--api-base``, ``openai/<name>`` on any OpenAI-compatible ``--api-base``);
+- ``scripted:RULES.json``;
+- ``cascade:A[@CONFIDENCE],B[@CONFIDENCE],C`` — each stage settles the claims it judges with at
+  least that confidence (default :data:`DEFAULT_CASCADE_CONFIDENCE`), the rest go to the next stage.
+
+Every check that can fail (unknown name, missing API key or base URL, unreadable file) runs here,
+before any work, and raises :class:`JudgeConfigError`; messages name environment variables, never
+their values. litellm (slow to import) is imported only when a litellm judge is asked for.
 """
 
 from __future__ import annotations
 
+import os
+import tomllib
 from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rt4chart.backends.base import Backend
 from rt4chart.backends.scripted import ScriptedBackend
-
+from rt4chart.resources import resource_dir
 
 DEFAULT_JUDGE = "embedded"
 """The judge used when none is named: needs no key and no network."""
 
+DEFAULT_CASCADE_CONFIDENCE = 0.8
+"""Confidence at which a cascade stage settles a claim when the spec gives none."""
+
+NO_KEY = "no-key"
+"""Placeholder key sent to servers that need none, so litellm never falls back to a key from the
+environment (which would send, say, an OpenAI key to an arbitrary ``--api-base``)."""
+
 
 class JudgeConfigError(ValueError):
     """The judge cannot be used as specified (unknown name, missing key, bad rules file)."""
+
+
+class JudgeProfile(BaseModel):
+    """How to call one judge: one ``judges/<name>.toml`` file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    """Name used with ``--judge`` and recorded in outputs."""
+    description: str = ""
+    """One line for ``rt4 judges``."""
+    kind: Literal["litellm", "embedded"] = "litellm"
+    """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier."""
+    model: str | None = None
+    """litellm model string (``gpt-4o-mini``, ``zai/glm-4.7``, ``hosted_vllm/<model>``)."""
+    api_base: str | None = None
+    """Base URL of the server; ``None`` means the provider's default."""
+    api_base_env: str | None = None
+    """Environment variable holding the base URL (used when ``api_base`` and ``--api-base`` are not given)."""
+    api_key_env: str | None = None
+    """Environment variable holding the API key; ``None`` when the server needs none."""
+    input_usd_per_mtok: float | None = Field(default=None, ge=0.0)
+    """Price per million prompt tokens; ``None`` means litellm's price list (or 0 if it has none)."""
+    output_usd_per_mtok: float | None = Field(default=None, ge=0.0)
+    """Price per million completion tokens; ``None`` as for input."""
+    concurrency: int = Field(default=8, ge=1)
+    """Calls in flight at once (``--concurrency`` overrides it)."""
+    logprobs: bool = False
+    """Whether the model can return token log-probabilities."""
+    response_format: Literal["auto", "json_schema", "json_object", "none"] = "auto"
+    """Structured-output mode; ``auto`` asks litellm's capability helpers."""
+    timeout_s: float = Field(default=120.0, gt=0.0)
+    """Seconds one HTTP attempt may take."""
+    max_attempts: int = Field(default=5, ge=1)
+    """Attempts per request, the first included (rate limits, 5xx, timeouts, invalid replies)."""
+    backoff_s: float = Field(default=1.0, ge=0.0)
+    """First retry delay; it doubles per attempt, plus up to as much random jitter."""
+    backoff_max_s: float = Field(default=60.0, ge=0.0)
+    """Longest retry delay, Retry-After included."""
+
+    @model_validator(mode="after")
+    def _litellm_needs_model(self) -> JudgeProfile:
+        if self.kind == "litellm" and not self.model:
+            raise ValueError(f"judge profile {self.name!r} needs a litellm model string")
+        return self
+
+
+class ProfileStatus(BaseModel):
+    """Whether a profile can be used on this machine now (for ``rt4 judges``)."""
+
+    profile: JudgeProfile
+    """The profile."""
+    key_set: bool | None
+    """Whether its API-key variable is set; ``None`` when it needs no key."""
+    base_set: bool | None
+    """Whether its base-URL variable is set; ``None`` when it needs none."""
+
+    @property
+    def ready(self) -> bool:
+        return self.key_set is not False and self.base_set is not False
+
+
+def load_profiles(directory: Path | None = None) -> dict[str, JudgeProfile]:
+    """Read every ``*.toml`` profile of ``directory`` (default: the shipped ``judges`` folder)."""
+    folder = directory or resource_dir("judges")
+    profiles: dict[str, JudgeProfile] = {}
+    for path in sorted(folder.glob("*.toml")):
+        try:
+            profile = JudgeProfile.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+        except (OSError, tomllib.TOMLDecodeError, ValidationError) as error:
+            raise JudgeConfigError(f"cannot use judge profile {str(path)!r}: {error}") from error
+        profiles[profile.name] = profile
+    return profiles
+
+
+def _env_set(variable: str | None) -> bool | None:
+    return None if variable is None else bool(os.environ.get(variable))
+
+
+def profile_statuses(directory: Path | None = None) -> list[ProfileStatus]:
+    """Every profile with whether its key and base URL are available (values never read out)."""
+    return [
+        ProfileStatus(
+            profile=profile,
+            key_set=_env_set(profile.api_key_env),
+            base_set=None if profile.api_base else _env_set(profile.api_base_env),
+        )
+        for profile in load_profiles(directory).values()
+    ]
 
 
 def resolve_judge(
@@ -34,13 +147,120 @@ def resolve_judge(
     cannot be used (unknown name, missing API key, unreadable rules file).
     """
     spec = spec or DEFAULT_JUDGE
-    kind, _, argument = spec.partition(":")
-    if kind == "scripted":
-        if not argument:
+    if spec.startswith("cascade:"):
+        from rt4chart.backends.cascade import CascadeBackend, CascadeStage
+
+        stages = [
+            CascadeStage(backend=_resolve_leaf(stage, api_base, concurrency, wrap), confidence=confidence)
+            for stage, confidence in parse_cascade(spec)
+        ]
+        return CascadeBackend(stages)
+    return _resolve_leaf(spec, api_base, concurrency, wrap)
+
+
+def parse_cascade(spec: str) -> list[tuple[str, float]]:
+    """``cascade:A@0.9,B`` -> ``[("A", 0.9), ("B", DEFAULT_CASCADE_CONFIDENCE)]``.
+
+    The last stage settles whatever reaches it, so its confidence is never used. An ``@`` whose
+    suffix is not a number in [0, 1] belongs to the model string (e.g. Vertex model versions).
+    """
+    stages: list[tuple[str, float]] = []
+    for part in spec.removeprefix("cascade:").split(","):
+        name, _, suffix = part.strip().rpartition("@")
+        try:
+            confidence = float(suffix) if name else None
+        except ValueError:
+            confidence = None
+        if confidence is None or not 0.0 <= confidence <= 1.0:
+            name, confidence = part.strip(), DEFAULT_CASCADE_CONFIDENCE
+        if not name or name.startswith("cascade:"):
+            raise JudgeConfigError(f"bad cascade stage {part!r} in {spec!r}")
+        stages.append((name, confidence))
+    if len(stages) < 2:
+        raise JudgeConfigError(f"a cascade needs at least two stages: {spec!r}")
+    return stages
+
+
+def _resolve_leaf(
+    spec: str,
+    api_base: str | None,
+    concurrency: int | None,
+    wrap: Callable[[Backend], Backend] | None,
+) -> Backend:
+    backend = _build_leaf(spec, api_base, concurrency)
+    return wrap(backend) if wrap else backend
+
+
+def _build_leaf(spec: str, api_base: str | None, concurrency: int | None) -> Backend:
+    if spec.startswith("scripted:"):
+        rules = spec.removeprefix("scripted:")
+        if not rules:
             raise JudgeConfigError("scripted judge needs a rules file: --judge scripted:RULES.json")
         try:
-            backend: Backend = ScriptedBackend.from_file(argument)
+            return ScriptedBackend.from_file(rules)
         except ValueError as error:
             raise JudgeConfigError(str(error)) from error
-        return wrap(backend) if wrap else backend
-    raise JudgeConfigError(f"unknown judge {spec!r}")
+    profiles = load_profiles()
+    profile = profiles.get(spec) or _profile_for_model(spec, profiles, api_base)
+    if profile.kind == "embedded":
+        return _embedded_backend()
+    return _litellm_backend(profile, api_base, concurrency)
+
+
+def _embedded_backend() -> Backend:
+    try:
+        from rt4chart.backends.embedded import EmbeddedBackend
+    except ImportError as error:
+        raise JudgeConfigError(
+            f"the embedded verifier is not installed ({error}); pip install 'rt4chart[embedded]'"
+        ) from error
+    try:
+        return EmbeddedBackend()
+    except (OSError, ImportError) as error:
+        raise JudgeConfigError(f"cannot load the embedded verifier: {error}") from error
+
+
+def _profile_for_model(model: str, profiles: dict[str, JudgeProfile], api_base: str | None) -> JudgeProfile:
+    """A profile for a raw litellm model string: a shipped profile with that model, else a new one."""
+    shipped = next((p for p in profiles.values() if p.model == model), None)
+    if shipped is not None:
+        return shipped
+    from rt4chart.backends.litellm import litellm_provider, missing_key_variables
+
+    provider = litellm_provider(model)
+    if provider is None:
+        known = ", ".join(sorted(profiles))
+        raise JudgeConfigError(
+            f"unknown judge {model!r}: not a profile ({known}), not a litellm model string "
+            "(e.g. openai/<model>, hosted_vllm/<model>), not scripted:RULES.json or cascade:A,B"
+        )
+    # With --api-base the server is the user's own; its key (if any) belongs in a profile.
+    missing = [] if api_base else missing_key_variables(model)
+    if missing:
+        raise JudgeConfigError(f"judge {model!r} needs the environment variable {missing[0]}, which is not set")
+    if provider == "hosted_vllm" and not api_base:
+        raise JudgeConfigError(f"judge {model!r} needs --api-base http://HOST:PORT/v1 (the vLLM server)")
+    return JudgeProfile(name=model, model=model)
+
+
+def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: int | None) -> Backend:
+    base = api_base or profile.api_base
+    if base is None and profile.api_base_env:
+        base = os.environ.get(profile.api_base_env) or None
+        if base is None:
+            raise JudgeConfigError(
+                f"judge {profile.name!r} needs its server's base URL: set {profile.api_base_env} "
+                "or pass --api-base"
+            )
+    api_key: str | None = None
+    if profile.api_key_env:
+        api_key = os.environ.get(profile.api_key_env) or None
+        if api_key is None:
+            raise JudgeConfigError(
+                f"judge {profile.name!r} needs the environment variable {profile.api_key_env}, which is not set"
+            )
+    elif base is not None:
+        api_key = NO_KEY
+    from rt4chart.backends.litellm import LiteLLMBackend
+
+    return LiteLLMBackend(profile, api_key=api_key, api_base=base, concurrency=concurrency)

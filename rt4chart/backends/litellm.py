@@ -1,0 +1,366 @@
+"""Any model litellm can call (OpenAI, GLM via zai, vLLM, any OpenAI-compatible server) as a judge.
+
+The verdict comes only from a reply object that validates against the request's pydantic schema.
+Text around it (prose, code fences, ``<think>`` blocks) is stripped, and ``reasoning_content`` is
+never read, so a verdict-shaped string that a model merely thinks about, or quotes from the answer
+or context under audit, is never taken as the verdict.
+
+Retries (tenacity, exponential backoff with jitter): 429 (Retry-After honoured), 5xx, timeouts,
+connection errors, and replies that do not validate (re-asked with the validation error). Every
+attempt that reached the server is counted in the usage. A request that still fails returns a
+response with ``error``; nothing here raises for a judge failure. API keys never appear in errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import time
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+# litellm fetches its model price list from the network on import unless told to use the copy it
+# ships; a user's explicit setting wins.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import litellm
+from litellm.exceptions import APIConnectionError, Timeout
+from pydantic import BaseModel, ValidationError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from rt4chart.backends.base import (
+    DecomposeOutput,
+    JudgeRequest,
+    JudgeResponse,
+    Message,
+    VerifyOutput,
+)
+from rt4chart.judges import JudgeProfile
+from rt4chart.types import Usage
+
+litellm.suppress_debug_info = True
+
+_SCHEMA_PROVIDERS = frozenset({"hosted_vllm"})
+"""Providers whose servers enforce a JSON schema (vLLM guided decoding) although litellm's
+capability table, keyed by model name, cannot know the served model."""
+
+_RETRYABLE_STATUS = frozenset({408, 409, 429})
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_CODE_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+_SECRET_PATTERNS = (
+    re.compile(r"(Bearer\s+)[^\s'\"]+", re.IGNORECASE),
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),
+    re.compile(r"((?:api[_-]?key|x-api-key)[\"']?\s*[:=]\s*[\"']?)[^\s'\",}]+", re.IGNORECASE),
+)
+_SECRET_ENV_SUFFIXES = ("_API_KEY", "_KEY", "_TOKEN", "_SECRET")
+_REPLY_LIMIT = 500
+
+
+def litellm_provider(model: str) -> str | None:
+    """The provider litellm routes ``model`` to, or ``None`` when it cannot route it."""
+    try:
+        provider: str = litellm.get_llm_provider(model=model)[1]
+    except Exception:  # litellm raises its BadRequestError, or others, for unroutable strings
+        return None
+    return provider
+
+
+def missing_key_variables(model: str) -> list[str]:
+    """Environment variables litellm needs for ``model`` and does not find."""
+    return list(litellm.validate_environment(model=model).get("missing_keys", []))
+
+
+def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """``text`` with API keys removed: the given ones, any in the environment, and key-shaped tokens."""
+    candidates = {*secrets}
+    candidates.update(
+        value for name, value in os.environ.items()
+        if name.upper().endswith(_SECRET_ENV_SUFFIXES) and len(value) >= 8
+    )
+    for secret in sorted(filter(None, candidates), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(lambda match: (match.group(1) if match.groups() else "") + "***", text)
+    return text
+
+
+def _json_candidates(text: str) -> list[str]:
+    """Complete top-level JSON objects in ``text``, outside ``<think>`` blocks, in order."""
+    if "</think>" in text.lower():
+        # Some chat templates open the think block in the prompt, so only its end is in the reply.
+        text = re.split(r"</think>", _THINK_BLOCK.sub("", text), flags=re.IGNORECASE)[-1]
+    fenced = _CODE_FENCE.findall(text)
+    decoder = json.JSONDecoder()
+    found: list[str] = []
+    for source in [*fenced, text] if fenced else [text]:
+        position = source.find("{")
+        while position != -1:
+            try:
+                _, end = decoder.raw_decode(source, position)
+            except json.JSONDecodeError:
+                position = source.find("{", position + 1)
+                continue
+            found.append(source[position:end])
+            position = source.find("{", end)
+        if found:
+            break
+    return found
+
+
+def parse_reply(text: str, schema: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
+    """The one schema-valid object in a reply, or why there is none.
+
+    Two different schema-valid objects make the reply ambiguous: it is rejected rather than guessed.
+    """
+    candidates = _json_candidates(text)
+    if not candidates:
+        return None, "the reply holds no JSON object"
+    valid: list[BaseModel] = []
+    errors: list[str] = []
+    for candidate in candidates:
+        try:
+            valid.append(schema.model_validate_json(candidate))
+        except ValidationError as error:
+            errors.append(str(error))
+    distinct = {item.model_dump_json() for item in valid}
+    if len(distinct) == 1:
+        return valid[0], None
+    if len(distinct) > 1:
+        return None, f"the reply holds {len(distinct)} different {schema.__name__} objects"
+    return None, f"the reply does not match the {schema.__name__} schema: {errors[0][:_REPLY_LIMIT]}"
+
+
+class InvalidReply(Exception):
+    """A reply arrived but holds no schema-valid object (retried with a re-ask)."""
+
+    def __init__(self, reason: str, raw: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.raw = raw
+
+
+def _status(error: BaseException) -> int | None:
+    status = getattr(error, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _retryable(error: BaseException) -> bool:
+    if isinstance(error, InvalidReply | Timeout | APIConnectionError):
+        return True
+    status = _status(error)
+    return status is not None and (status in _RETRYABLE_STATUS or status >= 500)
+
+
+def retry_after_s(error: BaseException | None) -> float | None:
+    """Seconds the server asked the client to wait (Retry-After as seconds or an HTTP date)."""
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    value = headers.get("retry-after") if headers is not None else None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+class LiteLLMBackend:
+    """A judge called through ``litellm.acompletion``."""
+
+    def __init__(
+        self,
+        profile: JudgeProfile,
+        *,
+        api_key: str | None = None,
+        api_base: str | None = None,
+        concurrency: int | None = None,
+    ) -> None:
+        assert profile.model is not None, "litellm judge profiles always name a model"
+        self.profile = profile
+        self.model: str = profile.model
+        self.api_base = api_base
+        self._api_key = api_key
+        self.concurrency = concurrency or profile.concurrency
+        self._slots = asyncio.Semaphore(self.concurrency)
+        self._backoff = wait_exponential_jitter(
+            initial=profile.backoff_s, max=profile.backoff_max_s, jitter=profile.backoff_s
+        )
+        self.provider = litellm_provider(self.model)
+        self._supported = set(litellm.get_supported_openai_params(model=self.model) or [])
+        self._prices = self._per_token_prices()
+
+    def __repr__(self) -> str:
+        return f"LiteLLMBackend(model={self.model!r}, api_base={self.api_base!r})"
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    @property
+    def supports_decompose(self) -> bool:
+        return True
+
+    @property
+    def structured_output(self) -> str:
+        """The ``response_format`` mode used: json_schema, json_object or none."""
+        mode = self.profile.response_format
+        if mode != "auto":
+            return mode
+        if (
+            litellm.supports_response_schema(model=self.model)
+            or self.provider in _SCHEMA_PROVIDERS
+            # An OpenAI-compatible server of the user's own (vLLM, llama.cpp, SGLang, LM Studio):
+            # they all enforce JSON schemas; litellm knows only the models of public APIs.
+            or (self.provider == "openai" and self.api_base is not None)
+        ):
+            return "json_schema"
+        if "response_format" in self._supported:
+            return "json_object"
+        return "none"
+
+    def _per_token_prices(self) -> tuple[float, float]:
+        profile = self.profile
+        if profile.input_usd_per_mtok is not None or profile.output_usd_per_mtok is not None:
+            return (profile.input_usd_per_mtok or 0.0) / 1e6, (profile.output_usd_per_mtok or 0.0) / 1e6
+        try:
+            info = litellm.get_model_info(model=self.model)
+        except Exception:  # litellm raises when it has no price for the model: a local model is free
+            return 0.0, 0.0
+        return float(info.get("input_cost_per_token") or 0.0), float(info.get("output_cost_per_token") or 0.0)
+
+    def max_cost_usd(self, request: JudgeRequest) -> float:
+        """Prompt tokens (the model's tokenizer) plus ``max_tokens`` of output, at the judge's prices."""
+        input_price, output_price = self._prices
+        if not input_price and not output_price:
+            return 0.0
+        prompt_tokens = litellm.token_counter(
+            model=self.model, messages=[m.model_dump() for m in request.messages]
+        )
+        return prompt_tokens * input_price + request.params.max_tokens * output_price
+
+    def _call_arguments(self, request: JudgeRequest) -> dict[str, Any]:
+        arguments: dict[str, Any] = {
+            "model": self.model,
+            "temperature": request.params.temperature,
+            "max_tokens": request.params.max_tokens,
+            "timeout": self.profile.timeout_s,
+            # Retries are ours, so that each one is counted and paced; litellm and the OpenAI
+            # client would otherwise retry silently.
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if request.params.seed is not None and (not self._supported or "seed" in self._supported):
+            arguments["seed"] = request.params.seed
+        if self.api_base:
+            arguments["api_base"] = self.api_base
+        if self._api_key:
+            arguments["api_key"] = self._api_key
+        schema = request.output_schema
+        mode = self.structured_output
+        if mode == "json_schema":
+            arguments["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema()},
+            }
+        elif mode == "json_object":
+            arguments["response_format"] = {"type": "json_object"}
+        return arguments
+
+    def _wait(self, state: RetryCallState) -> float:
+        backoff = self._backoff(state)
+        error = state.outcome.exception() if state.outcome else None
+        asked = retry_after_s(error)
+        return min(max(backoff, asked or 0.0), self.profile.backoff_max_s)
+
+    def _cost(self, response: Any, prompt_tokens: int, completion_tokens: int) -> float:
+        reported = getattr(response, "_hidden_params", {}).get("response_cost")
+        if isinstance(reported, int | float):
+            return float(reported)
+        input_price, output_price = self._prices
+        return prompt_tokens * input_price + completion_tokens * output_price
+
+    async def _attempt(self, arguments: dict[str, Any], messages: list[dict[str, str]], usage: list[Usage]) -> Any:
+        async with self._slots:
+            usage.append(Usage(calls=1))
+            response = await litellm.acompletion(messages=messages, **arguments)
+        counts = getattr(response, "usage", None)
+        prompt_tokens = int(getattr(counts, "prompt_tokens", 0) or 0)
+        completion_tokens = int(getattr(counts, "completion_tokens", 0) or 0)
+        usage[-1] = Usage(
+            calls=1,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cost_usd=self._cost(response, prompt_tokens, completion_tokens),
+        )
+        return response
+
+    async def complete(self, request: JudgeRequest) -> JudgeResponse:
+        started = time.perf_counter()
+        arguments = self._call_arguments(request)
+        messages = [m.model_dump() for m in request.messages]
+        schema = request.output_schema
+        usage: list[Usage] = []
+        raw = ""
+        parsed: BaseModel | None = None
+        error: str | None = None
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.profile.max_attempts),
+            wait=self._wait,
+            retry=retry_if_exception(_retryable),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    response = await self._attempt(arguments, messages, usage)
+                    raw = str(response.choices[0].message.content or "")
+                    parsed, reason = parse_reply(raw, schema)
+                    if parsed is None:
+                        messages = self._reask(request.messages, raw, reason or "invalid reply")
+                        raise InvalidReply(reason or "invalid reply", raw)
+        except InvalidReply as invalid:
+            error = f"no valid reply after {len(usage)} attempts: {invalid.reason}"
+        except Exception as failure:  # any provider, network or litellm failure becomes data
+            error = f"{type(failure).__name__} after {len(usage)} attempts: {failure}"
+        secrets = (self._api_key,) if self._api_key else ()
+        total = sum(usage, Usage())
+        if parsed is not None and not isinstance(parsed, DecomposeOutput | VerifyOutput):
+            parsed, error = None, f"unexpected reply type {type(parsed).__name__}"
+        return JudgeResponse(
+            parsed=parsed,
+            raw=scrub(raw, secrets),
+            usage=total,
+            latency_s=time.perf_counter() - started,
+            judge=self.name,
+            error=scrub(error, secrets) if error else None,
+        )
+
+    @staticmethod
+    def _reask(original: list[Message], raw: str, reason: str) -> list[dict[str, str]]:
+        """The original prompt, the bad reply, and what was wrong with it."""
+        return [m.model_dump() for m in original] + [
+            {"role": "assistant", "content": raw[:4000]},
+            {
+                "role": "user",
+                "content": (
+                    f"Your reply could not be used: {reason[:_REPLY_LIMIT]}. Reply again with only "
+                    "the JSON object of the requested shape, nothing before or after it."
+                ),
+            },
+        ]
+
+    async def aclose(self) -> None:
+        # litellm keeps its HTTP clients in a process-wide cache shared by every backend.
+        return None

@@ -1,0 +1,178 @@
+"""A real OpenAI-compatible chat-completions server on 127.0.0.1 that misbehaves on purpose.
+
+Each request is answered by the next :class:`Fault` of the script (then by ``default``), so a test
+says exactly which failures a client meets, in which order. The server records every request and
+the largest number of requests it held at once, so retries and concurrency limits can be checked
+from the server's side of the wire.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+Behaviour = Literal[
+    "ok",  # the reply as plain content
+    "rate_limit",  # 429 with a Retry-After header
+    "server_error",  # 500
+    "hang",  # no answer for `hang_s` seconds (the client should time out first)
+    "drop",  # close the connection without answering
+    "invalid_json",  # 200 with content that is not JSON
+    "prose",  # the reply wrapped in prose
+    "fence",  # the reply in a ```json code fence
+    "think",  # a <think>...</think> block (holding a decoy verdict) before the reply
+    "reasoning",  # the reply with a `reasoning_content` field holding a decoy verdict
+    "echo_key",  # 401 whose message echoes the Authorization header, as some providers do
+]
+
+DECOY = '{"judgements": [{"claim": 0, "label": "contradicted"}]}'
+"""A verdict-shaped string placed where a verdict must never be taken from."""
+
+
+@dataclass
+class Fault:
+    """How to answer one request."""
+
+    behaviour: Behaviour = "ok"
+    """What the server does."""
+    retry_after_s: int = 0
+    """Retry-After header value for ``rate_limit``."""
+    hang_s: float = 5.0
+    """How long ``hang`` keeps the client waiting."""
+
+
+@dataclass
+class FaultServer:
+    """State shared with the handler threads."""
+
+    reply: str
+    """The valid JSON content every non-failing answer carries."""
+    script: deque[Fault] = field(default_factory=deque)
+    """Faults for the next requests, in order."""
+    default: Fault = field(default_factory=Fault)
+    """Answer once the script is used up."""
+    latency_s: float = 0.0
+    """Delay before every answer (makes concurrent requests overlap)."""
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    """Bodies of the requests received, in arrival order."""
+    headers: list[dict[str, str]] = field(default_factory=list)
+    """Headers of the requests received."""
+    in_flight: int = 0
+    """Requests being answered now."""
+    max_in_flight: int = 0
+    """Most requests answered at once."""
+    base_url: str = ""
+    """``http://127.0.0.1:PORT/v1`` once started."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_fault(self) -> Fault:
+        with self.lock:
+            return self.script.popleft() if self.script else self.default
+
+    def content_for(self, behaviour: Behaviour) -> str:
+        if behaviour == "invalid_json":
+            return "I think the claims are mostly fine, but I cannot say for sure."
+        if behaviour == "prose":
+            return f"Here is my verdict as requested:\n{self.reply}\nLet me know if you need more."
+        if behaviour == "fence":
+            return f"```json\n{self.reply}\n```"
+        if behaviour == "think":
+            return f"<think>At first I thought {DECOY} but no.</think>\n{self.reply}"
+        return self.reply
+
+
+def _completion(model: str, content: str, reasoning: str | None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    return {
+        "id": "chatcmpl-fault",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70},
+    }
+
+
+def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Keep test output quiet."""
+
+        def _send(self, status: int, body: dict[str, Any], extra: dict[str, str] | None = None) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (extra or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+            fault = state.next_fault()
+            with state.lock:
+                state.requests.append(body)
+                state.headers.append(dict(self.headers.items()))
+                state.in_flight += 1
+                state.max_in_flight = max(state.max_in_flight, state.in_flight)
+            try:
+                time.sleep(state.latency_s)
+                self._answer(fault, body)
+            finally:
+                with state.lock:
+                    state.in_flight -= 1
+
+        def _answer(self, fault: Fault, body: dict[str, Any]) -> None:
+            model = str(body.get("model", "fault"))
+            behaviour = fault.behaviour
+            if behaviour == "rate_limit":
+                error = {"error": {"message": "rate limited", "type": "rate_limit_error"}}
+                self._send(429, error, {"Retry-After": str(fault.retry_after_s)})
+            elif behaviour == "server_error":
+                self._send(500, {"error": {"message": "internal error", "type": "server_error"}})
+            elif behaviour == "hang":
+                time.sleep(fault.hang_s)
+                self.close_connection = True
+            elif behaviour == "drop":
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+            elif behaviour == "echo_key":
+                header = self.headers.get("Authorization", "")
+                message = f"Incorrect API key provided: {header}. You sent {header!r}."
+                self._send(401, {"error": {"message": message, "type": "invalid_request_error"}})
+            elif behaviour == "reasoning":
+                self._send(200, _completion(model, state.reply, f"Maybe {DECOY}? Let me check."))
+            else:
+                self._send(200, _completion(model, state.content_for(behaviour), None))
+
+    return Handler
+
+
+@contextmanager
+def fault_server(reply: str, *faults: Fault, default: Fault | None = None) -> Iterator[FaultServer]:
+    """Serve on a free port of 127.0.0.1 until the block ends."""
+    state = FaultServer(reply=reply, script=deque(faults), default=default or Fault())
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server.daemon_threads = True
+    state.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

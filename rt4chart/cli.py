@@ -55,7 +55,7 @@ def _commands() -> None:
 
 def fail(message: str) -> typer.Exit:
     """Report a usage error and return the exit to raise."""
-    stderr.print(f"[red]error:[/red] {message}", highlight=False)
+    stderr.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_USAGE)
 
 

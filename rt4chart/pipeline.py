@@ -87,6 +87,9 @@ class Pipeline:
     async def verify_sample(self, sample: Sample, line: int = 1) -> Report:
         """Audit one sample."""
         prepared = self._prepare(sample)
+        if not prepared.answer_sentences:
+            # e.g. an answer made only of list markers: nothing to verify is not "all entailed"
+            return Report(id=sample.id, line=line, errors=[f"line {line}: answer has no sentence to verify"])
         session = prepared.session
         errors: list[str] = []
         if self.options.decomposer == "holistic":

@@ -128,6 +128,8 @@ class Vote(BaseModel):
     """The judge's confidence in the vote, when it reports one."""
     grounded: bool = True
     """False when the vote's evidence was not found in the chunk, even after a re-ask."""
+    judge: str | None = None
+    """Judge that gave the vote (differs by claim in a cascade); ``None`` when skipped or failed."""
     skipped: str | None = None
     """Why no judge was asked (e.g. the claim was already contradicted); ``None`` if judged."""
     error: str | None = None

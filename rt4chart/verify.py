@@ -293,6 +293,7 @@ async def verify_locally(
                         rationale=judged.rationale,
                         confidence=judged.confidence,
                         grounded=judged.grounded,
+                        judge=judged.judge,
                         error=judged.error,
                     )
                 )
@@ -333,6 +334,7 @@ async def verify_claims(
                 rationale=deciding.rationale if deciding else "",
                 confidence=deciding.confidence if deciding else None,
                 grounded=deciding.grounded if deciding else True,
+                judge=deciding.judge if deciding else None,
                 errors=[f"chunk {v.chunk}: {v.error}" for v in claim_votes if v.error],
             )
         )

@@ -69,6 +69,16 @@ def test_options_reach_the_pipeline() -> None:
     report = rt4chart.verify(running_example_sample(), judge=JUDGE, global_verification=False, **EXAMPLE_OPTIONS)
     assert report.chunks == 3
     assert report.claims[3].label == Label.BASELESS
+    decided = [claim for claim in report.claims if claim.local_label != Label.BASELESS]
+    assert decided and all(claim.judge == report.judge for claim in decided), "local votes name their judge"
+
+
+def test_an_answer_without_any_sentence_is_an_error_not_entailed() -> None:
+    backend = running_example_judge()
+    report = rt4chart.verify({"id": "x", "context": "A fact.", "answer": "- \n* "}, judge=backend)
+    assert report.label is None and report.hallucinated is None
+    assert report.errors == ["line 1: answer has no sentence to verify"]
+    assert backend.requests == []
 
 
 @pytest.mark.parametrize(

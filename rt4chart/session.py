@@ -49,6 +49,7 @@ class JudgeSession:
         """Call the judge and record what it cost."""
         response = await self.backend.complete(request)
         self.usage = self.usage + response.usage
-        judge = response.judge or self.backend.name
-        self.usage_by_judge[judge] = self.usage_by_judge.get(judge, Usage()) + response.usage
+        shares = response.usage_by_judge or {response.judge or self.backend.name: response.usage}
+        for judge, usage in shares.items():
+            self.usage_by_judge[judge] = self.usage_by_judge.get(judge, Usage()) + usage
         return response

@@ -201,6 +201,9 @@ class JudgeResponse(BaseModel):
     """True when the reply came from the disk cache."""
     judge: str = ""
     """Name of the judge that answered (a cascade stage names itself)."""
+    usage_by_judge: dict[str, Usage] = Field(default_factory=dict)
+    """``usage`` split by the judge that incurred it, when several answered (a cascade's stages);
+    empty when all of it belongs to ``judge``."""
     error: str | None = None
     """Why there is no parsed reply."""
 

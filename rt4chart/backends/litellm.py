@@ -36,13 +36,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from rt4chart.backends.base import (
-    DecomposeOutput,
-    JudgeRequest,
-    JudgeResponse,
-    Message,
-    VerifyOutput,
-)
+from rt4chart.backends.base import JudgeOutput, JudgeRequest, JudgeResponse, Message
 from rt4chart.judges import JudgeProfile
 from rt4chart.types import Usage
 
@@ -245,10 +239,11 @@ class LiteLLMBackend:
         input_price, output_price = self._prices
         if not input_price and not output_price:
             return 0.0
-        prompt_tokens = litellm.token_counter(
-            model=self.model, messages=[m.model_dump() for m in request.messages]
-        )
-        return prompt_tokens * input_price + request.params.max_tokens * output_price
+        return self.count_prompt_tokens(request) * input_price + request.params.max_tokens * output_price
+
+    def count_prompt_tokens(self, request: JudgeRequest) -> int:
+        """Prompt tokens of ``request`` with the model's tokenizer (litellm's default when unknown)."""
+        return int(litellm.token_counter(model=self.model, messages=[m.model_dump() for m in request.messages]))
 
     def _call_arguments(self, request: JudgeRequest) -> dict[str, Any]:
         arguments: dict[str, Any] = {
@@ -336,10 +331,8 @@ class LiteLLMBackend:
             error = f"{type(failure).__name__} after {len(usage)} attempts: {failure}"
         secrets = (self._api_key,) if self._api_key else ()
         total = sum(usage, Usage())
-        if parsed is not None and not isinstance(parsed, DecomposeOutput | VerifyOutput):
-            parsed, error = None, f"unexpected reply type {type(parsed).__name__}"
         return JudgeResponse(
-            parsed=parsed,
+            parsed=parsed if isinstance(parsed, JudgeOutput) else None,
             raw=scrub(raw, secrets),
             usage=total,
             latency_s=time.perf_counter() - started,

@@ -1,0 +1,159 @@
+"""A cascade of judges: a cheap first judge settles what it is sure of, the rest go further.
+
+``cascade:embedded@0.8,gpt-4o-mini`` sends every verify request to the embedded verifier first;
+its judgements with confidence >= 0.8 stand, and the other claims go to gpt-4o-mini in one
+request holding only those claims. The last stage settles whatever reaches it. Judgements are
+merged back by claim position, and usage is reported per stage (``JudgeResponse.usage_by_judge``)
+so an audit shows what each stage cost. Decomposition and the other single-judge tasks go to the
+first stage that can decompose.
+
+A sub-request carries the claims left in both forms a judge reads: the structured payload, and
+the rendered messages, whose claim list (``[i] text`` lines, as ``rt4chart.verify`` renders it)
+is rewritten for the claims left. When that list cannot be found verbatim (a re-ask carries the
+earlier reply and refers to claim positions), the stage gets the whole request instead and only
+its judgements of the claims left are used: costlier, never wrong.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rt4chart.backends.base import (
+    Backend,
+    ClaimJudgement,
+    CostEstimator,
+    JudgeRequest,
+    JudgeResponse,
+    Message,
+    VerifyInput,
+    VerifyOutput,
+)
+from rt4chart.types import Usage
+
+
+@dataclass(frozen=True)
+class CascadeStage:
+    """One judge of a cascade."""
+
+    backend: Backend
+    """The judge (already wrapped in cache and budget by the caller)."""
+    confidence: float
+    """A judgement with at least this confidence settles its claim (ignored for the last stage)."""
+
+
+def _claim_block(claims: list[str]) -> str:
+    return "\n".join(f"[{position}] {claim}" for position, claim in enumerate(claims))
+
+
+def narrow_request(request: JudgeRequest, positions: list[int]) -> tuple[JudgeRequest, list[int]]:
+    """A request for only the claims at ``positions`` and, for each of its claims, the original position.
+
+    Falls back to the whole request (identity positions) when the rendered claim list is not found.
+    """
+    payload = request.payload
+    assert isinstance(payload, VerifyInput)
+    whole = list(range(len(payload.claims)))
+    if positions == whole:
+        return request, whole
+    block = _claim_block(payload.claims)
+    holders = [i for i, message in enumerate(request.messages) if block in message.content]
+    replies = [m for m in request.messages if m.role == "assistant"]
+    if len(holders) != 1 or replies or request.messages[holders[0]].content.count(block) != 1:
+        return request, whole
+    kept = [payload.claims[p] for p in positions]
+    messages = list(request.messages)
+    holder = messages[holders[0]]
+    messages[holders[0]] = Message(role=holder.role, content=holder.content.replace(block, _claim_block(kept)))
+    narrowed = request.model_copy(
+        update={"payload": payload.model_copy(update={"claims": kept}), "messages": messages}
+    )
+    return narrowed, positions
+
+
+class CascadeBackend:
+    """Judges in sequence; see the module docstring."""
+
+    def __init__(self, stages: list[CascadeStage]) -> None:
+        if len(stages) < 2:
+            raise ValueError("a cascade needs at least two stages")
+        self.stages = stages
+        self._name = "cascade:" + ",".join(
+            [f"{s.backend.name}@{s.confidence:g}" for s in stages[:-1]] + [stages[-1].backend.name]
+        )
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def supports_decompose(self) -> bool:
+        return any(stage.backend.supports_decompose for stage in self.stages)
+
+    async def complete(self, request: JudgeRequest) -> JudgeResponse:
+        if not isinstance(request.payload, VerifyInput):
+            decomposer = next((s for s in self.stages if s.backend.supports_decompose), self.stages[0])
+            return await decomposer.backend.complete(request)
+        return await self._verify(request, len(request.payload.claims))
+
+    async def _verify(self, request: JudgeRequest, n_claims: int) -> JudgeResponse:
+        started = time.perf_counter()
+        pending = list(range(n_claims))
+        settled: dict[int, ClaimJudgement] = {}
+        settled_by: dict[int, str] = {}
+        usage_by_judge: dict[str, Usage] = {}
+        errors: list[str] = []
+        cached = True
+        for number, stage in enumerate(self.stages):
+            last = number == len(self.stages) - 1
+            narrowed, originals = narrow_request(request, pending)
+            response = await stage.backend.complete(narrowed)
+            judge = response.judge or stage.backend.name
+            usage_by_judge[judge] = usage_by_judge.get(judge, Usage()) + response.usage
+            cached = cached and response.cached
+            if not isinstance(response.parsed, VerifyOutput):
+                errors.append(f"{judge}: {response.error}")
+                continue
+            for judgement in response.parsed.judgements:
+                if judgement.claim >= len(originals):
+                    continue
+                original = originals[judgement.claim]
+                sure = judgement.confidence is not None and judgement.confidence >= stage.confidence
+                if original in pending and original not in settled and (last or sure):
+                    settled[original] = judgement.model_copy(update={"claim": original})
+                    settled_by[original] = judge
+            pending = [p for p in pending if p not in settled]
+            if not pending:
+                break
+        usage = sum(usage_by_judge.values(), Usage())
+        latency = time.perf_counter() - started
+        if not settled:
+            return JudgeResponse(
+                usage=usage,
+                usage_by_judge=usage_by_judge,
+                latency_s=latency,
+                judge=self.name,
+                error="; ".join(errors) or "no stage judged the claims",
+            )
+        parsed = VerifyOutput(judgements=[settled[p] for p in sorted(settled)])
+        deciders = set(settled_by.values())
+        return JudgeResponse(
+            parsed=parsed,
+            raw=parsed.model_dump_json(),
+            usage=usage,
+            usage_by_judge=usage_by_judge,
+            latency_s=latency,
+            cached=cached,
+            # One stage decided every claim of this request: name it; otherwise the cascade.
+            judge=deciders.pop() if len(deciders) == 1 else self.name,
+        )
+
+    def max_cost_usd(self, request: JudgeRequest) -> float:
+        """Every stage may see every claim: the sum of the stages' worst cases."""
+        return sum(
+            s.backend.max_cost_usd(request) for s in self.stages if isinstance(s.backend, CostEstimator)
+        )
+
+    async def aclose(self) -> None:
+        for stage in self.stages:
+            await stage.backend.aclose()

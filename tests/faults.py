@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,8 +53,9 @@ class Fault:
 class FaultServer:
     """State shared with the handler threads."""
 
-    reply: str
-    """The valid JSON content every non-failing answer carries."""
+    reply: str | Callable[[dict[str, Any]], str]
+    """The valid JSON content every non-failing answer carries, or a function of the request body
+    that writes it."""
     script: deque[Fault] = field(default_factory=deque)
     """Faults for the next requests, in order."""
     default: Fault = field(default_factory=Fault)
@@ -64,7 +65,7 @@ class FaultServer:
     requests: list[dict[str, Any]] = field(default_factory=list)
     """Bodies of the requests received, in arrival order."""
     headers: list[dict[str, str]] = field(default_factory=list)
-    """Headers of the requests received."""
+    """Headers of the requests received (names in lower case)."""
     in_flight: int = 0
     """Requests being answered now."""
     max_in_flight: int = 0
@@ -77,16 +78,17 @@ class FaultServer:
         with self.lock:
             return self.script.popleft() if self.script else self.default
 
-    def content_for(self, behaviour: Behaviour) -> str:
+    def content_for(self, behaviour: Behaviour, body: dict[str, Any]) -> str:
+        reply = self.reply(body) if callable(self.reply) else self.reply
         if behaviour == "invalid_json":
             return "I think the claims are mostly fine, but I cannot say for sure."
         if behaviour == "prose":
-            return f"Here is my verdict as requested:\n{self.reply}\nLet me know if you need more."
+            return f"Here is my verdict as requested:\n{reply}\nLet me know if you need more."
         if behaviour == "fence":
-            return f"```json\n{self.reply}\n```"
+            return f"```json\n{reply}\n```"
         if behaviour == "think":
-            return f"<think>At first I thought {DECOY} but no.</think>\n{self.reply}"
-        return self.reply
+            return f"<think>At first I thought {DECOY} but no.</think>\n{reply}"
+        return reply
 
 
 def _completion(model: str, content: str, reasoning: str | None) -> dict[str, Any]:
@@ -125,7 +127,7 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
             fault = state.next_fault()
             with state.lock:
                 state.requests.append(body)
-                state.headers.append(dict(self.headers.items()))
+                state.headers.append({name.lower(): value for name, value in self.headers.items()})
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
             try:
@@ -154,15 +156,18 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 message = f"Incorrect API key provided: {header}. You sent {header!r}."
                 self._send(401, {"error": {"message": message, "type": "invalid_request_error"}})
             elif behaviour == "reasoning":
-                self._send(200, _completion(model, state.reply, f"Maybe {DECOY}? Let me check."))
+                reasoning = f"Maybe {DECOY}? Let me check."
+                self._send(200, _completion(model, state.content_for(behaviour, body), reasoning))
             else:
-                self._send(200, _completion(model, state.content_for(behaviour), None))
+                self._send(200, _completion(model, state.content_for(behaviour, body), None))
 
     return Handler
 
 
 @contextmanager
-def fault_server(reply: str, *faults: Fault, default: Fault | None = None) -> Iterator[FaultServer]:
+def fault_server(
+    reply: str | Callable[[dict[str, Any]], str], *faults: Fault, default: Fault | None = None
+) -> Iterator[FaultServer]:
     """Serve on a free port of 127.0.0.1 until the block ends."""
     state = FaultServer(reply=reply, script=deque(faults), default=default or Fault())
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
@@ -176,3 +181,23 @@ def fault_server(reply: str, *faults: Fault, default: Fault | None = None) -> It
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def claims_in(body: dict[str, Any]) -> list[str]:
+    """The claims a verify request lists after ``Claims:`` in its first user message."""
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    listing = user.rsplit("Claims:\n", 1)[-1]
+    return [line.split("] ", 1)[1] for line in listing.splitlines() if line.startswith("[") and "] " in line]
+
+
+def judge_every_claim(label: str) -> Callable[[dict[str, Any]], str]:
+    """A reply function: one ``label`` judgement (no evidence) per claim the request lists."""
+
+    def reply(body: dict[str, Any]) -> str:
+        judgements = [
+            {"claim": position, "label": label, "evidence": [], "rationale": "fault server", "confidence": 0.5}
+            for position in range(len(claims_in(body)))
+        ]
+        return json.dumps({"judgements": judgements})
+
+    return reply

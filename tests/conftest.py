@@ -4,8 +4,12 @@ the shipped prompts exactly as the pipeline renders them."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+# Test modules import litellm directly; without this it would fetch its price list from the network.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest
 

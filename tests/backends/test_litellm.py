@@ -25,9 +25,8 @@ from rt4chart.backends.base import (
 )
 from rt4chart.backends.litellm import LiteLLMBackend, parse_reply, retry_after_s, scrub
 from rt4chart.judges import JudgeProfile, resolve_judge
-from rt4chart.pipeline import Pipeline, PipelineOptions
 from rt4chart.serve import LocalServer
-from rt4chart.types import Label, Sample
+from rt4chart.types import Label
 
 REPLY = json.dumps(
     {"judgements": [{"claim": 0, "label": "entailed", "evidence": ["The trial lasts 14 days."],
@@ -300,14 +299,3 @@ def test_llamacpp_verify_prompt_gives_a_verdict_or_a_recorded_error(
     assert response.usage.calls >= 1
     assert response.usage.prompt_tokens > 300 * response.usage.calls  # the rendered prompt is ~360 tokens
     assert response.usage.completion_tokens > 0
-
-
-def test_llamacpp_through_the_pipeline(llamacpp: LocalServer, free_trial: Sample) -> None:
-    backend = smollm2(llamacpp, "hosted_vllm/smollm2")
-    options = PipelineOptions(decomposer="rules", params=GenerationParams(max_tokens=LLAMA_MAX_TOKENS))
-    report = asyncio.run(Pipeline(backend, options).verify_sample(free_trial))
-    assert report.label is not None and report.claims
-    for claim in report.claims:
-        assert claim.label is not None  # a failed call leaves a labelled claim with its error recorded
-    assert report.usage.calls >= 2 and report.usage.prompt_tokens > 0
-    assert set(report.usage_by_judge) == {"hosted_vllm/smollm2"}

@@ -1,0 +1,118 @@
+"""The backend contract, once, against every backend: scripted, embedded, litellm on a real
+llama.cpp server, and a cascade. SmolLM2 judges badly; only the protocol is asserted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from conftest import EXAMPLES, LLAMA_MAX_TOKENS, VerifyRequestFactory
+
+from rt4chart.backends.base import (
+    Backend,
+    CostEstimator,
+    DecomposeOutput,
+    GenerationParams,
+    JudgeRequest,
+    JudgeResponse,
+    VerifyOutput,
+)
+from rt4chart.backends.cascade import CascadeBackend, CascadeStage
+from rt4chart.backends.litellm import LiteLLMBackend
+from rt4chart.backends.scripted import ScriptedBackend
+from rt4chart.judges import JudgeProfile
+from rt4chart.pipeline import Pipeline, PipelineOptions
+from rt4chart.serve import LocalServer
+from rt4chart.types import Label, Sample, Usage
+
+RULES = EXAMPLES / "free_trial.rules.json"
+CLAIMS = ["All users can start the free trial.", "The trial lasts 14 days."]
+BACKENDS = ["scripted", "embedded", "litellm-llamacpp", "cascade"]
+
+
+def _embedded() -> Backend:
+    module = pytest.importorskip("rt4chart.backends.embedded", reason="the embedded verifier is not installed")
+    backend: Backend = module.EmbeddedBackend()
+    return backend
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    kind: str = request.param
+    built: Backend
+    if kind == "scripted":
+        built = ScriptedBackend.from_file(RULES)
+    elif kind == "embedded":
+        built = _embedded()
+    elif kind == "litellm-llamacpp":
+        server: LocalServer = request.getfixturevalue("llamacpp")
+        profile = JudgeProfile(name="smollm2", model="hosted_vllm/smollm2", max_attempts=2, backoff_s=0.01)
+        built = LiteLLMBackend(profile, api_key="no-key", api_base=server.api_base)
+    else:
+        built = CascadeBackend([CascadeStage(_embedded(), 0.9), CascadeStage(ScriptedBackend.from_file(RULES), 0.0)])
+    yield built
+    asyncio.run(built.aclose())
+
+
+def short(request: JudgeRequest) -> JudgeRequest:
+    """Keep SmolLM2's replies short; other backends ignore the cap."""
+    return request.model_copy(update={"params": GenerationParams(max_tokens=LLAMA_MAX_TOKENS)})
+
+
+def assert_well_formed(response: JudgeResponse, backend: Backend) -> None:
+    """What every response promises, whatever the judge."""
+    assert isinstance(response, JudgeResponse)
+    assert (response.parsed is None) == (response.error is not None), "exactly one of parsed / error"
+    assert response.judge, "every response names its judge"
+    assert response.usage.calls >= 1
+    assert response.usage.prompt_tokens >= 0 and response.usage.completion_tokens >= 0
+    assert response.usage.cost_usd >= 0.0 and response.latency_s >= 0.0
+    if response.usage_by_judge:
+        assert sum(response.usage_by_judge.values(), Usage()).calls == response.usage.calls
+
+
+def test_identity(backend: Backend) -> None:
+    assert isinstance(backend, Backend)
+    assert isinstance(backend.name, str) and backend.name
+    assert isinstance(backend.supports_decompose, bool)
+
+
+def test_verify(backend: Backend, verify_request: VerifyRequestFactory) -> None:
+    response = asyncio.run(backend.complete(short(verify_request(CLAIMS))))
+    assert_well_formed(response, backend)
+    if response.parsed is not None:
+        assert isinstance(response.parsed, VerifyOutput)
+        for judgement in response.parsed.judgements:
+            assert isinstance(judgement.label, Label)
+            assert judgement.confidence is None or 0.0 <= judgement.confidence <= 1.0
+        # Positions refer to the request's claims (a judge may skip one; the pipeline re-asks it).
+        assert {j.claim for j in response.parsed.judgements} <= set(range(len(CLAIMS)))
+
+
+def test_decompose(backend: Backend, decompose_request: JudgeRequest) -> None:
+    response = asyncio.run(backend.complete(decompose_request))
+    assert_well_formed(response, backend)
+    if not backend.supports_decompose:
+        assert response.parsed is None  # declined as data, not raised
+    elif response.parsed is not None:
+        assert isinstance(response.parsed, DecomposeOutput)
+
+
+def test_worst_case_cost(backend: Backend, verify_request: VerifyRequestFactory) -> None:
+    if isinstance(backend, CostEstimator):
+        assert backend.max_cost_usd(verify_request(CLAIMS)) >= 0.0
+
+
+def test_audit_through_the_pipeline(backend: Backend, free_trial: Sample) -> None:
+    options = PipelineOptions(decomposer="rules", params=GenerationParams(max_tokens=LLAMA_MAX_TOKENS))
+    report = asyncio.run(Pipeline(backend, options).verify_sample(free_trial))
+    assert report.label is not None and report.hallucinated is not None
+    assert report.claims and all(claim.label is not None for claim in report.claims)
+    assert report.usage.calls >= 2  # local and global verification at least
+    assert sum(report.usage_by_judge.values(), Usage()).calls == report.usage.calls
+
+
+def test_close_twice(backend: Backend) -> None:
+    asyncio.run(backend.aclose())
+    asyncio.run(backend.aclose())

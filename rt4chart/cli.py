@@ -394,6 +394,7 @@ def serve(
         f"serving {server.model_path.name} at {server.api_base}\n"
         f"  rt4 verify INPUT.jsonl --judge hosted_vllm/{alias} --api-base {server.api_base}",
         highlight=False,
+        soft_wrap=True,
     )
     try:
         while True:

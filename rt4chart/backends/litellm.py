@@ -18,6 +18,7 @@ import json
 import os
 import re
 import time
+import weakref
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -187,7 +188,11 @@ class LiteLLMBackend:
         self.api_base = api_base
         self._api_key = api_key
         self.concurrency = concurrency or profile.concurrency
-        self._slots = asyncio.Semaphore(self.concurrency)
+        # One semaphore per event loop: a semaphore is bound to the loop it first waited in, and a
+        # backend may serve several ``asyncio.run`` calls (one per CLI command or evaluation).
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
         self._backoff = wait_exponential_jitter(
             initial=profile.backoff_s, max=profile.backoff_max_s, jitter=profile.backoff_s
         )
@@ -287,7 +292,11 @@ class LiteLLMBackend:
         return prompt_tokens * input_price + completion_tokens * output_price
 
     async def _attempt(self, arguments: dict[str, Any], messages: list[dict[str, str]], usage: list[Usage]) -> Any:
-        async with self._slots:
+        loop = asyncio.get_running_loop()
+        slots = self._slots.get(loop)
+        if slots is None:
+            slots = self._slots[loop] = asyncio.Semaphore(self.concurrency)
+        async with slots:
             usage.append(Usage(calls=1))
             response = await litellm.acompletion(messages=messages, **arguments)
         counts = getattr(response, "usage", None)

@@ -150,11 +150,13 @@ def test_concurrency_limit_holds_on_the_wire(limit: int, verify_request: VerifyR
         server.latency_s = 0.2
         backend = resolve_judge("openai/fault", api_base=server.base_url, concurrency=limit)
 
-        async def burst() -> None:
-            await asyncio.gather(*(backend.complete(request) for _ in range(8)))
+        async def burst() -> list[Any]:
+            return await asyncio.gather(*(backend.complete(request) for _ in range(8)))
 
-        asyncio.run(burst())
-    assert len(server.requests) == 8
+        # Twice: a backend serves several event loops (one per asyncio.run) with the same limit.
+        responses = asyncio.run(burst()) + asyncio.run(burst())
+    assert all(isinstance(response.parsed, VerifyOutput) for response in responses)
+    assert len(server.requests) == 16
     assert server.max_in_flight == limit
 
 

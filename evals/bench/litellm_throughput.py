@@ -1,0 +1,97 @@
+"""Throughput of the litellm backend against a local OpenAI-compatible server that answers after
+250 ms, at concurrency 32, vs the ideal 32 / 0.25 s = 128 calls/s (target: >= 80%).
+
+    python evals/bench/litellm_throughput.py [--calls 512] [--concurrency 32] [--latency-ms 250]
+
+The server is the project's fault-injecting test server (tests/faults.py) answering every call
+correctly after the fixed latency; it runs in a child process so its threads do not compete with
+the client for the interpreter lock. Requests are real verification requests of the examples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+
+from faults import fault_server, judge_every_claim  # noqa: E402
+from results import record  # noqa: E402
+
+from rt4chart.backends.base import JudgeRequest  # noqa: E402
+from rt4chart.io import read_jsonl  # noqa: E402
+from rt4chart.judges import resolve_judge  # noqa: E402
+from rt4chart.pipeline import Pipeline  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "answers.jsonl"
+
+
+def serve(latency_s: float, address: multiprocessing.Queue[str], stop: multiprocessing.Event) -> None:  # type: ignore[type-arg]
+    with fault_server(judge_every_claim("baseless")) as server:
+        server.latency_s = latency_s
+        address.put(server.base_url)
+        stop.wait()
+
+
+def verification_requests(count: int) -> list[JudgeRequest]:
+    backend = resolve_judge(f"scripted:{Path(__file__).with_name('empty_rules.json')}")
+    pipeline = Pipeline(backend)
+    planned = [
+        request
+        for item in read_jsonl(EXAMPLES)
+        if item.sample is not None
+        for request in pipeline.plan_requests(item.sample)
+        if request.task == "verify"
+    ]
+    return (planned * (count // len(planned) + 1))[:count]
+
+
+async def measure(base_url: str, requests: list[JudgeRequest], concurrency: int) -> tuple[float, int]:
+    backend = resolve_judge("openai/bench", api_base=base_url, concurrency=concurrency)
+    await backend.complete(requests[0])  # connection set-up and imports are not throughput
+    started = time.perf_counter()
+    responses = await asyncio.gather(*(backend.complete(request) for request in requests))
+    elapsed = time.perf_counter() - started
+    await backend.aclose()
+    return elapsed, sum(response.parsed is not None for response in responses)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=512)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--latency-ms", type=float, default=250.0)
+    args = parser.parse_args()
+    address: multiprocessing.Queue[str] = multiprocessing.Queue()
+    stop = multiprocessing.Event()
+    server = multiprocessing.Process(target=serve, args=(args.latency_ms / 1000, address, stop), daemon=True)
+    server.start()
+    try:
+        base_url = address.get(timeout=60)
+        requests = verification_requests(args.calls)
+        elapsed, valid = asyncio.run(measure(base_url, requests, args.concurrency))
+    finally:
+        stop.set()
+        server.join(timeout=10)
+    ideal = args.concurrency / (args.latency_ms / 1000)
+    achieved = args.calls / elapsed
+    share = achieved / ideal
+    record(
+        "litellm backend throughput against a local server",
+        [
+            f"{args.calls} verification calls through `LiteLLMBackend` (`openai/bench` on a local "
+            f"OpenAI-compatible server answering after {args.latency_ms:g} ms), concurrency {args.concurrency}; "
+            f"{valid} schema-valid replies.",
+            "",
+            f"**{achieved:.1f} calls/s = {share:.0%} of the ideal {ideal:.0f} calls/s** "
+            f"(target >= 80%: {'met' if share >= 0.8 else 'NOT met'}); wall time {elapsed:.2f} s.",
+        ],
+    )
+
+
+if __name__ == "__main__":
+    main()

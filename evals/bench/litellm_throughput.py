@@ -19,13 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
-from faults import fault_server, judge_every_claim  # noqa: E402
-from results import record  # noqa: E402
+from faults import fault_server, judge_every_claim
+from results import record
 
-from rt4chart.backends.base import JudgeRequest  # noqa: E402
-from rt4chart.io import read_jsonl  # noqa: E402
-from rt4chart.judges import resolve_judge  # noqa: E402
-from rt4chart.pipeline import Pipeline  # noqa: E402
+from rt4chart.backends.base import JudgeRequest
+from rt4chart.io import read_jsonl
+from rt4chart.judges import resolve_judge
+from rt4chart.pipeline import Pipeline
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "answers.jsonl"
 

@@ -132,7 +132,7 @@ def test_pipeline_reports_usage_per_stage(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     with fault_server(judge_every_claim("baseless")) as server:
         result = CliRunner().invoke(app, [
-            "verify", str(EXAMPLES / "free_trial.jsonl"), "--out", str(out), "--quiet",
+            "verify", str(EXAMPLES / "free_trial.jsonl"), "--out", str(out), "--quiet", "--no-cache",
             "--judge", f"cascade:scripted:{rules}@0.9,openai/second", "--api-base", server.base_url,
         ])
         sent = [claims_in(body) for body in server.requests]

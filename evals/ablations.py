@@ -1,0 +1,144 @@
+"""Ablations of the RT4CHART method on one dataset split with one judge, recorded as a table.
+
+Variants: the full pipeline; ``--no-global``; the ``direct`` one-call baseline; holistic
+decomposition (claims from the whole answer at once, no span mapping); the (W, O) grid
+{(10,3), (15,5), (25,10), (35,15)}; and repeated runs of the full pipeline (no cache between runs)
+to measure run-to-run variance as mean +- sd.
+
+Every variant's full result is written to ``evals/results/ablations/`` by the same code as
+``rt4 eval``; the table goes to ``evals/results/ablations_<dataset>_<split>_<judge>.md``.
+
+    python evals/ablations.py ragtruth-qa --split dev --judge scripted:evals/sanity/flag_everything.rules.json
+    python evals/ablations.py ragtruth-qa --split dev --judge embedded --limit 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from pathlib import Path
+
+from rt4chart.evaluation import EvalConfig, EvaluationResult, evaluate, load_samples, write_result
+from rt4chart.judges import resolve_judge
+from rt4chart.metrics import Estimate
+from rt4chart.types import Sample
+
+GRID = ((10, 3), (15, 5), (25, 10), (35, 15))
+"""(W, O) pairs of the grid; (25, 10) is the default and is the full pipeline's row."""
+
+COLUMNS = ("answer_f1", "balanced_accuracy", "auroc", "span_f1", "mean_iou")
+"""Headline metrics shown per variant."""
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _cell(estimate: Estimate | None) -> str:
+    if estimate is None or estimate.value is None:
+        return "n/a"
+    if estimate.low is None or estimate.high is None:
+        return f"{estimate.value:.3f}"
+    return f"{estimate.value:.3f} [{estimate.low:.3f}, {estimate.high:.3f}]"
+
+
+def _run(base: EvalConfig, samples: list[Sample], **changes: object) -> EvaluationResult:
+    config = base.model_copy(update=changes)
+    backend = resolve_judge(config.judge, api_base=config.api_base)
+    result, _ = evaluate(config, samples, backend)
+    write_result(result, RESULTS / "ablations")
+    print(f"  {config.variant}{' ' + config.tag if config.tag else ''}: done in {result.wall_seconds:.1f} s",
+          file=sys.stderr)
+    return result
+
+
+def _row(name: str, result: EvaluationResult) -> str:
+    cells = [_cell(result.metrics.headline.get(key)) for key in COLUMNS]
+    return f"| {name} | " + " | ".join(cells) + f" | {result.usage.calls} | {result.wall_seconds:.1f} |"
+
+
+def ablation_table(base: EvalConfig, samples: list[Sample], repeats: int) -> str:
+    """Run every variant and return the Markdown table (figures measured by this run)."""
+    rows: list[str] = []
+    full = _run(base, samples, tag="run-1")
+    rows.append(_row("full (W=25, O=10)", full))
+    rows.append(_row("no global verification", _run(base, samples, global_verification=False)))
+    rows.append(_row("direct baseline (one call)", _run(base, samples, method="direct")))
+    rows.append(_row("holistic decomposition", _run(base, samples, decomposer="holistic")))
+    for window, overlap in GRID:
+        if (window, overlap) != (25, 10):
+            rows.append(_row(f"W={window}, O={overlap}", _run(base, samples, window=window, overlap=overlap)))
+    runs = [full] + [_run(base, samples, tag=f"run-{n}") for n in range(2, repeats + 1)]
+    spread = []
+    for key in COLUMNS:
+        values = [v for r in runs if (v := r.metrics.headline[key].value) is not None]
+        if len(values) == len(runs) and len(values) > 1:
+            spread.append(f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}")
+        else:
+            spread.append("n/a")
+    judge = full.judge
+    header = [
+        f"### Ablations: {base.dataset} {base.split or 'all'}, judge {judge}",
+        "",
+        f"- samples: {full.metrics.samples} (limit {base.limit if base.limit is not None else 'none'}); "
+        f"dataset sha256 {full.files[0].sha256[:16]}; prompt version {full.prompt_version}; date {full.date}",
+        f"- cells: value [95% bootstrap CI, {base.resamples} resamples, seed {base.seed}]; "
+        "wall time is measured on this machine",
+        f"- command: `python evals/ablations.py {_command_args(base, repeats)}`",
+        "",
+        "| variant | answer F1 | balanced accuracy | AUROC | span F1 (chars) | mean IoU | judge calls | wall s |",
+        "|---|---|---|---|---|---|---:|---:|",
+    ]
+    footer = [
+        f"| full, {len(runs)} runs (mean ± sd) | " + " | ".join(spread) + " | | |",
+        "",
+    ]
+    return "\n".join(header + rows + footer)
+
+
+def _command_args(base: EvalConfig, repeats: int) -> str:
+    parts = [base.dataset]
+    if base.split:
+        parts += ["--split", base.split]
+    if base.judge:
+        parts += ["--judge", base.judge]
+    if base.api_base:
+        parts += ["--api-base", base.api_base]
+    if base.limit is not None:
+        parts += ["--limit", str(base.limit)]
+    if base.path:
+        parts += ["--path", base.path]
+    if repeats != 3:
+        parts += ["--repeats", str(repeats)]
+    return " ".join(parts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dataset")
+    parser.add_argument("--split")
+    parser.add_argument("--judge")
+    parser.add_argument("--api-base")
+    parser.add_argument("--path")
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--resamples", type=int, default=1000)
+    args = parser.parse_args()
+    base = EvalConfig(
+        dataset=args.dataset, path=args.path, split=args.split, limit=args.limit, judge=args.judge,
+        api_base=args.api_base, resamples=args.resamples,
+    )
+    samples = load_samples(base)
+    table = ablation_table(base, samples, args.repeats)
+    out = RESULTS / f"ablations_{base.dataset}_{base.split or 'all'}_{_slug(base.judge or 'default')}.md"
+    out.write_text(table, encoding="utf-8")
+    print(table)
+    print(f"wrote {out}", file=sys.stderr)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""The embedded offline verifier: real model, real pipeline, no network."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from rt4chart.backends.base import (
+    Backend,
+    DecomposeInput,
+    JudgeRequest,
+    VerifyInput,
+    VerifyOutput,
+)
+from rt4chart.backends.embedded import EmbeddedBackend, load_encoder
+from rt4chart.pipeline import Pipeline, PipelineOptions
+from rt4chart.text import segment_context
+from rt4chart.types import Label, Report, Sample
+
+CONTEXT = [
+    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris. "
+    "It was completed in 1889 as the entrance arch to the World's Fair. "
+    "The tower is 330 metres tall and was the tallest man-made structure in the world for 41 years.",
+    "Gustave Eiffel's company designed and built the tower. "
+    "The tower has three levels for visitors, with restaurants on the first and second levels. "
+    "The top level's upper platform is 276 metres above the ground.",
+]
+
+
+@pytest.fixture(scope="module")
+def backend() -> EmbeddedBackend:
+    return EmbeddedBackend()
+
+
+def audit(backend: EmbeddedBackend, answer: str, question: str | None = None) -> Report:
+    sample = Sample(id="s", context=CONTEXT, question=question, answer=answer)
+    pipeline = Pipeline(backend, PipelineOptions(decomposer="auto", window=2, overlap=1))
+    return asyncio.run(pipeline.verify_sample(sample))
+
+
+def only_claim_label(report: Report) -> Label | None:
+    assert len(report.claims) == 1
+    return report.claims[0].label
+
+
+def test_implements_the_backend_contract(backend: EmbeddedBackend) -> None:
+    assert isinstance(backend, Backend)
+    assert backend.name == "embedded"
+    assert backend.supports_decompose is False
+
+
+def test_numeric_contradiction_is_contradicted(backend: EmbeddedBackend) -> None:
+    report = audit(backend, "The Eiffel Tower was completed in 1901 as the entrance arch to the World's Fair.")
+    assert only_claim_label(report) == Label.CONTRADICTED
+    assert report.hallucinated is True
+    assert "1889" in report.claims[0].evidence[0].text
+
+
+def test_paraphrased_claim_is_entailed(backend: EmbeddedBackend) -> None:
+    report = audit(backend, "Gustave Eiffel's company built and designed the tower.")
+    assert only_claim_label(report) == Label.ENTAILED
+    assert report.hallucinated is False
+    assert report.claims[0].evidence
+
+
+def test_unrelated_claim_is_baseless(backend: EmbeddedBackend) -> None:
+    report = audit(backend, "Bananas are rich in potassium and grow in tropical plantations.")
+    assert only_claim_label(report) == Label.BASELESS
+    assert report.claims[0].evidence == []
+
+
+def test_evidence_is_anchored_in_the_context(backend: EmbeddedBackend) -> None:
+    report = audit(
+        backend,
+        "The Eiffel Tower stands 330 metres tall. Its top platform is 276 metres above the ground. "
+        "The tower was completed in 1901.",
+    )
+    context, _ = segment_context(CONTEXT)
+    assert [c.label for c in report.claims] == [Label.ENTAILED, Label.ENTAILED, Label.CONTRADICTED]
+    for claim in report.claims:
+        assert claim.grounded, claim.errors
+        for evidence in claim.evidence:
+            assert context[evidence.start : evidence.end] == evidence.text
+
+
+def test_output_is_deterministic(backend: EmbeddedBackend) -> None:
+    answer = "The tower is 330 metres tall. It has four levels for visitors. Cats are mammals."
+    first, second = audit(backend, answer), audit(backend, answer)
+    assert first.model_dump() == second.model_dump()
+    fresh = audit(EmbeddedBackend(), answer)
+    assert fresh.model_dump() == first.model_dump()
+
+
+def test_model_is_loaded_once_per_process(backend: EmbeddedBackend) -> None:
+    other = EmbeddedBackend(name="embedded-2")
+    assert other.encoder is backend.encoder
+    assert load_encoder.cache_info().misses == 1
+
+
+def test_decompose_request_gets_an_error_not_an_exception(backend: EmbeddedBackend) -> None:
+    request = JudgeRequest(
+        task="decompose",
+        payload=DecomposeInput(question=None, sentences=["The tower is tall."]),
+        messages=[],
+        prompt_version="test",
+    )
+    response = asyncio.run(backend.complete(request))
+    assert response.parsed is None
+    assert response.error and "decompose" in response.error
+    assert response.judge == "embedded"
+
+
+def test_verify_reply_is_free_and_has_one_judgement_per_claim(backend: EmbeddedBackend) -> None:
+    _, sentences = segment_context(CONTEXT)
+    request = JudgeRequest(
+        task="verify",
+        payload=VerifyInput(
+            stage="global", claims=["The tower is 330 metres tall.", "Cats purr."], sentences=sentences
+        ),
+        messages=[],
+        prompt_version="test",
+    )
+    response = asyncio.run(backend.complete(request))
+    assert isinstance(response.parsed, VerifyOutput)
+    assert [j.claim for j in response.parsed.judgements] == [0, 1]
+    assert all(j.confidence is not None and 0.0 <= j.confidence <= 1.0 for j in response.parsed.judgements)
+    assert all(j.rationale for j in response.parsed.judgements)
+    assert response.usage.calls == 1
+    assert response.usage.prompt_tokens == response.usage.completion_tokens == 0
+    assert response.usage.cost_usd == 0.0
+    assert backend.max_cost_usd(request) == 0.0

@@ -8,13 +8,14 @@ must be found in the part of the context the judge was shown.
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rt4chart.backends.base import ClaimJudgement, JudgeRequest, Message, VerifyInput, VerifyOutput
+from rt4chart.backends.base import ClaimJudgement, JudgeRequest, JudgeResponse, Message, VerifyInput, VerifyOutput
 from rt4chart.grounding import ContextIndex, anchor_quotes
 from rt4chart.session import JudgeSession
 from rt4chart.types import Chunk, Claim, ClaimVerdict, Evidence, Label, Sentence, Span, Vote
@@ -158,7 +159,7 @@ class ClaimJudge:
         response = await self.session.send(self.build_request(claims, view, stage, chunk, hint))
         if not isinstance(response.parsed, VerifyOutput):
             return {c.index: Judged(label=None, error=f"judge failed: {response.error}") for c in claims}
-        judge = response.judge or self.session.backend.name
+        judges = _judges_by_position(response, self.session.backend.name)
         by_position = self._by_position(response.parsed, len(claims))
         results: dict[int, Judged] = {}
         ungrounded: list[int] = []
@@ -166,7 +167,7 @@ class ClaimJudge:
             judgement = by_position.get(position)
             if judgement is None:
                 continue
-            judged = self._ground(judgement, within, judge)
+            judged = self._ground(judgement, within, judges[position])
             results[claim.index] = judged
             if not judged.grounded:
                 ungrounded.append(position)
@@ -227,17 +228,26 @@ class ClaimJudge:
             self._by_position(response.parsed, len(claims))
             if isinstance(response.parsed, VerifyOutput) else {}
         )
-        judge = response.judge or self.session.backend.name
+        judges = _judges_by_position(response, self.session.backend.name)
         for position in positions:
             claim = claims[position]
             first = results[claim.index]
             judgement = by_position.get(position)
-            second = self._ground(judgement, within, judge) if judgement else None
+            second = self._ground(judgement, within, judges[position]) if judgement else None
             if second is not None and second.grounded:
                 results[claim.index] = second
             else:
                 first.grounded = False
                 first.error = f"{first.error}; still ungrounded after a re-ask"
+
+
+def _judges_by_position(response: JudgeResponse, fallback: str) -> defaultdict[int, str]:
+    """Which judge answered for each claim position of a reply (stages differ in a cascade)."""
+    judge = response.judge or fallback
+    judges: defaultdict[int, str] = defaultdict(lambda: judge)
+    if isinstance(response.parsed, VerifyOutput) and response.claim_judges:
+        judges.update(zip((j.claim for j in response.parsed.judgements), response.claim_judges, strict=False))
+    return judges
 
 
 def _reask_messages(positions: list[int], raw: str) -> list[Message]:

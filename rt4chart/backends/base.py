@@ -204,6 +204,9 @@ class JudgeResponse(BaseModel):
     usage_by_judge: dict[str, Usage] = Field(default_factory=dict)
     """``usage`` split by the judge that incurred it, when several answered (a cascade's stages);
     empty when all of it belongs to ``judge``."""
+    claim_judges: list[str] | None = None
+    """Judge that settled each judgement of ``parsed``, in its order, when several judges shared one
+    reply (a cascade); ``None`` when ``judge`` answered for all of it."""
     error: str | None = None
     """Why there is no parsed reply."""
 

@@ -146,6 +146,7 @@ class CascadeBackend:
             cached=cached,
             # One stage decided every claim of this request: name it; otherwise the cascade.
             judge=deciders.pop() if len(deciders) == 1 else self.name,
+            claim_judges=[settled_by[p] for p in sorted(settled)],
         )
 
     def max_cost_usd(self, request: JudgeRequest) -> float:

@@ -205,7 +205,9 @@ class LiteLLMBackend:
 
     @property
     def name(self) -> str:
-        return self.profile.name
+        # The server is part of the judge's identity (and so of every cache key): two servers
+        # answering to one model name are two judges.
+        return f"{self.profile.name}@{self.api_base}" if self.api_base else self.profile.name
 
     @property
     def supports_decompose(self) -> bool:

@@ -56,9 +56,11 @@ def test_unsure_claims_go_to_the_next_stage_in_one_request(verify_request: Verif
     assert isinstance(response.parsed, VerifyOutput)
     merged = {(j.claim, j.label) for j in response.parsed.judgements}
     assert merged == {(0, Label.CONTRADICTED), (1, Label.ENTAILED), (2, Label.CONTRADICTED)}
-    assert response.judge == "cascade:first@0.9,second"  # two stages decided this request
-    assert set(response.usage_by_judge) == {"first", "second"}
-    assert response.usage_by_judge["second"].calls == 1
+    second = f"second@{server.base_url}"  # a judge on a server of one's own is named with it
+    assert response.judge == f"cascade:first@0.9,{second}"  # two stages decided this request
+    assert response.claim_judges == [second, "first", second], "each claim names the stage that settled it"
+    assert set(response.usage_by_judge) == {"first", second}
+    assert response.usage_by_judge[second].calls == 1
     assert response.usage.calls == 2
     assert response.usage.prompt_tokens == sum(u.prompt_tokens for u in response.usage_by_judge.values())
 
@@ -106,7 +108,7 @@ def test_a_failing_stage_passes_everything_on(verify_request: VerifyRequestFacto
         response = asyncio.run(cascade(failing, sure_about_duration()).complete(verify_request(CLAIMS)))
     assert isinstance(response.parsed, VerifyOutput) and len(response.parsed.judgements) == 3
     assert response.judge == "first"
-    assert response.usage_by_judge["second"].calls == 1  # the failed call is still accounted for
+    assert response.usage_by_judge[f"second@{server.base_url}"].calls == 1  # the failed call is still counted
 
 
 def test_all_stages_failing_is_an_error(verify_request: VerifyRequestFactory) -> None:
@@ -139,9 +141,12 @@ def test_pipeline_reports_usage_per_stage(tmp_path: Path) -> None:
     assert result.exit_code == 1, result.output  # the answer is hallucinated
     record = json.loads(out.read_text().splitlines()[0])
     stages = record["usage_by_judge"]
-    assert len(stages) == 2 and "openai/second" in stages
+    second = f"openai/second@{server.base_url}"
+    assert len(stages) == 2 and second in stages
     assert sum(stage["calls"] for stage in stages.values()) == record["usage"]["calls"]
-    assert stages["openai/second"]["calls"] == len(sent) > 0
+    assert stages[second]["calls"] == len(sent) > 0
     assert all("lasts 14 days" not in claim for claims in sent for claim in claims)
     duration = next(c for c in record["claims"] if "lasts 14 days" in c["text"])
     assert duration["label"] == "entailed"
+    assert duration["judge"].startswith("scripted:"), "the claim names the stage that settled it"
+    assert {c["judge"] for c in record["claims"] if c is not duration} == {second}

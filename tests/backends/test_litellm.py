@@ -284,7 +284,7 @@ def test_llamacpp_returns_a_schema_valid_verdict(llamacpp: LocalServer, model: s
     assert response.parsed.judgements[0].label == Label.BASELESS
     assert response.usage.prompt_tokens > 0 and response.usage.completion_tokens > 0
     assert response.usage.cost_usd == 0.0
-    assert response.judge == model
+    assert response.judge == f"{model}@{llamacpp.api_base}", "a judge on one's own server is named with it"
 
 
 @pytest.mark.parametrize("model", MODEL_STRINGS)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rt4chart.backends.base import Backend, CostEstimator, JudgeRequest, JudgeResponse
+from rt4chart.backends.base import Backend, BackendWrapper, JudgeRequest, JudgeResponse
 from rt4chart.types import Usage
 
 
@@ -45,23 +45,12 @@ class Ledger:
         self.usage = self.usage + usage
 
 
-class MeteredBackend:
+class MeteredBackend(BackendWrapper):
     """Accounts every call of a backend in a :class:`Ledger` and enforces its budget."""
 
     def __init__(self, inner: Backend, ledger: Ledger) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.ledger = ledger
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def supports_decompose(self) -> bool:
-        return self.inner.supports_decompose
-
-    def max_cost_usd(self, request: JudgeRequest) -> float:
-        return self.inner.max_cost_usd(request) if isinstance(self.inner, CostEstimator) else 0.0
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         reservation = self.max_cost_usd(request)
@@ -79,6 +68,3 @@ class MeteredBackend:
         finally:
             self.ledger.in_flight -= 1
             self.ledger.settle(reservation, usage)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()

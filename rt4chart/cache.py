@@ -20,7 +20,7 @@ import diskcache
 import platformdirs
 from pydantic import BaseModel
 
-from rt4chart.backends.base import Backend, JudgeRequest, JudgeResponse
+from rt4chart.backends.base import Backend, BackendWrapper, JudgeRequest, JudgeResponse
 from rt4chart.types import Usage
 
 CACHE_FORMAT = 1
@@ -106,20 +106,12 @@ class JudgeCache:
         self._store.close()
 
 
-class CachedBackend:
+class CachedBackend(BackendWrapper):
     """Puts a :class:`JudgeCache` in front of a backend."""
 
     def __init__(self, inner: Backend, cache: JudgeCache) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.cache = cache
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def supports_decompose(self) -> bool:
-        return self.inner.supports_decompose
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         key = request_key(self.inner.name, request)
@@ -136,6 +128,3 @@ class CachedBackend:
         response = await self.inner.complete(request)
         self.cache.put(key, response)
         return response
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()

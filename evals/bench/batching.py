@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -24,7 +24,14 @@ import litellm
 from results import record
 from workload import bench_inputs
 
-from rt4chart.backends.base import Backend, DecomposedSentence, DecomposeOutput, JudgeRequest, JudgeResponse
+from rt4chart.backends.base import (
+    Backend,
+    BackendWrapper,
+    DecomposedSentence,
+    DecomposeOutput,
+    JudgeRequest,
+    JudgeResponse,
+)
 from rt4chart.decompose import decompose_request, rule_claims
 from rt4chart.io import InputLine
 from rt4chart.judges import load_profiles, resolve_judge
@@ -47,28 +54,17 @@ def prompt_tokens(request: JudgeRequest) -> int:
     return int(litellm.token_counter(model=TOKENIZER_MODEL, messages=messages))
 
 
-@dataclass
-class Recorder:
-    """Wraps a judge and keeps every exchange (the backend contract, delegating to the judge)."""
+class Recorder(BackendWrapper):
+    """Wraps a judge and keeps every exchange."""
 
-    inner: Backend
-    exchanges: list[tuple[JudgeRequest, JudgeResponse]] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def supports_decompose(self) -> bool:
-        return self.inner.supports_decompose
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner)
+        self.exchanges: list[tuple[JudgeRequest, JudgeResponse]] = []
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         response = await self.inner.complete(request)
         self.exchanges.append((request, response))
         return response
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @dataclass

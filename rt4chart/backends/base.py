@@ -267,3 +267,31 @@ def prompt_tokens(backend: object, request: JudgeRequest) -> int:
     if isinstance(backend, TokenCounter):
         return backend.count_prompt_tokens(request)
     return approximate_tokens("".join(m.content for m in request.messages))
+
+
+class BackendWrapper:
+    """A backend in front of another: the same judge to the pipeline, with something added.
+
+    It forwards the judge's identity, capabilities and closing; subclasses override ``complete``
+    (the cache, the budget meter, recorders in tests and benchmarks).
+    """
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def supports_decompose(self) -> bool:
+        return self.inner.supports_decompose
+
+    def max_cost_usd(self, request: JudgeRequest) -> float:
+        return self.inner.max_cost_usd(request) if isinstance(self.inner, CostEstimator) else 0.0
+
+    async def complete(self, request: JudgeRequest) -> JudgeResponse:
+        return await self.inner.complete(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -165,6 +165,11 @@ class ClaimVerdict(BaseModel):
     """False when the judge's evidence could not be found in the context even after a re-ask."""
     judge: str | None = None
     """Judge that produced the final label (differs by claim in a cascade)."""
+    calls: int = 0
+    """Judge calls that judged this claim (a batched call counts for each of its claims)."""
+    cost_usd: float = 0.0
+    """This claim's share of the verification cost: each call's cost split evenly among its claims
+    (the answer's decomposition is not included: it is in the record's ``usage``)."""
     errors: list[str] = Field(default_factory=list)
     """Problems met while judging this claim."""
 

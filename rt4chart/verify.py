@@ -116,6 +116,17 @@ class ClaimJudge:
     session: JudgeSession
     index: ContextIndex
     question: str | None
+    charges: dict[int, tuple[int, float]] = field(default_factory=dict)
+    """Per claim index: judge calls that judged it and its share of their cost."""
+
+    async def _send(self, request: JudgeRequest, claims: list[Claim]) -> JudgeResponse:
+        """Send a request about ``claims`` and split what it cost evenly among them."""
+        response = await self.session.send(request)
+        share = response.usage.cost_usd / len(claims) if claims else 0.0
+        for claim in claims:
+            calls, cost = self.charges.get(claim.index, (0, 0.0))
+            self.charges[claim.index] = (calls + response.usage.calls, cost + share)
+        return response
 
     def build_request(
         self,
@@ -156,7 +167,7 @@ class ClaimJudge:
     ) -> dict[int, Judged]:
         """Judge ``claims`` against the sentences in ``view``; keyed by claim index."""
         within = (view[0].start, view[-1].end) if view else (0, 0)
-        response = await self.session.send(self.build_request(claims, view, stage, chunk, hint))
+        response = await self._send(self.build_request(claims, view, stage, chunk, hint), claims)
         if not isinstance(response.parsed, VerifyOutput):
             return {c.index: Judged(label=None, error=f"judge failed: {response.error}") for c in claims}
         judges = _judges_by_position(response, self.session.backend.name)
@@ -223,7 +234,7 @@ class ClaimJudge:
         results: dict[int, Judged],
     ) -> None:
         """Re-ask once for claims whose evidence is not in the context; keep what then holds."""
-        response = await self.session.send(reask)
+        response = await self._send(reask, [claims[position] for position in positions])
         by_position = (
             self._by_position(response.parsed, len(claims))
             if isinstance(response.parsed, VerifyOutput) else {}
@@ -350,6 +361,8 @@ async def verify_claims(
         )
     if options.global_verification and judge.index.sentences:
         await verify_globally(judge, claims, verdicts, chunks, options)
+    for verdict in verdicts:
+        verdict.calls, verdict.cost_usd = judge.charges.get(verdict.index, (0, 0.0))
     return verdicts
 
 

@@ -100,3 +100,20 @@ def test_estimate_prices_the_planned_calls_without_calling_the_judge(tmp_path: P
     # Decomposition and local calls are planned exactly; the real global stage split the claims
     # into two hint groups, so the planned single global call is not in the cache.
     assert table_value(warm.output, "already cached") == "6"
+
+
+def test_claims_carry_their_share_of_the_cost(tmp_path: Path) -> None:
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json", cost_per_call=COST)
+    write_samples(inputs, 1)
+    out = tmp_path / "out.jsonl"
+    args = ["verify", str(inputs), "--judge", f"scripted:{rules}", "--no-cache", "-q", "-o", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    record = read_records(out)[0]
+    # One decomposition call, one local call judging both claims, one global call per hint group.
+    assert [(c["calls"], c["cost_usd"]) for c in record["claims"]] == [
+        (2, pytest.approx(COST / 2 + COST)),
+        (2, pytest.approx(COST / 2 + COST)),
+    ]
+    decomposition = COST
+    assert sum(c["cost_usd"] for c in record["claims"]) + decomposition == pytest.approx(record["usage"]["cost_usd"])

@@ -54,7 +54,9 @@ def _run(base: EvalConfig, samples: list[Sample], **changes: object) -> Evaluati
 
 def _row(name: str, result: EvaluationResult) -> str:
     cells = [_cell(result.metrics.headline.get(key)) for key in COLUMNS]
-    return f"| {name} | " + " | ".join(cells) + f" | {result.usage.calls} | {result.wall_seconds:.1f} |"
+    metrics = result.metrics
+    health = f"{metrics.invalid} / {result.samples_with_errors}"
+    return f"| {name} | " + " | ".join(cells) + f" | {health} | {result.usage.calls} | {result.wall_seconds:.1f} |"
 
 
 def ablation_table(base: EvalConfig, samples: list[Sample], repeats: int) -> str:
@@ -83,14 +85,17 @@ def ablation_table(base: EvalConfig, samples: list[Sample], repeats: int) -> str
         f"- samples: {full.metrics.samples} (limit {base.limit if base.limit is not None else 'none'}); "
         f"dataset sha256 {full.files[0].sha256[:16]}; prompt version {full.prompt_version}; date {full.date}",
         f"- cells: value [95% bootstrap CI, {base.resamples} resamples, seed {base.seed}]; "
-        "wall time is measured on this machine",
+        "wall time is measured on this machine; a judge that cannot do a step (e.g. the embedded "
+        "verifier cannot decompose or answer the direct prompt) shows up as invalid samples or samples "
+        "with errors (a failed decomposition falls back to one claim per sentence)",
         f"- command: `python evals/ablations.py {_command_args(base, repeats)}`",
         "",
-        "| variant | answer F1 | balanced accuracy | AUROC | span F1 (chars) | mean IoU | judge calls | wall s |",
-        "|---|---|---|---|---|---|---:|---:|",
+        "| variant | answer F1 | balanced accuracy | AUROC | span F1 (chars) | mean IoU "
+        "| invalid / with errors | judge calls | wall s |",
+        "|---|---|---|---|---|---|---:|---:|---:|",
     ]
     footer = [
-        f"| full, {len(runs)} runs (mean ± sd) | " + " | ".join(spread) + " | | |",
+        f"| full, {len(runs)} runs (mean ± sd) | " + " | ".join(spread) + " | | | |",
         "",
     ]
     return "\n".join(header + rows + footer)

@@ -215,10 +215,11 @@ def bootstrap(
 ) -> Estimate:
     """``statistic`` on ``items`` with a percentile bootstrap 95% CI over resampled items.
 
-    Resamples on which the statistic is undefined (``None``) are skipped.
+    The figure is undefined (``None``) without items; resamples on which the statistic is
+    undefined are skipped.
     """
-    value = statistic(items)
-    if value is None or not items or resamples < 1:
+    value = statistic(items) if items else None
+    if value is None or resamples < 1:
         return Estimate(value=value)
     rng = random.Random(seed)
     draws: list[float] = []

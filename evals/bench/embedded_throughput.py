@@ -67,7 +67,8 @@ def main() -> None:
 
     command = shlex.join([os.path.relpath(sys.executable), *sys.argv])
     print(f"command: {command}")
-    print(f"cpus available: {len(os.sched_getaffinity(0))}, torch threads: {args.threads}")
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"cpus available: {len(os.sched_getaffinity(0))}, torch threads: {args.threads}, load average: {load}")
     print(f"model load: {load_s:.2f} s")
     print(f"answers: {len(lines)}, claims: {claims}, judge calls: {calls}, time: {elapsed:.2f} s")
     print(f"throughput: {claims / elapsed:.1f} claims/s ({len(lines) / elapsed:.1f} answers/s)")

@@ -77,7 +77,7 @@ def test_evidence_is_anchored_in_the_context(backend: EmbeddedBackend) -> None:
     report = audit(
         backend,
         "The Eiffel Tower stands 330 metres tall. Its top platform is 276 metres above the ground. "
-        "The tower was completed in 1901.",
+        "It was completed in 1901 as the entrance arch to the World's Fair.",
     )
     context, _ = segment_context(CONTEXT)
     assert [c.label for c in report.claims] == [Label.ENTAILED, Label.ENTAILED, Label.CONTRADICTED]

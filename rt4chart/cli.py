@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 from rich.console import Console
@@ -19,6 +19,7 @@ from rt4chart.backends.base import Backend
 from rt4chart.budget import Ledger, MeteredBackend
 from rt4chart.cache import CachedBackend, JudgeCache
 from rt4chart.datasets import DATASET_NAMES, DatasetError, load_dataset
+from rt4chart.decompose import DecomposerKind
 from rt4chart.evaluation import (
     EvalConfig,
     PredictionsError,
@@ -92,8 +93,8 @@ def _pipeline_options(
         raise fail("--batch-claims must be at least 1")
     if samples_in_flight < 1:
         raise fail("--samples-in-flight must be at least 1")
-    if decomposer not in ("judge", "rules", "auto"):
-        raise fail(f"--decomposer must be judge, rules or auto (got {decomposer!r})")
+    if decomposer not in get_args(DecomposerKind):
+        raise fail(f"--decomposer must be one of {', '.join(get_args(DecomposerKind))} (got {decomposer!r})")
     return PipelineOptions(
         window=window,
         overlap=overlap,
@@ -114,7 +115,7 @@ InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSON
 JudgeOption = Annotated[str | None, typer.Option(help="Judge: profile name, litellm model, cascade:A,B or scripted:RULES.json (default: the embedded offline verifier).")]
 ApiBaseOption = Annotated[str | None, typer.Option(help="Base URL of an OpenAI-compatible or vLLM server.")]
 ConcurrencyOption = Annotated[int | None, typer.Option(help="Judge calls in flight (default: the judge profile's).")]
-DecomposerOption = Annotated[str, typer.Option(help="judge, rules or auto.")]
+DecomposerOption = Annotated[str, typer.Option(help="judge, rules, auto, or holistic (an ablation: no answer spans).")]
 WindowOption = Annotated[int, typer.Option(help="Context sentences per chunk (W).")]
 OverlapOption = Annotated[int, typer.Option(help="Sentences shared by consecutive chunks (O < W).")]
 BatchOption = Annotated[int, typer.Option(help="Claims judged per call; 1 = reference algorithm.")]
@@ -243,7 +244,7 @@ def eval_command(
     api_base: ApiBaseOption = None,
     concurrency: ConcurrencyOption = None,
     method: Annotated[str, typer.Option(help="rt4chart (the full method) or direct (one-call baseline).")] = "rt4chart",
-    decomposer: Annotated[str, typer.Option(help="judge, rules, auto or holistic (ablation).")] = "auto",
+    decomposer: DecomposerOption = "auto",
     window: WindowOption = 25,
     overlap: OverlapOption = 10,
     batch_claims: BatchOption = 8,
@@ -257,11 +258,9 @@ def eval_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
 ) -> None:
     """Audit a labelled dataset, print every metric with 95% CIs, and record the result."""
-    _pipeline_options(window, overlap, batch_claims, global_verification, "auto")
+    _pipeline_options(window, overlap, batch_claims, global_verification, decomposer)
     if method not in ("rt4chart", "direct"):
         raise fail(f"--method must be rt4chart or direct (got {method!r})")
-    if decomposer not in ("judge", "rules", "auto", "holistic"):
-        raise fail(f"--decomposer must be judge, rules, auto or holistic (got {decomposer!r})")
     if (limit is not None and limit < 0) or resamples < 0:
         raise fail("--limit and --resamples must not be negative")
     config = EvalConfig(

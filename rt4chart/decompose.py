@@ -88,6 +88,13 @@ async def decompose_by_judge(
     return claims_from_texts(per_sentence), errors
 
 
+def holistic_request(session: JudgeSession, answer: str, question: str | None) -> JudgeRequest:
+    """The request that asks the judge for the claims of the whole answer at once."""
+    payload = HolisticDecomposeInput(question=question, answer=answer)
+    fields = {"question": question or "(none)", "answer": answer}
+    return session.request("decompose_holistic", "decompose_holistic", payload, fields)
+
+
 async def decompose_holistically(
     session: JudgeSession, answer: str, sentences: list[Sentence], question: str | None
 ) -> tuple[list[Claim], list[str]]:
@@ -97,9 +104,7 @@ async def decompose_holistically(
     """
     if not sentences:
         return [], []
-    payload = HolisticDecomposeInput(question=question, answer=answer)
-    fields = {"question": question or "(none)", "answer": answer}
-    response = await session.send(session.request("decompose_holistic", "decompose_holistic", payload, fields))
+    response = await session.send(holistic_request(session, answer, question))
     if not isinstance(response.parsed, HolisticDecomposeOutput):
         error = f"holistic decomposition failed ({response.error}); used one claim per sentence"
         return decompose_by_rules(sentences), [error]

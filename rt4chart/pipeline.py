@@ -20,6 +20,7 @@ from rt4chart.decompose import (
     decompose_by_rules,
     decompose_holistically,
     decompose_request,
+    holistic_request,
 )
 from rt4chart.grounding import ContextIndex
 from rt4chart.io import (
@@ -129,7 +130,9 @@ class Pipeline:
         judge, batch = prepared.judge, self.options.batch_claims
         sentences = judge.index.sentences
         requests = []
-        if prepared.decompose_by_judge and prepared.answer_sentences:
+        if self.options.decomposer == "holistic" and prepared.answer_sentences:
+            requests.append(holistic_request(prepared.session, sample.answer, sample.question))
+        elif prepared.decompose_by_judge and prepared.answer_sentences:
             requests.append(decompose_request(prepared.session, prepared.answer_sentences, sample.question))
         claims = decompose_by_rules(prepared.answer_sentences)
         for chunk in prepared.chunks:

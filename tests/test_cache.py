@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from audit_fixtures import read_records, write_rules, write_samples
 from typer.testing import CliRunner
@@ -30,8 +31,10 @@ def run_cli(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def without_usage(record: dict[str, object]) -> dict[str, object]:
-    return {k: v for k, v in record.items() if k not in ("usage", "usage_by_judge")}
+def without_usage(record: dict[str, Any]) -> dict[str, Any]:
+    """A record without what a cache hit changes: calls and cost, of the sample and of its claims."""
+    claims = [{k: v for k, v in claim.items() if k not in ("calls", "cost_usd")} for claim in record["claims"]]
+    return {**{k: v for k, v in record.items() if k not in ("usage", "usage_by_judge")}, "claims": claims}
 
 
 def test_second_run_makes_no_judge_call_and_yields_identical_records(tmp_path: Path) -> None:
@@ -43,6 +46,7 @@ def test_second_run_makes_no_judge_call_and_yields_identical_records(tmp_path: P
     cold, warm = read_records(tmp_path / "cold.jsonl"), read_records(tmp_path / "warm.jsonl")
     assert sum(r["usage"]["calls"] for r in cold) > 0
     assert sum(r["usage"]["calls"] for r in warm) == 0
+    assert all(claim["calls"] == 0 and claim["cost_usd"] == 0 for r in warm for claim in r["claims"])
     assert sum(r["usage"]["cache_hits"] for r in warm) == sum(r["usage"]["calls"] for r in cold)
     assert [without_usage(r) for r in warm] == [without_usage(r) for r in cold]
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,9 +16,11 @@ from fixtures.spine.judges import (
     running_example_sample,
     scripted,
 )
+from typer.testing import CliRunner
 
 import rt4chart
 from rt4chart.backends.base import DecomposedSentence, DecomposeInput, DecomposeOutput, JudgeRequest, JudgeResponse
+from rt4chart.cli import app
 from rt4chart.decompose import decompose_by_rules
 from rt4chart.text import split_sentences
 from rt4chart.types import Claim, ClaimVerdict, Report, Sample
@@ -162,3 +166,18 @@ def test_decomposer_choice(decomposer: str) -> None:
         assert len(report.claims) == 3, "one claim per answer sentence (no semicolons)"
     else:
         assert len(requests) == 1 and len(report.claims) == 5
+
+
+def test_holistic_decomposer_through_verify_and_estimate(tmp_path: Path) -> None:
+    rules = Path(__file__).resolve().parents[1] / "examples" / "free_trial.rules.json"
+    inputs = Path(__file__).resolve().parents[1] / "examples" / "free_trial.jsonl"
+    out = tmp_path / "out.jsonl"
+    common = ["--judge", f"scripted:{rules}", "--decomposer", "holistic"]
+    verified = CliRunner().invoke(app, ["verify", str(inputs), *common, "--no-cache", "-q", "-o", str(out)])
+    assert verified.exit_code == 1, verified.output
+    record = json.loads(out.read_text())
+    assert len(record["claims"]) == 5
+    assert all(c["answer_span"] is None and c["sentence_index"] is None for c in record["claims"])
+    assert record["label"] == "contradicted" and record["spans"] == [], "holistic claims map to no span"
+    estimated = CliRunner().invoke(app, ["estimate", str(inputs), *common])
+    assert estimated.exit_code == 0 and "judge calls" in estimated.output

@@ -25,6 +25,7 @@ the rule-based decomposer.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib.util
 import os
 import re
@@ -63,6 +64,10 @@ MAX_TOKENS = 128
 
 BATCH_SIZE = 64
 """Sentences per forward pass."""
+
+VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:8]
+"""Hash of this module: part of the judge's name, so every record (and every cached reply) says
+which version of the heuristics and tuned constants produced it."""
 
 CACHE_ENTRIES = 50_000
 """Sentence embeddings kept (about 1.5 KB each), so a context is embedded once per process."""
@@ -498,7 +503,7 @@ class EmbeddedBackend:
     def __init__(
         self,
         thresholds: Thresholds | None = None,
-        name: str = "embedded",
+        name: str = f"embedded#{VERSION}",
         threads: int | None = None,
     ) -> None:
         """``thresholds`` replaces the tuned constants for every request (for tuning and tests);

@@ -16,7 +16,7 @@ from rt4chart.backends.base import (
     VerifyInput,
     VerifyOutput,
 )
-from rt4chart.backends.embedded import EmbeddedBackend, load_encoder
+from rt4chart.backends.embedded import VERSION, EmbeddedBackend, load_encoder
 from rt4chart.pipeline import Pipeline, PipelineOptions
 from rt4chart.text import segment_context
 from rt4chart.types import Label, Report, Sample
@@ -49,7 +49,7 @@ def only_claim_label(report: Report) -> Label | None:
 
 def test_implements_the_backend_contract(backend: EmbeddedBackend) -> None:
     assert isinstance(backend, Backend)
-    assert backend.name == "embedded"
+    assert backend.name == f"embedded#{VERSION}", "the name carries the verifier's version"
     assert backend.supports_decompose is False
 
 
@@ -111,7 +111,7 @@ def test_decompose_request_gets_an_error_not_an_exception(backend: EmbeddedBacke
     response = asyncio.run(backend.complete(request))
     assert response.parsed is None
     assert response.error and "decompose" in response.error
-    assert response.judge == "embedded"
+    assert response.judge == backend.name
 
 
 def test_verify_reply_is_free_and_has_one_judgement_per_claim(backend: EmbeddedBackend) -> None:

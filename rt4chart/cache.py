@@ -20,7 +20,7 @@ import diskcache
 import platformdirs
 from pydantic import BaseModel
 
-from rt4chart.backends.base import Backend, BackendWrapper, JudgeRequest, JudgeResponse
+from rt4chart.backends.base import Backend, BackendWrapper, JudgeRequest, JudgeResponse, output_json_schema
 from rt4chart.types import Usage
 
 CACHE_FORMAT = 1
@@ -34,7 +34,7 @@ def default_cache_dir() -> Path:
 
 @cache
 def _schema_digest(schema: type[BaseModel]) -> str:
-    encoded = json.dumps(schema.model_json_schema(), sort_keys=True).encode()
+    encoded = json.dumps(output_json_schema(schema), sort_keys=True).encode()
     return hashlib.sha256(encoded).hexdigest()
 
 

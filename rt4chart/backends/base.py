@@ -9,7 +9,9 @@ becomes data on one claim instead of crashing a batch.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, runtime_checkable
+import copy
+from functools import cache
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -165,6 +167,17 @@ OUTPUT_SCHEMAS: dict[Task, type[BaseModel]] = {
     "decompose_holistic": HolisticDecomposeOutput,
     "direct": DirectOutput,
 }
+
+
+@cache
+def _json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    return schema.model_json_schema()
+
+
+def output_json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of a reply model: generated once per model (pydantic takes milliseconds),
+    handed out as a copy so a caller that edits it cannot change the next request."""
+    return copy.deepcopy(_json_schema(schema))
 
 
 class JudgeRequest(BaseModel):

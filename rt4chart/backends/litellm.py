@@ -37,7 +37,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from rt4chart.backends.base import JudgeOutput, JudgeRequest, JudgeResponse, Message
+from rt4chart.backends.base import JudgeOutput, JudgeRequest, JudgeResponse, Message, output_json_schema
 from rt4chart.judges import JudgeProfile
 from rt4chart.types import Usage
 
@@ -274,7 +274,7 @@ class LiteLLMBackend:
         if mode == "json_schema":
             arguments["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema()},
+                "json_schema": {"name": schema.__name__, "schema": output_json_schema(schema)},
             }
         elif mode == "json_object":
             arguments["response_format"] = {"type": "json_object"}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rt4chart.evaluation import EvalConfig, EvaluationResult, evaluate, load_samples, write_result
 from rt4chart.judges import resolve_judge
-from rt4chart.metrics import Estimate
+from rt4chart.report import format_estimate
 from rt4chart.types import Sample
 
 GRID = ((10, 3), (15, 5), (25, 10), (35, 15))
@@ -32,14 +32,6 @@ COLUMNS = ("answer_f1", "balanced_accuracy", "auroc", "span_f1", "mean_iou")
 """Headline metrics shown per variant."""
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def _cell(estimate: Estimate | None) -> str:
-    if estimate is None or estimate.value is None:
-        return "n/a"
-    if estimate.low is None or estimate.high is None:
-        return f"{estimate.value:.3f}"
-    return f"{estimate.value:.3f} [{estimate.low:.3f}, {estimate.high:.3f}]"
 
 
 def _run(base: EvalConfig, samples: list[Sample], **changes: object) -> EvaluationResult:
@@ -53,7 +45,7 @@ def _run(base: EvalConfig, samples: list[Sample], **changes: object) -> Evaluati
 
 
 def _row(name: str, result: EvaluationResult) -> str:
-    cells = [_cell(result.metrics.headline.get(key)) for key in COLUMNS]
+    cells = [format_estimate(result.metrics.headline.get(key)) for key in COLUMNS]
     metrics = result.metrics
     health = f"{metrics.invalid} / {result.samples_with_errors}"
     return f"| {name} | " + " | ".join(cells) + f" | {health} | {result.usage.calls} | {result.wall_seconds:.1f} |"

@@ -13,20 +13,12 @@ import re
 from pathlib import Path
 
 from rt4chart.evaluation import EvaluationResult
-from rt4chart.metrics import Estimate
+from rt4chart.report import format_estimate
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE / "README.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
-
-
-def _cell(estimate: Estimate | None) -> str:
-    if estimate is None or estimate.value is None:
-        return "n/a"
-    if estimate.low is None or estimate.high is None:
-        return f"{estimate.value:.3f}"
-    return f"{estimate.value:.3f} [{estimate.low:.3f}, {estimate.high:.3f}]"
 
 
 def summary_table() -> str:
@@ -45,9 +37,9 @@ def summary_table() -> str:
         claim_auroc = result.metrics.claims.auroc
         lines.append(
             f"| {result.config.dataset} | {result.config.split or 'all'} | {result.metrics.scored} "
-            f"| {result.judge} | {result.config.variant} | {_cell(headline.get('answer_f1'))} "
-            f"| {_cell(headline.get('balanced_accuracy'))} | {_cell(headline.get('auroc'))} "
-            f"| {_cell(headline.get('span_f1'))} | {_cell(headline.get('mean_iou'))} "
+            f"| {result.judge} | {result.config.variant} | {format_estimate(headline.get('answer_f1'))} "
+            f"| {format_estimate(headline.get('balanced_accuracy'))} | {format_estimate(headline.get('auroc'))} "
+            f"| {format_estimate(headline.get('span_f1'))} | {format_estimate(headline.get('mean_iou'))} "
             f"| {'n/a' if claim_auroc is None else f'{claim_auroc:.3f}'} | {result.date[:10]} "
             f"| [{path.stem}](results/{path.with_suffix('.md').name}) |"
         )

@@ -193,6 +193,14 @@ def _interval(estimate: Estimate) -> str:
     return f"[{estimate.low:.3f}, {estimate.high:.3f}]"
 
 
+def format_estimate(estimate: Estimate | None) -> str:
+    """``value [low, high]`` for a table cell; ``n/a`` when there is no value."""
+    if estimate is None or estimate.value is None:
+        return "n/a"
+    interval = _interval(estimate)
+    return f"{_figure(estimate.value)} {interval}" if interval else _figure(estimate.value)
+
+
 def metric_rows(metrics: EvaluationMetrics) -> list[tuple[str, str, str]]:
     """(metric, value, 95% CI or counts) rows shared by the terminal and Markdown tables."""
     rows = [

@@ -14,6 +14,7 @@ from typing import Annotated, get_args
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from rt4chart.backends.base import Backend
 from rt4chart.budget import Ledger, MeteredBackend
@@ -32,7 +33,7 @@ from rt4chart.evaluation import (
     write_result,
 )
 from rt4chart.io import InputLine, read_jsonl
-from rt4chart.judges import JudgeConfigError, resolve_judge
+from rt4chart.judges import JudgeConfigError, profile_statuses, resolve_judge
 from rt4chart.pipeline import Pipeline, PipelineOptions, estimate_audit, run_audit
 from rt4chart.report import AuditProgress, RunSummary, print_estimate, print_metrics, print_summary
 from rt4chart.types import Report
@@ -328,10 +329,6 @@ def convert(
 @app.command()
 def judges() -> None:
     """List the judge profiles and whether each one's API key and base URL are set (never their values)."""
-    from rich.table import Table
-
-    from rt4chart.judges import profile_statuses
-
     try:
         statuses = profile_statuses()
     except JudgeConfigError as error:

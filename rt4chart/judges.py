@@ -98,10 +98,6 @@ class ProfileStatus(BaseModel):
     base_set: bool | None
     """Whether its base-URL variable is set; ``None`` when it needs none."""
 
-    @property
-    def ready(self) -> bool:
-        return self.key_set is not False and self.base_set is not False
-
 
 def load_profiles(directory: Path | None = None) -> dict[str, JudgeProfile]:
     """Read every ``*.toml`` profile of ``directory`` (default: the shipped ``judges`` folder)."""

@@ -388,7 +388,9 @@ def serve(
         raise fail(str(error)) from None
     Console().print(
         f"serving {server.model_path.name} at {server.api_base}\n"
-        f"  rt4 verify INPUT.jsonl --judge hosted_vllm/{alias} --api-base {server.api_base}",
+        # More calls in flight than decoding slots only queue at the server, where they can time out.
+        f"  rt4 verify INPUT.jsonl --judge hosted_vllm/{alias} --api-base {server.api_base}"
+        f" --concurrency {parallel}",
         highlight=False,
         soft_wrap=True,
     )

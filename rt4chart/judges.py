@@ -76,6 +76,10 @@ class JudgeProfile(BaseModel):
     """Seconds one HTTP attempt may take."""
     max_attempts: int = Field(default=5, ge=1)
     """Attempts per request, the first included (rate limits, 5xx, timeouts, invalid replies)."""
+    max_reasks: int = Field(default=1, ge=0)
+    """Re-asks after replies that hold no schema-valid object, within ``max_attempts``. Such a
+    reply is rarely transient: a model that overran ``max_tokens`` or ignored the schema at
+    temperature 0 mostly does it again, and each re-ask pays for a longer prompt."""
     backoff_s: float = Field(default=1.0, ge=0.0)
     """First retry delay; it doubles per attempt, plus up to as much random jitter."""
     backoff_max_s: float = Field(default=60.0, ge=0.0)

@@ -6,7 +6,8 @@ never read, so a verdict-shaped string that a model merely thinks about, or quot
 or context under audit, is never taken as the verdict.
 
 Retries (tenacity, exponential backoff with jitter): 429 (Retry-After honoured), 5xx, timeouts,
-connection errors, and replies that do not validate (re-asked with the validation error). Every
+connection errors, and replies that do not validate (re-asked with the validation error, at most
+``max_reasks`` times). Every
 attempt that reached the server is counted in the usage. A request that still fails returns a
 response with ``error``; nothing here raises for a judge failure. API keys never appear in errors.
 """
@@ -19,6 +20,7 @@ import os
 import re
 import time
 import weakref
+from collections.abc import Iterable
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -47,6 +49,9 @@ _SCHEMA_PROVIDERS = frozenset({"hosted_vllm"})
 """Providers whose servers enforce a JSON schema (vLLM guided decoding) although litellm's
 capability table, keyed by model name, cannot know the served model."""
 
+_MODELS_PRICED_HERE: set[str] = set()
+"""Models litellm had no price for, registered in its price table with a judge profile's prices."""
+
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _CODE_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -73,13 +78,18 @@ def missing_key_variables(model: str) -> list[str]:
     return list(litellm.validate_environment(model=model).get("missing_keys", []))
 
 
-def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """``text`` with API keys removed: the given ones, any in the environment, and key-shaped tokens."""
-    candidates = {*secrets}
-    candidates.update(
+def secrets_in_environment() -> set[str]:
+    """Values of environment variables named like keys, tokens and secrets."""
+    return {
         value for name, value in os.environ.items()
         if name.upper().endswith(_SECRET_ENV_SUFFIXES) and len(value) >= 8
-    )
+    }
+
+
+def scrub(text: str, secrets: Iterable[str] | None = None) -> str:
+    """``text`` with API keys removed: ``secrets`` (default: :func:`secrets_in_environment`) and
+    key-shaped tokens."""
+    candidates = secrets_in_environment() if secrets is None else secrets
     for secret in sorted(filter(None, candidates), key=len, reverse=True):
         text = text.replace(secret, "***")
     for pattern in _SECRET_PATTERNS:
@@ -134,12 +144,13 @@ def parse_reply(text: str, schema: type[BaseModel]) -> tuple[BaseModel | None, s
 
 
 class InvalidReply(Exception):
-    """A reply arrived but holds no schema-valid object (retried with a re-ask)."""
+    """A reply arrived but holds no schema-valid object (re-asked unless ``final``)."""
 
-    def __init__(self, reason: str, raw: str) -> None:
+    def __init__(self, reason: str, raw: str, *, final: bool) -> None:
         super().__init__(reason)
         self.reason = reason
         self.raw = raw
+        self.final = final
 
 
 def _status(error: BaseException) -> int | None:
@@ -148,7 +159,9 @@ def _status(error: BaseException) -> int | None:
 
 
 def _retryable(error: BaseException) -> bool:
-    if isinstance(error, InvalidReply | Timeout | APIConnectionError):
+    if isinstance(error, InvalidReply):
+        return not error.final
+    if isinstance(error, Timeout | APIConnectionError):
         return True
     status = _status(error)
     return status is not None and (status in _RETRYABLE_STATUS or status >= 500)
@@ -194,11 +207,14 @@ class LiteLLMBackend:
             weakref.WeakKeyDictionary()
         )
         self._backoff = wait_exponential_jitter(
-            initial=profile.backoff_s, max=profile.backoff_max_s, jitter=profile.backoff_s
+            multiplier=profile.backoff_s, max=profile.backoff_max_s, jitter=profile.backoff_s
         )
         self.provider = litellm_provider(self.model)
         self._supported = set(litellm.get_supported_openai_params(model=self.model) or [])
-        self._prices = self._per_token_prices()
+        self.structured_output = self._structured_output()
+        """The ``response_format`` mode used: json_schema, json_object or none."""
+        self._prices, self._priced_by_litellm = self._per_token_prices()
+        self._secrets = secrets_in_environment() | ({api_key} if api_key else set())
 
     def __repr__(self) -> str:
         return f"LiteLLMBackend(model={self.model!r}, api_base={self.api_base!r})"
@@ -213,9 +229,7 @@ class LiteLLMBackend:
     def supports_decompose(self) -> bool:
         return True
 
-    @property
-    def structured_output(self) -> str:
-        """The ``response_format`` mode used: json_schema, json_object or none."""
+    def _structured_output(self) -> str:
         mode = self.profile.response_format
         if mode != "auto":
             return mode
@@ -231,15 +245,40 @@ class LiteLLMBackend:
             return "json_object"
         return "none"
 
-    def _per_token_prices(self) -> tuple[float, float]:
+    def _per_token_prices(self) -> tuple[tuple[float, float], bool]:
+        """USD per prompt and per completion token (the profile's, else litellm's price table), and
+        whether litellm had a price of its own for the model."""
         profile = self.profile
+        info: dict[str, Any] | None = None
+        if self.model not in _MODELS_PRICED_HERE:
+            try:
+                info = dict(litellm.get_model_info(model=self.model))
+            except Exception:  # litellm raises for a model it has no price for, such as a self-hosted one
+                info = None
         if profile.input_usd_per_mtok is not None or profile.output_usd_per_mtok is not None:
-            return (profile.input_usd_per_mtok or 0.0) / 1e6, (profile.output_usd_per_mtok or 0.0) / 1e6
-        try:
-            info = litellm.get_model_info(model=self.model)
-        except Exception:  # litellm raises when it has no price for the model: a local model is free
-            return 0.0, 0.0
-        return float(info.get("input_cost_per_token") or 0.0), float(info.get("output_cost_per_token") or 0.0)
+            prices = (profile.input_usd_per_mtok or 0.0) / 1e6, (profile.output_usd_per_mtok or 0.0) / 1e6
+        elif info is not None:
+            prices = float(info.get("input_cost_per_token") or 0.0), float(info.get("output_cost_per_token") or 0.0)
+        else:
+            prices = 0.0, 0.0
+        if info is None and self.provider is not None and self.model not in _MODELS_PRICED_HERE:
+            # litellm prices every reply itself. For a model missing from its table it searches the
+            # whole table on every call (a large share of a local server's per-call CPU), so it is
+            # given this judge's prices once (it caches what it looked up, so they are never
+            # changed; replies of such models are priced here); the cache-token prices silence
+            # its warning about them.
+            litellm.register_model({
+                self.model: {
+                    "litellm_provider": self.provider,
+                    "mode": "chat",
+                    "input_cost_per_token": prices[0],
+                    "output_cost_per_token": prices[1],
+                    "cache_creation_input_token_cost": prices[0],
+                    "cache_read_input_token_cost": prices[0],
+                }
+            })
+            _MODELS_PRICED_HERE.add(self.model)
+        return prices, info is not None
 
     def max_cost_usd(self, request: JudgeRequest) -> float:
         """Prompt tokens (the model's tokenizer) plus ``max_tokens`` of output, at the judge's prices."""
@@ -287,7 +326,8 @@ class LiteLLMBackend:
         return min(max(backoff, asked or 0.0), self.profile.backoff_max_s)
 
     def _cost(self, response: Any, prompt_tokens: int, completion_tokens: int) -> float:
-        reported = getattr(response, "_hidden_params", {}).get("response_cost")
+        # litellm's own price (it knows cached-token discounts) unless the prices it used are ours.
+        reported = getattr(response, "_hidden_params", {}).get("response_cost") if self._priced_by_litellm else None
         if isinstance(reported, int | float):
             return float(reported)
         input_price, output_price = self._prices
@@ -321,6 +361,7 @@ class LiteLLMBackend:
         raw = ""
         parsed: BaseModel | None = None
         error: str | None = None
+        invalid_replies = 0
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.profile.max_attempts),
             wait=self._wait,
@@ -334,13 +375,15 @@ class LiteLLMBackend:
                     raw = str(response.choices[0].message.content or "")
                     parsed, reason = parse_reply(raw, schema)
                     if parsed is None:
+                        invalid_replies += 1
                         messages = self._reask(request.messages, raw, reason or "invalid reply")
-                        raise InvalidReply(reason or "invalid reply", raw)
+                        final = invalid_replies > self.profile.max_reasks
+                        raise InvalidReply(reason or "invalid reply", raw, final=final)
         except InvalidReply as invalid:
             error = f"no valid reply after {len(usage)} attempts: {invalid.reason}"
         except Exception as failure:  # any provider, network or litellm failure becomes data
             error = f"{type(failure).__name__} after {len(usage)} attempts: {failure}"
-        secrets = (self._api_key,) if self._api_key else ()
+        secrets = self._secrets
         total = sum(usage, Usage())
         return JudgeResponse(
             parsed=parsed if isinstance(parsed, JudgeOutput) else None,

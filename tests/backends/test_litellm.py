@@ -120,6 +120,25 @@ def test_replies_that_never_validate_become_an_error(verify_request: VerifyReque
     assert response.raw.startswith("I think")
 
 
+@pytest.mark.parametrize("max_reasks", [0, 1, 3])
+def test_invalid_replies_are_reasked_at_most_max_reasks_times(
+    verify_request: VerifyRequestFactory, max_reasks: int
+) -> None:
+    with fault_server(REPLY, default=Fault("invalid_json")) as server:
+        backend = backend_for(server, max_attempts=5, max_reasks=max_reasks)
+        response = run(backend, verify_request(CLAIM))
+    assert response.error is not None and f"after {max_reasks + 1} attempts" in response.error
+    assert response.usage.calls == max_reasks + 1 == len(server.requests)
+
+
+def test_the_reask_cap_leaves_transient_failures_their_attempts(verify_request: VerifyRequestFactory) -> None:
+    faults = (Fault("server_error"), Fault("server_error"), Fault("invalid_json"))
+    with fault_server(REPLY, *faults) as server:
+        response = run(backend_for(server, max_attempts=5, max_reasks=1), verify_request(CLAIM))
+    assert isinstance(response.parsed, VerifyOutput)
+    assert response.usage.calls == 4 == len(server.requests)
+
+
 def test_retry_after_is_read_from_the_429(verify_request: VerifyRequestFactory) -> None:
     with (
         fault_server(REPLY, Fault("rate_limit", retry_after_s=7)) as server,
@@ -193,6 +212,23 @@ def test_cost_uses_profile_prices_when_litellm_has_none(verify_request: VerifyRe
     tokens = priced_backend.count_prompt_tokens(request)
     assert tokens > 100
     assert priced_backend.max_cost_usd(request) == pytest.approx(tokens * 1e-6 + 1024 * 2e-6)
+
+
+def test_a_model_litellm_cannot_price_is_set_up_quietly(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    profile = JudgeProfile(name="own", model="openai/own-model-never-priced", input_usd_per_mtok=3.0)
+    backend = LiteLLMBackend(profile, api_base="http://127.0.0.1:9/v1")
+    request = JudgeRequest(
+        task="verify",
+        payload={"stage": "global", "claims": ["x"], "sentences": []},
+        messages=[Message(role="user", content="Reply with JSON.")],
+        params=GenerationParams(max_tokens=10),
+        prompt_version="test",
+    )
+    assert backend.max_cost_usd(request) == pytest.approx(backend.count_prompt_tokens(request) * 3e-6)
+    captured = capfd.readouterr()
+    assert "register_model" not in caplog.text + captured.out + captured.err
 
 
 def test_known_models_are_priced_by_litellm() -> None:

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rt4chart.backends.base import Backend
+from rt4chart.backends.base import DEFAULT_MAX_TOKENS, Backend, GenerationParams
 from rt4chart.budget import Ledger, MeteredBackend
 from rt4chart.cache import CachedBackend, JudgeCache
 from rt4chart.datasets import DATASET_NAMES, DatasetError, load_dataset
@@ -86,6 +86,7 @@ def _pipeline_options(
     batch_claims: int,
     global_verification: bool,
     decomposer: str,
+    max_tokens: int,
     samples_in_flight: int = 16,
 ) -> PipelineOptions:
     if window < 1 or not 0 <= overlap < window:
@@ -94,6 +95,8 @@ def _pipeline_options(
         raise fail("--batch-claims must be at least 1")
     if samples_in_flight < 1:
         raise fail("--samples-in-flight must be at least 1")
+    if max_tokens < 1:
+        raise fail("--max-tokens must be at least 1")
     if decomposer not in get_args(DecomposerKind):
         raise fail(f"--decomposer must be one of {', '.join(get_args(DecomposerKind))} (got {decomposer!r})")
     return PipelineOptions(
@@ -103,6 +106,7 @@ def _pipeline_options(
         global_verification=global_verification,
         decomposer=decomposer,  # type: ignore[arg-type]
         samples_in_flight=samples_in_flight,
+        params=GenerationParams(max_tokens=max_tokens),
     )
 
 
@@ -121,6 +125,7 @@ WindowOption = Annotated[int, typer.Option(help="Context sentences per chunk (W)
 OverlapOption = Annotated[int, typer.Option(help="Sentences shared by consecutive chunks (O < W).")]
 BatchOption = Annotated[int, typer.Option(help="Claims judged per call; 1 = reference algorithm.")]
 GlobalOption = Annotated[bool, typer.Option("--global/--no-global", help="Re-judge claims against the full context.")]
+MaxTokensOption = Annotated[int, typer.Option(help="Most completion tokens per judge call (what a budget reserves for each).")]
 CacheDirOption = Annotated[Path | None, typer.Option(help="Judge-call cache directory (default: per-user cache).")]
 
 
@@ -136,6 +141,7 @@ def verify(
     overlap: OverlapOption = 10,
     batch_claims: BatchOption = 8,
     global_verification: GlobalOption = True,
+    max_tokens: MaxTokensOption = DEFAULT_MAX_TOKENS,
     samples_in_flight: Annotated[int, typer.Option(help="Samples audited at once (fewer finish sooner under a budget).")] = 16,
     budget: Annotated[float | None, typer.Option(help="Hard cap on judge spend in USD; exit 3 when reached.")] = None,
     cache_dir: CacheDirOption = None,
@@ -144,7 +150,9 @@ def verify(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary on stderr.")] = False,
 ) -> None:
     """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
-    options = _pipeline_options(window, overlap, batch_claims, global_verification, decomposer, samples_in_flight)
+    options = _pipeline_options(
+        window, overlap, batch_claims, global_verification, decomposer, max_tokens, samples_in_flight
+    )
     if budget is not None and budget < 0:
         raise fail("--budget must not be negative")
     if resume and out is None:
@@ -185,10 +193,11 @@ def estimate(
     overlap: OverlapOption = 10,
     batch_claims: BatchOption = 8,
     global_verification: GlobalOption = True,
+    max_tokens: MaxTokensOption = DEFAULT_MAX_TOKENS,
     cache_dir: CacheDirOption = None,
 ) -> None:
     """Calls, tokens and worst-case USD an audit of INPUT.jsonl would need; calls no judge."""
-    options = _pipeline_options(window, overlap, batch_claims, global_verification, decomposer)
+    options = _pipeline_options(window, overlap, batch_claims, global_verification, decomposer, max_tokens)
     items = _read_input(input_path)
     try:
         backend = resolve_judge(judge, api_base=api_base)
@@ -250,6 +259,7 @@ def eval_command(
     overlap: OverlapOption = 10,
     batch_claims: BatchOption = 8,
     global_verification: GlobalOption = True,
+    max_tokens: MaxTokensOption = DEFAULT_MAX_TOKENS,
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
     tag: Annotated[str | None, typer.Option(help="Label added to the result file names (e.g. run-2).")] = None,
@@ -259,7 +269,7 @@ def eval_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
 ) -> None:
     """Audit a labelled dataset, print every metric with 95% CIs, and record the result."""
-    _pipeline_options(window, overlap, batch_claims, global_verification, decomposer)
+    _pipeline_options(window, overlap, batch_claims, global_verification, decomposer, max_tokens)
     if method not in ("rt4chart", "direct"):
         raise fail(f"--method must be rt4chart or direct (got {method!r})")
     if (limit is not None and limit < 0) or resamples < 0:
@@ -268,7 +278,7 @@ def eval_command(
         dataset=dataset, path=str(path) if path else None, split=split, limit=limit, judge=judge,
         api_base=api_base, method=method, decomposer=decomposer, window=window,  # type: ignore[arg-type]
         overlap=overlap, batch_claims=batch_claims, global_verification=global_verification,
-        resamples=resamples, seed=seed, tag=tag,
+        max_tokens=max_tokens, resamples=resamples, seed=seed, tag=tag,
     )
     try:
         samples = load_samples(config)

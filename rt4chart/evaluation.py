@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from rt4chart.backends.base import Backend
+from rt4chart.backends.base import DEFAULT_MAX_TOKENS, Backend, GenerationParams
 from rt4chart.datasets import (
     dataset_files,
     dataset_path,
@@ -63,6 +63,8 @@ class EvalConfig(BaseModel):
     """Sentences shared by consecutive chunks (O)."""
     batch_claims: int = Field(default=8, ge=1)
     """Claims judged per call."""
+    max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
+    """Most completion tokens per judge call."""
     global_verification: bool = True
     """Re-judge claims against the full context."""
     resamples: int = Field(default=1000, ge=0)
@@ -79,6 +81,7 @@ class EvalConfig(BaseModel):
             batch_claims=self.batch_claims,
             global_verification=self.global_verification,
             decomposer=self.decomposer,
+            params=GenerationParams(max_tokens=self.max_tokens),
         )
 
     @property
@@ -133,8 +136,10 @@ class EvaluationResult(BaseModel):
 
     @property
     def stem(self) -> str:
-        """File name stem: dataset, split, judge, variant, limit and tag."""
+        """File name stem: dataset, split, judge, variant, a non-default max_tokens, limit and tag."""
         parts = [self.config.dataset, self.config.split or "all", self.judge, self.config.variant]
+        if self.config.max_tokens != DEFAULT_MAX_TOKENS:
+            parts.append(f"max-tokens-{self.config.max_tokens}")
         if self.config.limit is not None:
             parts.append(f"n{self.config.limit}")
         if self.config.tag:
@@ -258,7 +263,7 @@ def result_details(result: EvaluationResult) -> dict[str, str]:
         "method": config.variant,
         "options": (
             f"W={config.window}, O={config.overlap}, batch_claims={config.batch_claims}, "
-            f"global={config.global_verification}, decomposer={config.decomposer}"
+            f"global={config.global_verification}, decomposer={config.decomposer}, max_tokens={config.max_tokens}"
         ),
         "prompt version": result.prompt_version,
         "dataset sha256": ", ".join(f"{Path(f.path).name} {f.sha256[:16]}" for f in result.files[:4])

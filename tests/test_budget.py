@@ -102,6 +102,19 @@ def test_estimate_prices_the_planned_calls_without_calling_the_judge(tmp_path: P
     assert table_value(warm.output, "already cached") == "6"
 
 
+def test_max_tokens_bounds_what_each_planned_call_reserves(tmp_path: Path) -> None:
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json", cost_per_call=COST)
+    write_samples(inputs, 3)
+    args = ["estimate", str(inputs), "--judge", f"scripted:{rules}", "--cache-dir", str(tmp_path / "cache")]
+    default = runner.invoke(app, args)
+    bounded = runner.invoke(app, [*args, "--max-tokens", "100"])
+    assert default.exit_code == bounded.exit_code == 0, bounded.output
+    assert table_value(default.output, "completion tokens \\(max\\)") == str(9 * 1024)
+    assert table_value(bounded.output, "completion tokens \\(max\\)") == str(9 * 100)
+    refused = runner.invoke(app, [*args, "--max-tokens", "0"])
+    assert refused.exit_code == 2 and "--max-tokens must be at least 1" in refused.output
+
+
 def test_claims_carry_their_share_of_the_cost(tmp_path: Path) -> None:
     inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json", cost_per_call=COST)
     write_samples(inputs, 1)

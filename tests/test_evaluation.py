@@ -86,6 +86,9 @@ def test_direct_baseline_and_ablation_variants(tmp_path: Path) -> None:
     assert local_only.config.variant == "rt4chart-no-global-W10-O3"
     assert local_only.metrics.samples == 2
     assert local_only.stem.endswith("rt4chart-no-global-W10-O3_n2")
+    bounded = _eval(tmp_path / "bounded", "--max-tokens", "256", "--limit", "1")
+    assert bounded.stem.endswith("rt4chart_max-tokens-256_n1")
+    assert "max_tokens=256" in (tmp_path / "bounded" / f"{bounded.stem}.md").read_text(encoding="utf-8")
 
 
 def test_faithbench_eval_scores_evidence_grounding(tmp_path: Path) -> None:

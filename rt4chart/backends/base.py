@@ -31,6 +31,10 @@ class Message(BaseModel):
     """What is said."""
 
 
+DEFAULT_MAX_TOKENS = 1024
+"""Completion tokens a judge call may use unless told otherwise (room for a batch of judgements)."""
+
+
 class GenerationParams(BaseModel):
     """Sampling parameters; every field is part of the cache key."""
 
@@ -40,7 +44,7 @@ class GenerationParams(BaseModel):
     """Sampling temperature; 0 for reproducible verdicts."""
     seed: int | None = 0
     """Sampling seed, for providers that honour one."""
-    max_tokens: int = 1024
+    max_tokens: int = DEFAULT_MAX_TOKENS
     """Upper bound on completion tokens (also the worst case a budget reserves)."""
 
 

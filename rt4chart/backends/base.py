@@ -9,7 +9,7 @@ becomes data on one claim instead of crashing a batch.
 
 from __future__ import annotations
 
-import copy
+import json
 from functools import cache
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -174,14 +174,14 @@ OUTPUT_SCHEMAS: dict[Task, type[BaseModel]] = {
 
 
 @cache
-def _json_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    return schema.model_json_schema()
+def _json_schema_text(schema: type[BaseModel]) -> str:
+    return json.dumps(schema.model_json_schema())
 
 
 def output_json_schema(schema: type[BaseModel]) -> dict[str, Any]:
     """The JSON schema of a reply model: generated once per model (pydantic takes milliseconds),
-    handed out as a copy so a caller that edits it cannot change the next request."""
-    return copy.deepcopy(_json_schema(schema))
+    handed out as a fresh copy so a caller that edits it cannot change the next request."""
+    return dict(json.loads(_json_schema_text(schema)))
 
 
 class JudgeRequest(BaseModel):

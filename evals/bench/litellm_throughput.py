@@ -50,14 +50,15 @@ def verification_requests(count: int) -> list[JudgeRequest]:
     return (planned * (count // len(planned) + 1))[:count]
 
 
-async def measure(base_url: str, requests: list[JudgeRequest], concurrency: int) -> tuple[float, int]:
+async def measure(base_url: str, requests: list[JudgeRequest], concurrency: int) -> tuple[float, float, int]:
+    """Wall seconds, client CPU seconds and schema-valid replies of the calls."""
     backend = resolve_judge("openai/bench", api_base=base_url, concurrency=concurrency)
     await backend.complete(requests[0])  # connection set-up and imports are not throughput
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     responses = await asyncio.gather(*(backend.complete(request) for request in requests))
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     await backend.aclose()
-    return elapsed, sum(response.parsed is not None for response in responses)
+    return elapsed, cpu, sum(response.parsed is not None for response in responses)
 
 
 def main() -> None:
@@ -73,7 +74,7 @@ def main() -> None:
     try:
         base_url = address.get(timeout=60)
         requests = verification_requests(args.calls)
-        elapsed, valid = asyncio.run(measure(base_url, requests, args.concurrency))
+        elapsed, cpu, valid = asyncio.run(measure(base_url, requests, args.concurrency))
     finally:
         stop.set()
         server.join(timeout=10)
@@ -89,6 +90,15 @@ def main() -> None:
             "",
             f"**{achieved:.1f} calls/s = {share:.0%} of the ideal {ideal:.0f} calls/s** "
             f"(target >= 80%: {'met' if share >= 0.8 else 'NOT met'}); wall time {elapsed:.2f} s.",
+            "",
+            f"The client process spent {cpu / args.calls * 1000:.2f} ms of CPU per call "
+            f"({cpu / elapsed:.0%} of one core). Replies arrive in bursts of up to {args.concurrency}, "
+            "and each is processed on the one event loop before its slot sends the next request, so "
+            "every millisecond of per-call CPU delays the calls behind it. Most of that CPU is "
+            "litellm's own per-call work (logging object, response cost calculation, the OpenAI "
+            "SDK's request and response models); rt4chart's part (arguments, parsing, retries) is "
+            "small next to it. To see the split: `py-spy record -f raw -o profile.txt -- python "
+            "evals/bench/litellm_throughput.py`.",
         ],
     )
 

@@ -108,6 +108,9 @@ def _completion(model: str, content: str, reasoning: str | None) -> dict[str, An
 def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body leave in two writes; with Nagle's algorithm the body would wait for the
+        # client's delayed ACK of the headers (tens of ms on every keep-alive response).
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             """Keep test output quiet."""
@@ -164,14 +167,20 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's default backlog of 5 drops the SYNs of a burst of new connections, and each
+    # dropped one is retried a full second later.
+    request_queue_size = 128
+
+
 @contextmanager
 def fault_server(
     reply: str | Callable[[dict[str, Any]], str], *faults: Fault, default: Fault | None = None
 ) -> Iterator[FaultServer]:
     """Serve on a free port of 127.0.0.1 until the block ends."""
     state = FaultServer(reply=reply, script=deque(faults), default=default or Fault())
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", 0), _handler(state))
     state.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -7,9 +7,9 @@ or context under audit, is never taken as the verdict.
 
 Retries (tenacity, exponential backoff with jitter): 429 (Retry-After honoured), 5xx, timeouts,
 connection errors, and replies that do not validate (re-asked with the validation error, at most
-``max_reasks`` times). Every
-attempt that reached the server is counted in the usage. A request that still fails returns a
-response with ``error``; nothing here raises for a judge failure. API keys never appear in errors.
+``max_reasks`` times). Every attempt that reached the server is counted in the usage. A request
+that still fails returns a response with ``error``; nothing here raises for a judge failure. API
+keys never appear in errors.
 """
 
 from __future__ import annotations

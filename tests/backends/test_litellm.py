@@ -215,31 +215,19 @@ def test_cost_uses_profile_prices_when_litellm_has_none(verify_request: VerifyRe
 
 
 def test_a_model_litellm_cannot_price_is_set_up_quietly(
-    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str], verify_request: VerifyRequestFactory
 ) -> None:
     profile = JudgeProfile(name="own", model="openai/own-model-never-priced", input_usd_per_mtok=3.0)
     backend = LiteLLMBackend(profile, api_base="http://127.0.0.1:9/v1")
-    request = JudgeRequest(
-        task="verify",
-        payload={"stage": "global", "claims": ["x"], "sentences": []},
-        messages=[Message(role="user", content="Reply with JSON.")],
-        params=GenerationParams(max_tokens=10),
-        prompt_version="test",
-    )
+    request = verify_request(CLAIM, max_tokens=10)
     assert backend.max_cost_usd(request) == pytest.approx(backend.count_prompt_tokens(request) * 3e-6)
     captured = capfd.readouterr()
     assert "register_model" not in caplog.text + captured.out + captured.err
 
 
-def test_known_models_are_priced_by_litellm() -> None:
+def test_known_models_are_priced_by_litellm(verify_request: VerifyRequestFactory) -> None:
     backend = LiteLLMBackend(JudgeProfile(name="mini", model="gpt-4o-mini"), api_key="unused")
-    request = JudgeRequest(
-        task="verify",
-        payload={"stage": "global", "claims": ["x"], "sentences": []},
-        messages=[Message(role="user", content="Reply with JSON.")],
-        params=GenerationParams(max_tokens=1000),
-        prompt_version="test",
-    )
+    request = verify_request(CLAIM, max_tokens=1000)
     assert backend.max_cost_usd(request) == pytest.approx(
         backend.count_prompt_tokens(request) * 0.15e-6 + 1000 * 0.6e-6
     )

@@ -21,8 +21,7 @@ import sys
 from pathlib import Path
 
 from rt4chart.evaluation import EvalConfig, EvaluationResult, evaluate, load_samples, write_result
-from rt4chart.judges import resolve_judge
-from rt4chart.report import format_estimate
+from rt4chart.metrics import format_estimate
 from rt4chart.types import Sample
 
 GRID = ((10, 3), (15, 5), (25, 10), (35, 15))
@@ -34,10 +33,9 @@ COLUMNS = ("answer_f1", "balanced_accuracy", "auroc", "span_f1", "mean_iou")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def _run(base: EvalConfig, samples: list[Sample], **changes: object) -> EvaluationResult:
-    config = base.model_copy(update=changes)
-    backend = resolve_judge(config.judge, api_base=config.api_base)
-    result, _ = evaluate(config, samples, backend)
+def _run(base: EvalConfig, samples: list[Sample], tag: str | None = None, **changes: object) -> EvaluationResult:
+    config = base.model_copy(update={"tag": tag, "options": base.options.model_copy(update=changes)})
+    result, _ = evaluate(config, samples)
     write_result(result, RESULTS / "ablations")
     print(f"  {config.variant}{' ' + config.tag if config.tag else ''}: done in {result.wall_seconds:.1f} s",
           file=sys.stderr)

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from rt4chart.evaluation import EvaluationResult
-from rt4chart.report import format_estimate
+from rt4chart.metrics import format_estimate
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

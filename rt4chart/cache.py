@@ -69,13 +69,15 @@ class JudgeCache:
         self.directory = Path(directory) if directory else default_cache_dir()
         self._store = diskcache.Cache(str(self.directory))
 
-    def get(self, key: str) -> JudgeResponse | None:
-        """The stored reply, or ``None`` on a miss or an unreadable entry."""
+    def get(self, key: str, schema: type[BaseModel]) -> JudgeResponse | None:
+        """The stored reply, its ``parsed`` object validated against ``schema``; ``None`` on a miss
+        or an unreadable entry."""
         try:
             stored = self._store.get(key)
             if stored is None:
                 return None
-            return JudgeResponse.model_validate_json(stored)
+            response = JudgeResponse.model_validate_json(stored)
+            return response.model_copy(update={"parsed": schema.model_validate(json.loads(stored)["parsed"])})
         except Exception:  # any damaged entry is a miss by contract
             self._forget(key)
             return None
@@ -116,7 +118,7 @@ class CachedBackend(BackendWrapper):
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         key = request_key(self.inner.name, request)
         started = time.perf_counter()
-        hit = self.cache.get(key)
+        hit = self.cache.get(key, request.output_schema)
         if hit is not None:
             return hit.model_copy(
                 update={

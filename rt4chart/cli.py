@@ -3,40 +3,38 @@
 Exit codes of ``rt4 verify``: 0 every answer entailed; 1 at least one answer hallucinated;
 2 bad input or usage (any invalid input line, unknown judge, missing key, bad flags);
 3 stopped early by the budget.
+
+The options of an audit are declared once, as fields of :class:`rt4chart.options.AuditOptions`;
+:func:`audit_options` gives every audit command a flag per field (``--window``, ``--batch-claims``,
+...) with the field's default and docstring, and hands the command one validated model. Modules that
+pull in heavy dependencies (nltk, torch, litellm) are imported inside the commands that need them,
+so ``rt4 --help``, ``rt4 judges`` and ``rt4 cache`` start quickly.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
+import inspect
+import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from rt4chart.backends.base import DEFAULT_MAX_TOKENS, Backend, GenerationParams
-from rt4chart.budget import Ledger, MeteredBackend
-from rt4chart.cache import CachedBackend, JudgeCache
-from rt4chart.datasets import DATASET_NAMES, DatasetError, load_dataset
-from rt4chart.decompose import DecomposerKind
-from rt4chart.evaluation import (
-    EvalConfig,
-    PredictionsError,
-    evaluate,
-    load_samples,
-    result_details,
-    score_details,
-    score_predictions,
-    write_converted,
-    write_result,
-)
-from rt4chart.io import InputLine, read_jsonl
-from rt4chart.judges import JudgeConfigError, profile_statuses, resolve_judge
-from rt4chart.pipeline import Pipeline, PipelineOptions, estimate_audit, run_audit
-from rt4chart.report import AuditProgress, RunSummary, print_estimate, print_metrics, print_summary
-from rt4chart.types import Report
+from rt4chart.datasets import DATASET_NAMES
+from rt4chart.options import AuditOptions
+
+if TYPE_CHECKING:
+    from rt4chart.io import InputLine
+    from rt4chart.judges import JudgeStack
+    from rt4chart.types import Report
 
 EXIT_OK, EXIT_HALLUCINATED, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
 
@@ -61,119 +59,145 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
-def _resolve_metered(
+def _flag(name: str) -> str:
+    """The CLI flag of an :class:`AuditOptions` field (``--window``, ``--global/--no-global``)."""
+    info = AuditOptions.model_fields[name]
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    flag = str(extra.get("flag") or "--" + name.replace("_", "-"))
+    if info.annotation is bool and "/" not in flag:
+        flag = f"{flag}/--no-{flag.removeprefix('--')}"
+    return flag
+
+
+def _option_parameter(name: str) -> inspect.Parameter:
+    info = AuditOptions.model_fields[name]
+    annotation: Any = info.annotation
+    help_text = info.description or ""
+    if get_origin(annotation) is Literal:
+        # Checked by the model (one place, one message), offered here as text.
+        help_text = f"{help_text} One of: {', '.join(get_args(annotation))}."
+        annotation = str
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=info.default,
+        annotation=Annotated[annotation, typer.Option(_flag(name), help=help_text)],
+    )
+
+
+def _options_error(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        where = _flag(str(item["loc"][0])).split("/")[0] if item["loc"] else "options"
+        problems.append(f"{where}: {item['msg']}")
+    return "; ".join(problems)
+
+
+Command = TypeVar("Command", bound=Callable[..., None])
+
+
+def audit_options(command: Command) -> Command:
+    """Give ``command`` a flag for every :class:`AuditOptions` field and call it with ``options=``
+    the validated model; an invalid value is a usage error (exit 2) naming its flag."""
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "options"]
+    parameters = own + [_option_parameter(name) for name in AuditOptions.model_fields]
+
+    @functools.wraps(command)
+    def with_options(*args: Any, **kwargs: Any) -> None:
+        values = {name: kwargs.pop(name) for name in AuditOptions.model_fields if name in kwargs}
+        try:
+            options = AuditOptions(**values)
+        except ValidationError as error:
+            raise fail(_options_error(error)) from None
+        command(*args, options=options, **kwargs)
+
+    del with_options.__wrapped__  # typer reads the signature below, not the command's own
+    with_options.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    with_options.__annotations__ = {p.name: p.annotation for p in parameters}
+    return with_options  # type: ignore[return-value]
+
+
+def _judge_stack(
     judge: str | None,
     api_base: str | None,
     concurrency: int | None,
-    ledger: Ledger,
-    cache: JudgeCache | None,
-) -> Backend:
-    """The judge with every model-calling stage metered against the ledger, behind the cache."""
-
-    def wrap(leaf: Backend) -> Backend:
-        metered: Backend = MeteredBackend(leaf, ledger)
-        return CachedBackend(metered, cache) if cache is not None else metered
+    cache: Path | None,
+    budget_usd: float | None = None,
+) -> JudgeStack:
+    from rt4chart.judges import JudgeConfigError, judge_stack
 
     try:
-        return resolve_judge(judge, api_base=api_base, concurrency=concurrency, wrap=wrap)
+        return judge_stack(judge, api_base=api_base, concurrency=concurrency, cache=cache, budget_usd=budget_usd)
     except JudgeConfigError as error:
         raise fail(str(error)) from None
 
 
-def _pipeline_options(
-    window: int,
-    overlap: int,
-    batch_claims: int,
-    global_verification: bool,
-    decomposer: str,
-    max_tokens: int,
-    samples_in_flight: int = 16,
-) -> PipelineOptions:
-    if window < 1 or not 0 <= overlap < window:
-        raise fail(f"--overlap must be at least 0 and smaller than --window (got W={window}, O={overlap})")
-    if batch_claims < 1:
-        raise fail("--batch-claims must be at least 1")
-    if samples_in_flight < 1:
-        raise fail("--samples-in-flight must be at least 1")
-    if max_tokens < 1:
-        raise fail("--max-tokens must be at least 1")
-    if decomposer not in get_args(DecomposerKind):
-        raise fail(f"--decomposer must be one of {', '.join(get_args(DecomposerKind))} (got {decomposer!r})")
-    return PipelineOptions(
-        window=window,
-        overlap=overlap,
-        batch_claims=batch_claims,
-        global_verification=global_verification,
-        decomposer=decomposer,  # type: ignore[arg-type]
-        samples_in_flight=samples_in_flight,
-        params=GenerationParams(max_tokens=max_tokens),
-    )
-
-
 def _read_input(input_path: Path) -> list[InputLine]:
+    from rt4chart.io import read_jsonl
+
     if not input_path.is_file():
         raise fail(f"input file not found: {input_path}")
     return list(read_jsonl(input_path))
 
 
+def _cache_dir(cache_dir: Path | None) -> Path:
+    from rt4chart.cache import default_cache_dir
+
+    return cache_dir or default_cache_dir()
+
+
 InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer.")]
 JudgeOption = Annotated[str | None, typer.Option(help="Judge: profile name, litellm model, cascade:A,B or scripted:RULES.json (default: the embedded offline verifier).")]
 ApiBaseOption = Annotated[str | None, typer.Option(help="Base URL of an OpenAI-compatible or vLLM server.")]
-ConcurrencyOption = Annotated[int | None, typer.Option(help="Judge calls in flight (default: the judge profile's).")]
-DecomposerOption = Annotated[str, typer.Option(help="judge, rules, auto, or holistic (an ablation: no answer spans).")]
-WindowOption = Annotated[int, typer.Option(help="Context sentences per chunk (W).")]
-OverlapOption = Annotated[int, typer.Option(help="Sentences shared by consecutive chunks (O < W).")]
-BatchOption = Annotated[int, typer.Option(help="Claims judged per call; 1 = reference algorithm.")]
-GlobalOption = Annotated[bool, typer.Option("--global/--no-global", help="Re-judge claims against the full context.")]
-MaxTokensOption = Annotated[int, typer.Option(help="Most completion tokens per judge call (what a budget reserves for each).")]
+ConcurrencyOption = Annotated[int | None, typer.Option(min=1, help="Judge calls in flight (default: the judge profile's).")]
 CacheDirOption = Annotated[Path | None, typer.Option(help="Judge-call cache directory (default: per-user cache).")]
 
 
 @app.command()
+@audit_options
 def verify(
     input_path: InputArgument,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
     judge: JudgeOption = None,
     api_base: ApiBaseOption = None,
     concurrency: ConcurrencyOption = None,
-    decomposer: DecomposerOption = "auto",
-    window: WindowOption = 25,
-    overlap: OverlapOption = 10,
-    batch_claims: BatchOption = 8,
-    global_verification: GlobalOption = True,
-    max_tokens: MaxTokensOption = DEFAULT_MAX_TOKENS,
-    samples_in_flight: Annotated[int, typer.Option(help="Samples audited at once (fewer finish sooner under a budget).")] = 16,
     budget: Annotated[float | None, typer.Option(help="Hard cap on judge spend in USD; exit 3 when reached.")] = None,
     cache_dir: CacheDirOption = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Keep records already complete in --out; audit the rest.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary on stderr.")] = False,
+    *,
+    options: AuditOptions,
 ) -> None:
     """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
-    options = _pipeline_options(
-        window, overlap, batch_claims, global_verification, decomposer, max_tokens, samples_in_flight
-    )
     if budget is not None and budget < 0:
         raise fail("--budget must not be negative")
     if resume and out is None:
         raise fail("--resume needs --out FILE")
     items = _read_input(input_path)
-    ledger = Ledger(limit_usd=budget)
-    cache = None if no_cache else JudgeCache(cache_dir)
-    backend = _resolve_metered(judge, api_base, concurrency, ledger, cache)
+    stack = _judge_stack(judge, api_base, concurrency, None if no_cache else _cache_dir(cache_dir), budget)
+    from rt4chart.pipeline import Pipeline, run_audit
+    from rt4chart.report import AuditProgress, RunSummary, print_summary
+
     summary = RunSummary()
-    with AuditProgress(len(items), ledger, stderr, enabled=not quiet) as progress:
+    with AuditProgress(len(items), stack.ledger, stderr, enabled=not quiet) as progress:
 
         def on_report(report: Report) -> None:
             summary.add(report)
             progress.advance(summary)
 
-        result = asyncio.run(
-            run_audit(Pipeline(backend, options), items, out, on_report, resume=resume, stdout=sys.stdout)
-        )
+        async def audit() -> Any:
+            try:
+                return await run_audit(
+                    Pipeline(stack, options), items, out, on_report, resume=resume, stdout=sys.stdout
+                )
+            finally:
+                await stack.aclose()
+
+        result = asyncio.run(audit())
     summary.remaining = result.remaining
     summary.stopped_by_budget = result.stopped_by_budget
-    summary.spent_usd, summary.budget_usd = ledger.spent_usd, ledger.limit_usd
+    summary.spent_usd, summary.budget_usd = stack.ledger.spent_usd, stack.ledger.limit_usd
     if not quiet:
         print_summary(summary, stderr)
     if result.stopped_by_budget:
@@ -184,27 +208,38 @@ def verify(
 
 
 @app.command()
+@audit_options
 def estimate(
     input_path: InputArgument,
     judge: JudgeOption = None,
     api_base: ApiBaseOption = None,
-    decomposer: DecomposerOption = "auto",
-    window: WindowOption = 25,
-    overlap: OverlapOption = 10,
-    batch_claims: BatchOption = 8,
-    global_verification: GlobalOption = True,
-    max_tokens: MaxTokensOption = DEFAULT_MAX_TOKENS,
     cache_dir: CacheDirOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON on stdout.")] = False,
+    *,
+    options: AuditOptions,
 ) -> None:
-    """Calls, tokens and worst-case USD an audit of INPUT.jsonl would need; calls no judge."""
-    options = _pipeline_options(window, overlap, batch_claims, global_verification, decomposer, max_tokens)
+    """Calls, tokens and USD an audit of INPUT.jsonl would need (expected and worst case); calls no judge."""
+    from rt4chart.cache import JudgeCache
+    from rt4chart.judges import JudgeConfigError, resolve_judge
+    from rt4chart.pipeline import Pipeline
+    from rt4chart.planning import estimate_audit
+    from rt4chart.report import print_estimate
+
     items = _read_input(input_path)
     try:
         backend = resolve_judge(judge, api_base=api_base)
     except JudgeConfigError as error:
         raise fail(str(error)) from None
-    plan = estimate_audit(Pipeline(backend, options), items, JudgeCache(cache_dir))
-    print_estimate(plan, Console())
+    cache = JudgeCache(cache_dir)
+    try:
+        plan = estimate_audit(Pipeline(backend, options), items, cache)
+    finally:
+        cache.close()
+        asyncio.run(backend.aclose())
+    if as_json:
+        print(json.dumps(dataclasses.asdict(plan), indent=2))
+    else:
+        print_estimate(plan, Console())
 
 
 cache_app = typer.Typer(help="Inspect or clear the judge-call cache.", no_args_is_help=True)
@@ -214,6 +249,8 @@ app.add_typer(cache_app, name="cache")
 @cache_app.command("stats")
 def cache_stats(cache_dir: CacheDirOption = None) -> None:
     """Entries and size of the cache."""
+    from rt4chart.cache import JudgeCache
+
     cache = JudgeCache(cache_dir)
     stats = cache.stats()
     cache.close()
@@ -223,6 +260,8 @@ def cache_stats(cache_dir: CacheDirOption = None) -> None:
 @cache_app.command("clear")
 def cache_clear(cache_dir: CacheDirOption = None) -> None:
     """Remove every cached judge reply."""
+    from rt4chart.cache import JudgeCache
+
     cache = JudgeCache(cache_dir)
     removed = cache.clear()
     cache.close()
@@ -245,6 +284,7 @@ SeedOption = Annotated[int, typer.Option(help="Bootstrap seed.")]
 
 
 @app.command("eval")
+@audit_options
 def eval_command(
     dataset: DatasetArgument,
     path: DatasetPathOption = None,
@@ -253,13 +293,6 @@ def eval_command(
     judge: JudgeOption = None,
     api_base: ApiBaseOption = None,
     concurrency: ConcurrencyOption = None,
-    method: Annotated[str, typer.Option(help="rt4chart (the full method) or direct (one-call baseline).")] = "rt4chart",
-    decomposer: DecomposerOption = "auto",
-    window: WindowOption = 25,
-    overlap: OverlapOption = 10,
-    batch_claims: BatchOption = 8,
-    global_verification: GlobalOption = True,
-    max_tokens: MaxTokensOption = DEFAULT_MAX_TOKENS,
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
     tag: Annotated[str | None, typer.Option(help="Label added to the result file names (e.g. run-2).")] = None,
@@ -267,33 +300,36 @@ def eval_command(
     save_predictions: Annotated[bool, typer.Option(help="Also write every output record.")] = False,
     cache_dir: Annotated[Path | None, typer.Option(help="Cache judge calls here (default: no cache, so runs are independent).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    *,
+    options: AuditOptions,
 ) -> None:
     """Audit a labelled dataset, print every metric with 95% CIs, and record the result."""
-    _pipeline_options(window, overlap, batch_claims, global_verification, decomposer, max_tokens)
-    if method not in ("rt4chart", "direct"):
-        raise fail(f"--method must be rt4chart or direct (got {method!r})")
+    from rt4chart.datasets import DatasetError
+    from rt4chart.evaluation import EvalConfig, evaluate, load_samples, result_details, write_result
+    from rt4chart.report import AuditProgress, RunSummary, print_metrics
+
     if (limit is not None and limit < 0) or resamples < 0:
         raise fail("--limit and --resamples must not be negative")
     config = EvalConfig(
         dataset=dataset, path=str(path) if path else None, split=split, limit=limit, judge=judge,
-        api_base=api_base, method=method, decomposer=decomposer, window=window,  # type: ignore[arg-type]
-        overlap=overlap, batch_claims=batch_claims, global_verification=global_verification,
-        max_tokens=max_tokens, resamples=resamples, seed=seed, tag=tag,
+        api_base=api_base, options=options, resamples=resamples, seed=seed, tag=tag,
     )
     try:
         samples = load_samples(config)
     except DatasetError as error:
         raise fail(str(error)) from None
-    ledger = Ledger()
-    backend = _resolve_metered(judge, api_base, concurrency, ledger, JudgeCache(cache_dir) if cache_dir else None)
+    stack = _judge_stack(judge, api_base, concurrency, cache_dir)
     summary = RunSummary()
-    with AuditProgress(len(samples), ledger, stderr, enabled=not quiet) as progress:
+    try:
+        with AuditProgress(len(samples), stack.ledger, stderr, enabled=not quiet) as progress:
 
-        def on_report(report: Report) -> None:
-            summary.add(report)
-            progress.advance(summary)
+            def on_report(report: Report) -> None:
+                summary.add(report)
+                progress.advance(summary)
 
-        result, reports = evaluate(config, samples, backend, on_report)
+            result, reports = evaluate(config, samples, stack, on_report)
+    finally:
+        asyncio.run(stack.aclose())
     title = f"{dataset} {split or 'all'}: {result.judge}, {config.variant}"
     print_metrics(result.metrics, Console(), title, result_details(result))
     written = write_result(result, results_dir, reports if save_predictions else None)
@@ -309,6 +345,10 @@ def score(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the scores as JSON.")] = None,
 ) -> None:
     """Score existing output records against gold labels."""
+    from rt4chart.datasets import DatasetError
+    from rt4chart.evaluation import PredictionsError, score_details, score_predictions
+    from rt4chart.report import print_metrics
+
     try:
         result = score_predictions(predictions, gold, resamples=resamples, seed=seed)
     except (PredictionsError, DatasetError) as error:
@@ -328,6 +368,9 @@ def convert(
     limit: LimitOption = None,
 ) -> None:
     """Convert a labelled dataset to rt4chart input JSONL (gold labels kept under "gold")."""
+    from rt4chart.datasets import DatasetError, load_dataset
+    from rt4chart.evaluation import write_converted
+
     try:
         samples = load_dataset(dataset, path, split, limit)
     except DatasetError as error:
@@ -339,6 +382,8 @@ def convert(
 @app.command()
 def judges() -> None:
     """List the judge profiles and whether each one's API key and base URL are set (never their values)."""
+    from rt4chart.judges import JudgeConfigError, profile_statuses
+
     try:
         statuses = profile_statuses()
     except JudgeConfigError as error:

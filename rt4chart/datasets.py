@@ -39,7 +39,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import ValidationError
 
-from rt4chart.types import Gold, Label, Sample, Span
+from rt4chart.io import read_json_lines
+from rt4chart.types import Gold, Label, Sample, Span, merge_spans
 
 DatasetName = Literal["ragtruth-qa", "ragtruth", "faithbench", "mu-shroom", "generic"]
 DATASET_NAMES: tuple[str, ...] = get_args(DatasetName)
@@ -165,17 +166,6 @@ def faithbench_split(batch: int, sample_id: int) -> Literal["dev", "test"]:
     return "test" if int(digest, 16) % 3 == 0 else "dev"
 
 
-def merge_spans(spans: list[Span]) -> list[Span]:
-    """Sort spans, drop empty ones, and merge those that overlap or touch."""
-    merged: list[Span] = []
-    for span in sorted((s for s in spans if s.end > s.start), key=lambda s: (s.start, s.end)):
-        if merged and span.start <= merged[-1].end:
-            merged[-1] = Span(start=merged[-1].start, end=max(merged[-1].end, span.end))
-        else:
-            merged.append(span)
-    return merged
-
-
 def _check_split(name: str, split: str | None) -> str | None:
     allowed = _SPLITS[name]
     if split is not None and split not in allowed:
@@ -191,18 +181,13 @@ def _existing(path: Path) -> Path:
 
 
 def _jsonl(path: Path) -> Iterator[tuple[dict[str, Any], str]]:
-    with open(path, encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as error:
-                raise DatasetError(f"{where}: not valid JSON ({error.msg})") from None
-            if not isinstance(record, dict):
-                raise DatasetError(f"{where}: expected a JSON object")
-            yield record, where
+    for line in read_json_lines(path):
+        where = f"{path}:{line.number}"
+        if line.error is not None:
+            raise DatasetError(f"{path}: {line.error}")
+        if not isinstance(line.value, dict):
+            raise DatasetError(f"{where}: expected a JSON object")
+        yield line.value, where
 
 
 def _field(record: dict[str, Any], key: str, where: str) -> Any:

@@ -7,19 +7,11 @@ bent towards what the context happens to say.
 from __future__ import annotations
 
 import re
-from typing import Literal
 
-from rt4chart.backends.base import (
-    DecomposeInput,
-    DecomposeOutput,
-    HolisticDecomposeInput,
-    HolisticDecomposeOutput,
-    JudgeRequest,
-)
+from rt4chart.backends.base import JudgeRequest
 from rt4chart.session import JudgeSession
+from rt4chart.tasks import DecomposeInput, DecomposeOutput, HolisticDecomposeInput, HolisticDecomposeOutput
 from rt4chart.types import Claim, Sentence, Span
-
-DecomposerKind = Literal["judge", "rules", "auto", "holistic"]
 
 _CLAUSE_BREAK = re.compile(r"\s*;\s+")
 
@@ -54,21 +46,17 @@ def decompose_request(
     session: JudgeSession, sentences: list[Sentence], question: str | None
 ) -> JudgeRequest:
     """The request that asks the judge for the claims of every answer sentence."""
-    payload = DecomposeInput(question=question, sentences=[s.text for s in sentences])
-    fields = {
-        "question": question or "(none)",
-        "sentences": "\n".join(f"[{s.index}] {s.text}" for s in sentences),
-    }
-    return session.request("decompose", "decompose", payload, fields)
+    return session.request(DecomposeInput(question=question, sentences=[s.text for s in sentences]))
 
 
 async def decompose_by_judge(
-    session: JudgeSession, sentences: list[Sentence], question: str | None
+    session: JudgeSession, sentences: list[Sentence], question: str | None, max_per_sentence: int
 ) -> tuple[list[Claim], list[str]]:
     """Ask the judge for claims of every answer sentence in one call.
 
     A sentence the reply leaves out keeps its rule-based claims; a failed call falls back to the
-    rule-based decomposer for the whole answer. Both are reported in the returned errors.
+    rule-based decomposer for the whole answer; claims beyond ``max_per_sentence`` are dropped.
+    All three are reported in the returned errors.
     """
     if not sentences:
         return [], []
@@ -84,33 +72,45 @@ async def decompose_by_judge(
     errors = (
         [f"decomposition skipped answer sentences {missing}; used them as claims"] if missing else []
     )
+    overlong = [index for index, claims in by_sentence.items() if len(claims) > max_per_sentence]
+    for index in overlong:
+        by_sentence[index] = by_sentence[index][:max_per_sentence]
+    if overlong:
+        errors.append(
+            f"decomposition gave answer sentences {overlong} more than {max_per_sentence} claims; kept the first"
+        )
     per_sentence = [(s, by_sentence.get(s.index, rule_claims(s))) for s in sentences]
     return claims_from_texts(per_sentence), errors
 
 
-def holistic_request(session: JudgeSession, answer: str, question: str | None) -> JudgeRequest:
+def holistic_request(
+    session: JudgeSession, answer: str, sentences: list[Sentence], question: str | None
+) -> JudgeRequest:
     """The request that asks the judge for the claims of the whole answer at once."""
-    payload = HolisticDecomposeInput(question=question, answer=answer)
-    fields = {"question": question or "(none)", "answer": answer}
-    return session.request("decompose_holistic", "decompose_holistic", payload, fields)
+    return session.request(
+        HolisticDecomposeInput(question=question, answer=answer, sentences=[s.text for s in sentences])
+    )
 
 
 async def decompose_holistically(
-    session: JudgeSession, answer: str, sentences: list[Sentence], question: str | None
+    session: JudgeSession, answer: str, sentences: list[Sentence], question: str | None, max_per_sentence: int
 ) -> tuple[list[Claim], list[str]]:
     """Ablation: claims drawn from the whole answer in one call, tied to no sentence (so no span).
 
-    A failed call falls back to the rule-based, sentence-based claims, reported in the errors.
+    A failed call falls back to the rule-based, sentence-based claims; claims beyond
+    ``max_per_sentence`` times the number of sentences are dropped. Both are reported in the errors.
     """
     if not sentences:
         return [], []
-    response = await session.send(holistic_request(session, answer, question))
+    response = await session.send(holistic_request(session, answer, sentences, question))
     if not isinstance(response.parsed, HolisticDecomposeOutput):
         error = f"holistic decomposition failed ({response.error}); used one claim per sentence"
         return decompose_by_rules(sentences), [error]
     texts = [text.strip() for text in response.parsed.claims if text.strip()]
+    limit = max_per_sentence * len(sentences)
+    errors = [f"holistic decomposition gave {len(texts)} claims; kept the first {limit}"] if len(texts) > limit else []
     claims = [
         Claim(index=position, text=text, sentence_index=None, answer_span=None)
-        for position, text in enumerate(texts)
+        for position, text in enumerate(texts[:limit])
     ]
-    return claims, []
+    return claims, errors

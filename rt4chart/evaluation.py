@@ -14,11 +14,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from rt4chart.backends.base import DEFAULT_MAX_TOKENS, Backend, GenerationParams
+from rt4chart.backends.base import DEFAULT_MAX_TOKENS, Backend
 from rt4chart.datasets import (
     dataset_files,
     dataset_path,
@@ -26,16 +25,12 @@ from rt4chart.datasets import (
     load_dataset,
     samples_sha256,
 )
-from rt4chart.decompose import DecomposerKind
-from rt4chart.direct import DirectPipeline
-from rt4chart.io import InputLine
-from rt4chart.judges import resolve_judge
-from rt4chart.metrics import EvaluationMetrics, score_reports
-from rt4chart.pipeline import Pipeline, PipelineOptions
-from rt4chart.report import metrics_markdown
+from rt4chart.io import InputLine, read_json_lines
+from rt4chart.judges import judge_stack
+from rt4chart.metrics import EvaluationMetrics, metrics_markdown, score_reports
+from rt4chart.options import AuditOptions
+from rt4chart.pipeline import Pipeline
 from rt4chart.types import Gold, Report, Sample, Usage
-
-Method = Literal["rt4chart", "direct"]
 
 
 class EvalConfig(BaseModel):
@@ -53,20 +48,8 @@ class EvalConfig(BaseModel):
     """Judge spec as ``--judge`` takes it; ``None`` for the default judge."""
     api_base: str | None = None
     """Base URL of an OpenAI-compatible server, when the judge needs one."""
-    method: Method = "rt4chart"
-    """``rt4chart`` (the full method) or ``direct`` (the one-call baseline)."""
-    decomposer: DecomposerKind = "auto"
-    """Decomposer of the rt4chart method (``holistic`` is the ablation)."""
-    window: int = Field(default=25, ge=1)
-    """Context sentences per chunk (W)."""
-    overlap: int = Field(default=10, ge=0)
-    """Sentences shared by consecutive chunks (O)."""
-    batch_claims: int = Field(default=8, ge=1)
-    """Claims judged per call."""
-    max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
-    """Most completion tokens per judge call."""
-    global_verification: bool = True
-    """Re-judge claims against the full context."""
+    options: AuditOptions = Field(default_factory=AuditOptions)
+    """Every option of the audit (method, decomposer, W, O, batching, ...)."""
     resamples: int = Field(default=1000, ge=0)
     """Bootstrap resamples for the confidence intervals."""
     seed: int = 0
@@ -74,28 +57,20 @@ class EvalConfig(BaseModel):
     tag: str | None = None
     """Free label appended to the result's file name (e.g. ``run-2`` of repeated runs)."""
 
-    def pipeline_options(self) -> PipelineOptions:
-        return PipelineOptions(
-            window=self.window,
-            overlap=self.overlap,
-            batch_claims=self.batch_claims,
-            global_verification=self.global_verification,
-            decomposer=self.decomposer,
-            params=GenerationParams(max_tokens=self.max_tokens),
-        )
-
     @property
     def variant(self) -> str:
         """Short name of the method variant: ``rt4chart``, ``rt4chart-no-global-W10-O3``, ``direct``."""
-        if self.method == "direct":
+        options = self.options
+        if options.method == "direct":
             return "direct"
         parts = ["rt4chart"]
-        if self.decomposer != "auto":
-            parts.append(self.decomposer)
-        if not self.global_verification:
+        if options.decomposer != "auto":
+            parts.append(options.decomposer)
+        if not options.global_verification:
             parts.append("no-global")
-        if (self.window, self.overlap) != (25, 10):
-            parts.append(f"W{self.window}-O{self.overlap}")
+        changed = options.changed()
+        if "window" in changed or "overlap" in changed:
+            parts.append(f"W{options.window}-O{options.overlap}")
         return "-".join(parts)
 
 
@@ -138,8 +113,8 @@ class EvaluationResult(BaseModel):
     def stem(self) -> str:
         """File name stem: dataset, split, judge, variant, a non-default max_tokens, limit and tag."""
         parts = [self.config.dataset, self.config.split or "all", self.judge, self.config.variant]
-        if self.config.max_tokens != DEFAULT_MAX_TOKENS:
-            parts.append(f"max-tokens-{self.config.max_tokens}")
+        if self.config.options.max_tokens != DEFAULT_MAX_TOKENS:
+            parts.append(f"max-tokens-{self.config.options.max_tokens}")
         if self.config.limit is not None:
             parts.append(f"n{self.config.limit}")
         if self.config.tag:
@@ -183,25 +158,16 @@ def _package_version() -> str:
         return "unknown"
 
 
-def make_pipeline(backend: Backend, config: EvalConfig) -> Pipeline:
-    """The pipeline of the configured method."""
-    pipeline_class = DirectPipeline if config.method == "direct" else Pipeline
-    return pipeline_class(backend, config.pipeline_options())
-
-
 async def audit_samples(
     pipeline: Pipeline, samples: Sequence[Sample], on_report: Callable[[Report], None] | None = None
 ) -> list[Report]:
-    """Audit samples in order through ``pipeline``; closes the backend when done."""
+    """Audit samples in order through ``pipeline`` (its judge stays open: its builder closes it)."""
     items = [InputLine(position, sample) for position, sample in enumerate(samples, start=1)]
     reports: list[Report] = []
-    try:
-        async for report in pipeline.run(items):
-            reports.append(report)
-            if on_report is not None:
-                on_report(report)
-    finally:
-        await pipeline.backend.aclose()
+    async for report in pipeline.run(items):
+        reports.append(report)
+        if on_report is not None:
+            on_report(report)
     return reports
 
 
@@ -223,7 +189,9 @@ def evaluate(
     """Audit every sample of the configured dataset and score the reports.
 
     ``samples`` are what :func:`load_samples` returns for ``config`` (loaded here when omitted);
-    ``backend`` overrides ``config.judge`` (the caller may wrap it in a cache). Raises
+    ``backend`` overrides ``config.judge`` (the caller builds and closes it, e.g. a
+    :func:`rt4chart.judges.judge_stack` with a cache); otherwise a stack without cache is built
+    and closed here. Raises
     :class:`rt4chart.datasets.DatasetError` or :class:`rt4chart.judges.JudgeConfigError` before
     any judge call when the data or the judge cannot be used.
     """
@@ -231,10 +199,18 @@ def evaluate(
     if samples is None:
         samples = load_samples(config)
     files = [DatasetFile(path=str(f), sha256=file_sha256(f)) for f in dataset_files(config.dataset, path, config.split)]
-    judge = backend or resolve_judge(config.judge, api_base=config.api_base)
-    pipeline = make_pipeline(judge, config)
+    judge = backend or judge_stack(config.judge, api_base=config.api_base)
+    pipeline = Pipeline(judge, config.options)
+
+    async def audit() -> list[Report]:
+        try:
+            return await audit_samples(pipeline, samples, on_report)
+        finally:
+            if backend is None:
+                await judge.aclose()
+
     started = time.perf_counter()
-    reports = asyncio.run(audit_samples(pipeline, samples, on_report))
+    reports = asyncio.run(audit())
     wall = time.perf_counter() - started
     result = EvaluationResult(
         config=config.model_copy(update={"path": str(dataset_path(config.dataset, path))}),
@@ -261,10 +237,7 @@ def result_details(result: EvaluationResult) -> dict[str, str]:
         "limit": str(config.limit) if config.limit is not None else "none",
         "judge": result.judge,
         "method": config.variant,
-        "options": (
-            f"W={config.window}, O={config.overlap}, batch_claims={config.batch_claims}, "
-            f"global={config.global_verification}, decomposer={config.decomposer}, max_tokens={config.max_tokens}"
-        ),
+        "options": ", ".join(f"{name}={value}" for name, value in config.options),
         "prompt version": result.prompt_version,
         "dataset sha256": ", ".join(f"{Path(f.path).name} {f.sha256[:16]}" for f in result.files[:4])
         + (f" (+{len(result.files) - 4} files)" if len(result.files) > 4 else ""),
@@ -301,17 +274,16 @@ def read_predictions(path: Path) -> list[Report]:
     if not path.is_file():
         raise PredictionsError(f"predictions file not found: {path}")
     reports = []
-    with open(path, encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                reports.append(Report.model_validate_json(text))
-            except ValidationError as error:
-                problem = error.errors()[0]
-                raise PredictionsError(
-                    f"{path}:{number}: not an rt4chart output record ({problem['loc']}: {problem['msg']})"
-                ) from None
+    for line in read_json_lines(path):
+        if line.error is not None:
+            raise PredictionsError(f"{path}: {line.error}")
+        try:
+            reports.append(Report.model_validate(line.value))
+        except ValidationError as error:
+            problem = error.errors()[0]
+            raise PredictionsError(
+                f"{path}:{line.number}: not an rt4chart output record ({problem['loc']}: {problem['msg']})"
+            ) from None
     return reports
 
 

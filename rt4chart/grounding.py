@@ -15,7 +15,6 @@ from functools import cached_property
 from rt4chart.types import Evidence, Sentence
 
 _WHITESPACE = re.compile(r"\s+")
-_SENTENCE_MARKER = re.compile(r"\[S\d+\]\s*")
 _WRAPPING_QUOTES = "\"'“”‘’«» "  # noqa: RUF001 - typographic quotes are the point
 
 
@@ -56,7 +55,7 @@ class ContextIndex:
 
     def anchor(self, quote: str, within: tuple[int, int] | None = None) -> Evidence | None:
         """Find ``quote`` in the context (or in the ``within`` character range of it)."""
-        needle = _WHITESPACE.sub(" ", _SENTENCE_MARKER.sub("", quote)).strip(_WRAPPING_QUOTES)
+        needle = _WHITESPACE.sub(" ", quote).strip(_WRAPPING_QUOTES)
         if not needle:
             return None
         low, high = within or (0, len(self.text))

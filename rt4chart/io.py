@@ -55,31 +55,61 @@ def parse_sample(record: Any, line: int) -> InputLine:
     return InputLine(line, sample, None, raw_id)
 
 
-def read_jsonl(path: Path | str) -> Iterator[InputLine]:
-    """Read an input file; blank lines are skipped, every other line yields one item."""
-    # Bytes, decoded line by line: one line that is not UTF-8 is one bad line, not a failed run.
-    with open(path, "rb") as handle:
-        yield from parse_lines(handle)
+@dataclass(frozen=True)
+class JsonLine:
+    """One non-blank line of a JSONL file, decoded or not."""
+
+    number: int
+    """1-based line number."""
+    text: str
+    """The line as read (empty when it is not UTF-8)."""
+    value: Any = None
+    """The decoded JSON value, when the line is valid."""
+    error: str | None = None
+    """Why the line could not be decoded (names the line)."""
 
 
-def parse_lines(lines: Iterable[str | bytes]) -> Iterator[InputLine]:
-    """Parse JSONL lines, as text or as UTF-8 bytes (see :func:`read_jsonl`)."""
+def json_lines(lines: Iterable[str | bytes]) -> Iterator[JsonLine]:
+    """Decode JSONL lines given as text or as UTF-8 bytes; blank lines are skipped.
+
+    Every reader of JSONL in rt4chart (inputs, datasets, predictions) goes through this, so a line
+    that is not UTF-8 or not JSON is reported the same way everywhere, and one bad line is one bad
+    line, not a failed run.
+    """
     for number, raw in enumerate(lines, start=1):
         try:
             text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
         except UnicodeDecodeError as error:
-            yield InputLine(number, None, f"line {number}: not valid UTF-8 (byte {error.start + 1})")
+            yield JsonLine(number, "", error=f"line {number}: not valid UTF-8 (byte {error.start + 1})")
             continue
         if number == 1:
             text = text.removeprefix("\ufeff")  # a byte order mark left by some editors
         if not text.strip():
             continue
         try:
-            record = json.loads(text)
+            yield JsonLine(number, text, value=json.loads(text))
         except json.JSONDecodeError as error:
-            yield InputLine(number, None, f"line {number}: not valid JSON ({error.msg} at column {error.colno})")
-            continue
-        yield parse_sample(record, number)
+            yield JsonLine(number, text, error=f"line {number}: not valid JSON ({error.msg} at column {error.colno})")
+
+
+def read_json_lines(path: Path | str) -> Iterator[JsonLine]:
+    """The lines of a JSONL file (see :func:`json_lines`)."""
+    with open(path, "rb") as handle:
+        yield from json_lines(handle)
+
+
+def read_jsonl(path: Path | str) -> Iterator[InputLine]:
+    """Read an input file; blank lines are skipped, every other line yields one item."""
+    return parse_lines(read_json_lines(path))
+
+
+def parse_lines(lines: Iterable[JsonLine]) -> Iterator[InputLine]:
+    """Turn decoded JSONL lines into input items, one per line (see :func:`read_jsonl`)."""
+    for line in lines:
+        if line.error is not None:
+            yield InputLine(line.number, None, line.error)
+        else:
+            yield parse_sample(line.value, line.number)
 
 
 def error_report(item: InputLine) -> Report:

@@ -20,13 +20,18 @@ import os
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rt4chart.backends.base import Backend
+from rt4chart.backends.base import Backend, BackendWrapper
 from rt4chart.backends.scripted import ScriptedBackend
+from rt4chart.budget import Ledger, MeteredBackend
+from rt4chart.cache import CachedBackend, JudgeCache
 from rt4chart.resources import resource_dir
+
+if TYPE_CHECKING:
+    from rt4chart.backends.litellm import LiteLLMSettings
 
 DEFAULT_JUDGE = "embedded"
 """The judge used when none is named: needs no key and no network."""
@@ -90,6 +95,14 @@ class JudgeProfile(BaseModel):
         if self.kind == "litellm" and not self.model:
             raise ValueError(f"judge profile {self.name!r} needs a litellm model string")
         return self
+
+    def litellm_settings(self, concurrency: int | None = None) -> LiteLLMSettings:
+        """The transport settings of this profile's litellm backend (``concurrency`` overrides)."""
+        from rt4chart.backends.litellm import LiteLLMSettings
+
+        assert self.model is not None, "litellm judge profiles always name a model"
+        transport = self.model_dump(include=set(LiteLLMSettings.model_fields) - {"model", "concurrency"})
+        return LiteLLMSettings(model=self.model, concurrency=concurrency or self.concurrency, **transport)
 
 
 class ProfileStatus(BaseModel):
@@ -263,4 +276,66 @@ def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: i
         api_key = NO_KEY
     from rt4chart.backends.litellm import LiteLLMBackend
 
-    return LiteLLMBackend(profile, api_key=api_key, api_base=base, concurrency=concurrency)
+    return LiteLLMBackend(profile.litellm_settings(concurrency), api_key=api_key, api_base=base)
+
+
+class JudgeStack(BackendWrapper):
+    """A judge ready for an audit: each model-calling stage metered against the ledger (the budget)
+    behind the disk cache, so a cache hit never reserves budget and a refused reservation never
+    reaches the model. Closing the stack closes what it opened: the judge it resolved from a spec
+    (not a backend handed to it) and the cache it opened from a directory (not one handed to it)."""
+
+    def __init__(
+        self, inner: Backend, ledger: Ledger, cache: JudgeCache | None, *, owns_judge: bool, owns_cache: bool
+    ) -> None:
+        super().__init__(inner)
+        self.ledger = ledger
+        """Spend and reservations of every call made through the stack."""
+        self.cache = cache
+        """The cache in front of the calls, if any."""
+        self._owns_judge = owns_judge
+        self._owns_cache = owns_cache
+
+    async def aclose(self) -> None:
+        try:
+            if self._owns_judge:
+                await self.inner.aclose()
+        finally:
+            if self.cache is not None and self._owns_cache:
+                self.cache.close()
+
+
+def judge_stack(
+    judge: str | Backend | None = None,
+    *,
+    api_base: str | None = None,
+    concurrency: int | None = None,
+    cache: JudgeCache | Path | str | None = None,
+    budget_usd: float | None = None,
+) -> JudgeStack:
+    """The judge an audit runs with: what ``rt4 verify``, :func:`rt4chart.averify`, ``rt4 eval`` and
+    the benchmarks all build.
+
+    ``judge`` is a spec as ``--judge`` takes it (default :data:`DEFAULT_JUDGE`) or a backend of the
+    caller's (wrapped whole). ``cache`` is an open :class:`JudgeCache` (the caller closes it), a
+    directory (opened here, closed with the stack), or ``None`` for no cache. ``budget_usd`` caps
+    the spend (``None``: no cap). Whoever builds a stack closes it (``await stack.aclose()``); the
+    pipeline and the audit runners never close a backend they were given.
+    """
+    ledger = Ledger(limit_usd=budget_usd)
+    opened = isinstance(cache, (Path, str))
+    disk = JudgeCache(cache) if isinstance(cache, (Path, str)) else cache
+
+    def wrap(leaf: Backend) -> Backend:
+        metered: Backend = MeteredBackend(leaf, ledger)
+        return CachedBackend(metered, disk) if disk is not None else metered
+
+    try:
+        inner = wrap(judge) if isinstance(judge, Backend) else resolve_judge(
+            judge, api_base=api_base, concurrency=concurrency, wrap=wrap
+        )
+    except BaseException:
+        if opened and disk is not None:
+            disk.close()
+        raise
+    return JudgeStack(inner, ledger, disk, owns_judge=not isinstance(judge, Backend), owns_cache=opened)

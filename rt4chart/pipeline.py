@@ -9,19 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from pydantic import Field
-
-from rt4chart.backends.base import Backend, CostEstimator, GenerationParams, JudgeRequest, prompt_tokens
+from rt4chart.backends.base import Backend
 from rt4chart.budget import BudgetExhausted
-from rt4chart.cache import JudgeCache, request_key
-from rt4chart.decompose import (
-    DecomposerKind,
-    decompose_by_judge,
-    decompose_by_rules,
-    decompose_holistically,
-    decompose_request,
-    holistic_request,
-)
+from rt4chart.decompose import decompose_by_judge, decompose_by_rules, decompose_holistically
+from rt4chart.direct import audit_directly
 from rt4chart.grounding import ContextIndex
 from rt4chart.io import (
     InputLine,
@@ -31,116 +22,88 @@ from rt4chart.io import (
     read_completed,
     write_reports_atomically,
 )
-from rt4chart.prompts import PromptTemplate, load_prompts, prompt_set_version
+from rt4chart.options import AuditOptions
+from rt4chart.prompts import PromptTemplate
 from rt4chart.session import JudgeSession
+from rt4chart.tasks import load_prompts, prompt_set_version
 from rt4chart.text import chunk_sentences, segment_context, split_sentences
-from rt4chart.types import Chunk, Label, Report, Sample, Sentence
-from rt4chart.verify import ClaimJudge, VerifyOptions, and_join, batches, hallucinated_spans, verify_claims
-
-
-class PipelineOptions(VerifyOptions):
-    """Everything that shapes an audit besides the judge."""
-
-    decomposer: DecomposerKind = "auto"
-    """``judge``, ``rules``, or ``auto`` (the judge when it can decompose, else rules)."""
-    params: GenerationParams = Field(default_factory=GenerationParams)
-    """Sampling parameters for every judge call."""
-    samples_in_flight: int = Field(default=16, ge=1)
-    """Samples audited at once; judge calls are further bounded by the judge's concurrency.
-    Fewer samples in flight finish samples sooner, which matters when a budget may stop the run."""
-
-
-@dataclass
-class _Prepared:
-    """A sample segmented and chunked, with the session that will judge it."""
-
-    answer_sentences: list[Sentence]
-    chunks: list[Chunk]
-    session: JudgeSession
-    judge: ClaimJudge
-    decompose_by_judge: bool
+from rt4chart.types import Label, Report, Sample, Sentence
+from rt4chart.verification import ClaimJudge, and_join, hallucinated_spans, verify_claims
 
 
 @dataclass
 class Pipeline:
-    """A judge, its prompts and options: verifies samples."""
+    """A judge, its prompts and options: verifies samples.
+
+    The pipeline never closes its backend: whoever built the judge stack closes it.
+    """
 
     backend: Backend
-    options: PipelineOptions = field(default_factory=PipelineOptions)
+    options: AuditOptions = field(default_factory=AuditOptions)
     prompts: dict[str, PromptTemplate] = field(default_factory=load_prompts)
 
     @property
     def prompt_version(self) -> str:
         return prompt_set_version(self.prompts)
 
-    def _prepare(self, sample: Sample) -> _Prepared:
-        context, sentences = segment_context(sample.context)
-        session = JudgeSession(self.backend, self.prompts, self.options.params)
-        return _Prepared(
-            answer_sentences=split_sentences(sample.answer),
-            chunks=chunk_sentences(len(sentences), self.options.window, self.options.overlap),
-            session=session,
-            judge=ClaimJudge(session, ContextIndex(context, sentences), sample.question),
-            decompose_by_judge=self.options.decomposer == "judge"
-            or (self.options.decomposer == "auto" and self.backend.supports_decompose),
+    @property
+    def decomposes_by_judge(self) -> bool:
+        """Whether answers are decomposed by a judge call (else by rules)."""
+        return self.options.decomposer == "judge" or (
+            self.options.decomposer == "auto" and self.backend.supports_decompose
         )
 
     async def verify_sample(self, sample: Sample, line: int = 1) -> Report:
-        """Audit one sample."""
-        prepared = self._prepare(sample)
-        if not prepared.answer_sentences:
-            # e.g. an answer made only of list markers: nothing to verify is not "all entailed"
-            return Report(id=sample.id, line=line, errors=[f"line {line}: answer has no sentence to verify"])
-        session = prepared.session
+        """Audit one sample with the configured method."""
+        session = JudgeSession(self.backend, self.prompts, self.options.params)
+        if self.options.method == "direct":
+            report = await audit_directly(session, sample)
+        else:
+            answer_sentences = split_sentences(sample.answer)
+            if not answer_sentences:
+                # e.g. an answer made only of list markers: nothing to verify is not "all entailed"
+                return Report(id=sample.id, line=line, errors=[f"line {line}: answer has no sentence to verify"])
+            report = await self._rt4chart(session, sample, answer_sentences)
+        return report.model_copy(
+            update={
+                "id": sample.id,
+                "line": line,
+                "usage": session.usage,
+                "usage_by_judge": session.usage_by_judge,
+                "judge": self.backend.name,
+                "prompt_version": self.prompt_version,
+                "gold": sample.gold,
+            }
+        )
+
+    async def _rt4chart(self, session: JudgeSession, sample: Sample, answer_sentences: list[Sentence]) -> Report:
+        context, sentences = segment_context(sample.context)
+        chunks = chunk_sentences(len(sentences), self.options.window, self.options.overlap)
+        judge = ClaimJudge(session, ContextIndex(context, sentences), sample.question)
         errors: list[str] = []
         if self.options.decomposer == "holistic":
             claims, errors = await decompose_holistically(
-                session, sample.answer, prepared.answer_sentences, sample.question
+                session, sample.answer, answer_sentences, sample.question, self.options.max_claims_per_sentence
             )
-        elif prepared.decompose_by_judge:
-            claims, errors = await decompose_by_judge(session, prepared.answer_sentences, sample.question)
+        elif self.decomposes_by_judge:
+            claims, errors = await decompose_by_judge(
+                session, answer_sentences, sample.question, self.options.max_claims_per_sentence
+            )
         else:
-            claims = decompose_by_rules(prepared.answer_sentences)
-        verdicts = await verify_claims(prepared.judge, claims, prepared.chunks, self.options)
+            claims = decompose_by_rules(answer_sentences)
+        verdicts = await verify_claims(judge, claims, chunks, self.options)
         label = and_join(v.label for v in verdicts)
         return Report(
             id=sample.id,
-            line=line,
+            line=0,
             label=label,
             hallucinated=label != Label.ENTAILED,
             claims=verdicts,
             spans=hallucinated_spans(verdicts),
-            context_sentences=len(prepared.judge.index.sentences),
-            chunks=len(prepared.chunks),
-            usage=session.usage,
-            usage_by_judge=session.usage_by_judge,
-            judge=self.backend.name,
-            prompt_version=self.prompt_version,
+            context_sentences=len(sentences),
+            chunks=len(chunks),
             errors=errors,
-            gold=sample.gold,
         )
-
-    def plan_requests(self, sample: Sample) -> list[JudgeRequest]:
-        """The requests an audit of ``sample`` would send, built without calling the judge.
-
-        Claims are unknown until the judge decomposes the answer, so the plan uses the rule-based
-        claims; it assumes no claim is skipped and one global group per batch of claims.
-        """
-        prepared = self._prepare(sample)
-        judge, batch = prepared.judge, self.options.batch_claims
-        sentences = judge.index.sentences
-        requests = []
-        if self.options.decomposer == "holistic" and prepared.answer_sentences:
-            requests.append(holistic_request(prepared.session, sample.answer, sample.question))
-        elif prepared.decompose_by_judge and prepared.answer_sentences:
-            requests.append(decompose_request(prepared.session, prepared.answer_sentences, sample.question))
-        claims = decompose_by_rules(prepared.answer_sentences)
-        for chunk in prepared.chunks:
-            view = sentences[chunk.first : chunk.last + 1]
-            requests.extend(judge.build_request(b, view, "local", chunk.index) for b in batches(claims, batch))
-        if self.options.global_verification and sentences:
-            requests.extend(judge.build_request(b, sentences, "global") for b in batches(claims, batch))
-        return requests
 
     async def run(self, items: Iterable[InputLine]) -> AsyncIterator[Report]:
         """Audit input lines concurrently; yield one report per line, in input order."""
@@ -225,7 +188,6 @@ async def run_audit(
     finally:
         if appender is not None:
             appender.close()
-        await pipeline.backend.aclose()
     if out is not None and result.resumed:
         _restore_input_order(out, items)
     return result
@@ -236,42 +198,3 @@ def _restore_input_order(out: Path, items: list[InputLine]) -> None:
     lines = [report.line for report in records.values()]
     if lines != sorted(lines):
         write_reports_atomically(out, [records[line] for line in sorted(records)])
-
-
-@dataclass
-class AuditEstimate:
-    """What an audit would need, computed without calling a judge."""
-
-    samples: int = 0
-    """Valid input samples."""
-    invalid: int = 0
-    """Input lines that would get an error record."""
-    calls: int = 0
-    """Planned judge calls (no re-asks, no skips)."""
-    prompt_tokens: int = 0
-    """Prompt tokens of the planned calls."""
-    max_completion_tokens: int = 0
-    """Completion tokens if every call used its full ``max_tokens``."""
-    worst_case_usd: float = 0.0
-    """Cost if every call used its full ``max_tokens`` (what a budget reserves)."""
-    cached: int = 0
-    """Planned calls whose reply is already in the cache."""
-
-
-def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache) -> AuditEstimate:
-    """Plan every request of an audit and price it; see :meth:`Pipeline.plan_requests`."""
-    plan = AuditEstimate()
-    backend = pipeline.backend
-    for item in items:
-        if item.sample is None:
-            plan.invalid += 1
-            continue
-        plan.samples += 1
-        for request in pipeline.plan_requests(item.sample):
-            plan.calls += 1
-            plan.prompt_tokens += prompt_tokens(backend, request)
-            plan.max_completion_tokens += request.params.max_tokens
-            if isinstance(backend, CostEstimator):
-                plan.worst_case_usd += backend.max_cost_usd(request)
-            plan.cached += cache.get(request_key(backend.name, request)) is not None
-    return plan

@@ -1,8 +1,8 @@
 """Prompt templates: loaded from files, rendered with ``string.Template``, versioned by hash.
 
 A template file holds a ``[system]`` section and a ``[user]`` section. The sha256 of a file's bytes
-is its version; it goes into the cache key and every output record, so a result can always be
-traced to the exact prompt that produced it.
+is its version; together with the rendering code (:mod:`rt4chart.tasks`) it goes into the cache
+key and every output record, so a result can always be traced to the exact prompt that produced it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,6 @@ from string import Template
 
 from rt4chart.backends.base import Message
 from rt4chart.resources import resource_dir
-
-TEMPLATE_NAMES = (
-    "decompose", "verify_local", "verify_global", "verify_global_hint", "decompose_holistic", "direct",
-)
 
 
 @dataclass(frozen=True)
@@ -49,16 +45,7 @@ def parse_template(name: str, source: str) -> PromptTemplate:
 
 
 @cache
-def load_prompts(directory: Path | None = None) -> dict[str, PromptTemplate]:
-    """Load every template from ``directory`` (default: the shipped ``prompts`` folder)."""
+def load_templates(names: tuple[str, ...], directory: Path | None = None) -> dict[str, PromptTemplate]:
+    """Load the templates ``names`` from ``directory`` (default: the shipped ``prompts`` folder)."""
     folder = directory or resource_dir("prompts")
-    return {
-        name: parse_template(name, (folder / f"{name}.txt").read_text(encoding="utf-8"))
-        for name in TEMPLATE_NAMES
-    }
-
-
-def prompt_set_version(prompts: dict[str, PromptTemplate]) -> str:
-    """One hash over all templates: the ``prompt_version`` of an output record."""
-    digest = hashlib.sha256("".join(p.version for p in prompts.values()).encode())
-    return digest.hexdigest()[:12]
+    return {name: parse_template(name, (folder / f"{name}.txt").read_text(encoding="utf-8")) for name in names}

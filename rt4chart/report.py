@@ -12,8 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from rt4chart.budget import Ledger
-from rt4chart.metrics import Estimate, EvaluationMetrics
-from rt4chart.pipeline import AuditEstimate
+from rt4chart.metrics import EvaluationMetrics, metric_rows
+from rt4chart.planning import AuditEstimate
 from rt4chart.types import Label, Report, Usage
 
 
@@ -155,77 +155,16 @@ def print_estimate(plan: AuditEstimate, console: Console) -> None:
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
     table.add_row("samples", f"{plan.samples} (+{plan.invalid} invalid lines)")
-    table.add_row("judge calls", str(plan.calls))
+    table.add_row("judge calls (expected)", str(plan.calls_expected))
+    table.add_row("judge calls (worst case)", str(plan.calls_worst_case))
     table.add_row("already cached", str(plan.cached))
-    table.add_row("prompt tokens", str(plan.prompt_tokens))
+    table.add_row("prompt tokens (expected)", str(plan.prompt_tokens))
     table.add_row("completion tokens (max)", str(plan.max_completion_tokens))
+    table.add_row("cost (expected calls, full replies)", f"${plan.expected_usd:.4f}")
     table.add_row("worst-case cost", f"${plan.worst_case_usd:.4f}")
     console.print(table)
-    console.print(
-        "Planned with rule-based claims, no skipped chunks and one global call per batch of claims; "
-        "a judge decomposer changes the claim count.",
-        style="dim",
-    )
-
-
-HEADLINE_NAMES = {
-    "answer_precision": "answer precision",
-    "answer_recall": "answer recall",
-    "answer_f1": "answer F1",
-    "balanced_accuracy": "balanced accuracy",
-    "auroc": "AUROC (answer score)",
-    "span_precision": "span precision (chars)",
-    "span_recall": "span recall (chars)",
-    "span_f1": "span F1 (chars)",
-    "mean_iou": "mean IoU",
-    "evidence_f1": "evidence F1 (chars)",
-}
-"""Display names of the headline metrics, in display order."""
-
-
-def _figure(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
-
-
-def _interval(estimate: Estimate) -> str:
-    if estimate.low is None or estimate.high is None:
-        return ""
-    return f"[{estimate.low:.3f}, {estimate.high:.3f}]"
-
-
-def format_estimate(estimate: Estimate | None) -> str:
-    """``value [low, high]`` for a table cell; ``n/a`` when there is no value."""
-    if estimate is None or estimate.value is None:
-        return "n/a"
-    interval = _interval(estimate)
-    return f"{_figure(estimate.value)} {interval}" if interval else _figure(estimate.value)
-
-
-def metric_rows(metrics: EvaluationMetrics) -> list[tuple[str, str, str]]:
-    """(metric, value, 95% CI or counts) rows shared by the terminal and Markdown tables."""
-    rows = [
-        ("samples scored", str(metrics.scored), f"of {metrics.samples}; {metrics.invalid} invalid, "
-         f"{metrics.missing} missing"),
-        ("gold / predicted hallucinated", f"{metrics.gold_positive} / {metrics.predicted_positive}", ""),
-    ]
-    for key, name in HEADLINE_NAMES.items():
-        estimate = metrics.headline.get(key)
-        if estimate is not None:
-            rows.append((name, _figure(estimate.value), _interval(estimate)))
-    answer, span = metrics.answer, metrics.span
-    rows.append(("answer TP / FP / FN", f"{answer.tp} / {answer.fp} / {answer.fn}", ""))
-    rows.append(("span chars TP / FP / FN", f"{span.tp} / {span.fp} / {span.fn}", ""))
-    if len(metrics.by_task_type) > 1:
-        for task, result in metrics.by_task_type.items():
-            rows.append((f"answer F1 [{task}]", _figure(result.f1), f"P {result.precision:.3f}, R {result.recall:.3f}"))
-    claims = metrics.claims
-    rows.append(("claims aligned / unaligned", f"{claims.aligned} / {claims.unaligned}",
-                 f"{claims.gold_unsupported} gold unsupported"))
-    operating = claims.at_operating_point
-    rows.append(("claim precision / recall / F1",
-                 f"{operating.precision:.3f} / {operating.recall:.3f} / {operating.f1:.3f}", "label != entailed"))
-    rows.append(("claim AUROC", _figure(claims.auroc), f"{claims.scored} claims with a confidence"))
-    return rows
+    for note in plan.notes:
+        console.print(note, style="dim", highlight=False)
 
 
 def metrics_table(metrics: EvaluationMetrics, title: str) -> Table:
@@ -246,17 +185,3 @@ def print_metrics(
     for key, value in (details or {}).items():
         console.print(f"[bold]{key}:[/bold] {value}", highlight=False)
     console.print(metrics_table(metrics, title))
-
-
-def metrics_markdown(metrics: EvaluationMetrics, title: str, details: dict[str, str] | None = None) -> str:
-    """An evaluation's provenance and metrics as a Markdown section."""
-    lines = [f"### {title}", ""]
-    for key, value in (details or {}).items():
-        lines.append(f"- {key}: {value}")
-    lines += [
-        "",
-        f"| metric | value | 95% CI ({metrics.bootstrap_resamples} bootstrap resamples, seed {metrics.seed}) / notes |",
-        "|---|---:|---|",
-    ]
-    lines += [f"| {name} | {value} | {note} |" for name, value, note in metric_rows(metrics)]
-    return "\n".join(lines) + "\n"

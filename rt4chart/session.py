@@ -1,19 +1,14 @@
-"""One sample's conversation with its judge: render a prompt, call the backend, count usage."""
+"""One sample's conversation with its judge: render a step's request, send it, count usage."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rt4chart.backends.base import (
-    Backend,
-    GenerationParams,
-    JudgePayload,
-    JudgeRequest,
-    JudgeResponse,
-    Message,
-    Task,
-)
+from pydantic import BaseModel
+
+from rt4chart.backends.base import Backend, GenerationParams, JudgeRequest, JudgeResponse, Message
 from rt4chart.prompts import PromptTemplate
+from rt4chart.tasks import build_request
 from rt4chart.types import Usage
 
 
@@ -27,23 +22,9 @@ class JudgeSession:
     usage: Usage = field(default_factory=Usage)
     usage_by_judge: dict[str, Usage] = field(default_factory=dict)
 
-    def request(
-        self,
-        task: Task,
-        template: str,
-        payload: JudgePayload,
-        fields: dict[str, str],
-        follow_up: list[Message] | None = None,
-    ) -> JudgeRequest:
-        """Render ``template`` with ``fields`` into a request (``follow_up`` appended after it)."""
-        prompt = self.prompts[template]
-        return JudgeRequest(
-            task=task,
-            payload=payload,
-            messages=prompt.render(**fields) + (follow_up or []),
-            params=self.params,
-            prompt_version=prompt.version,
-        )
+    def request(self, payload: BaseModel, follow_up: list[Message] | None = None) -> JudgeRequest:
+        """The request of ``payload``'s step (``follow_up`` appended after the rendered prompt)."""
+        return build_request(payload, self.prompts, self.params, follow_up)
 
     async def send(self, request: JudgeRequest) -> JudgeResponse:
         """Call the judge and record what it cost."""

@@ -5,7 +5,9 @@ Offsets are Python string indices, end exclusive, everywhere.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +29,17 @@ class Span(BaseModel):
     """First character of the span."""
     end: int = Field(ge=0)
     """One past the last character of the span."""
+
+
+def merge_spans(spans: Iterable[Span]) -> list[Span]:
+    """Sort spans, drop empty ones, and merge those that overlap or touch."""
+    merged: list[Span] = []
+    for span in sorted((s for s in spans if s.end > s.start), key=lambda s: (s.start, s.end)):
+        if merged and span.start <= merged[-1].end:
+            merged[-1] = Span(start=merged[-1].start, end=max(merged[-1].end, span.end))
+        else:
+            merged.append(span)
+    return merged
 
 
 class Gold(BaseModel):
@@ -113,31 +126,42 @@ class Evidence(BaseModel):
     """Context sentences the quote overlaps."""
 
 
-class Vote(BaseModel):
+class Verdict(BaseModel):
+    """What a judge concluded about a claim, once checked against the context: the fields that a
+    chunk's vote and a claim's final verdict share."""
+
+    label: Label | None = None
+    """The verdict; ``None`` when there is none (skipped, or the judge call failed)."""
+    evidence: list[Evidence] = Field(default_factory=list)
+    """Evidence for the label, anchored in the context (inside the chunk for a vote); empty for baseless."""
+    rationale: str = ""
+    """The judge's short explanation of the label."""
+    confidence: float | None = None
+    """The judge's confidence in the label, when it reports one."""
+    grounded: bool = True
+    """False when the judge's evidence could not be found in the context even after a re-ask."""
+    judge: str | None = None
+    """Judge that gave the label (differs by claim in a cascade); ``None`` when there is no label."""
+
+    def verdict_fields(self) -> dict[str, Any]:
+        """The shared verdict fields only, to carry a verdict from one model to another."""
+        return {name: getattr(self, name) for name in Verdict.model_fields}
+
+
+class Vote(Verdict):
     """The local verdict of one chunk on one claim."""
 
     chunk: int
     """Index of the chunk that was judged."""
-    label: Label | None
-    """The chunk's verdict; ``None`` when skipped or when the judge call failed."""
-    evidence: list[Evidence] = Field(default_factory=list)
-    """Provisional evidence inside the chunk."""
-    rationale: str = ""
-    """The judge's short explanation of the vote."""
-    confidence: float | None = None
-    """The judge's confidence in the vote, when it reports one."""
-    grounded: bool = True
-    """False when the vote's evidence was not found in the chunk, even after a re-ask."""
-    judge: str | None = None
-    """Judge that gave the vote (differs by claim in a cascade); ``None`` when skipped or failed."""
     skipped: str | None = None
     """Why no judge was asked (e.g. the claim was already contradicted); ``None`` if judged."""
     error: str | None = None
     """Why the vote is missing when the judge call failed."""
 
 
-class ClaimVerdict(BaseModel):
-    """Everything rt4chart concluded about one claim."""
+class ClaimVerdict(Verdict):
+    """Everything rt4chart concluded about one claim: its final label (the global verdict, or the
+    local label with global verification off) with the evidence and rationale behind it."""
 
     index: int
     """Position of the claim in the answer."""
@@ -153,18 +177,6 @@ class ClaimVerdict(BaseModel):
     """OR-join of the votes (contradicted > entailed > baseless)."""
     hint_chunk: int | None = None
     """Chunk passed to global verification as a location hint (the deciding chunk)."""
-    label: Label | None = None
-    """Final label: the global verdict, or the local label with global verification off."""
-    evidence: list[Evidence] = Field(default_factory=list)
-    """Evidence for the final label, anchored in the context; empty for baseless."""
-    rationale: str = ""
-    """The judge's short explanation of the final label."""
-    confidence: float | None = None
-    """The judge's confidence in the final label, when it reports one."""
-    grounded: bool = True
-    """False when the judge's evidence could not be found in the context even after a re-ask."""
-    judge: str | None = None
-    """Judge that produced the final label (differs by claim in a cascade)."""
     calls: int = 0
     """Judge calls that judged this claim (a batched call counts for each of its claims)."""
     cost_usd: float = 0.0

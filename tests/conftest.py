@@ -1,5 +1,5 @@
 """Shared fixtures: one real llama.cpp server per test session, and judge requests rendered from
-the shipped prompts exactly as the pipeline renders them."""
+the shipped prompts by the task registry, exactly as the pipeline renders them."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest
 
-from rt4chart.backends.base import DecomposeInput, GenerationParams, JudgeRequest, VerifyInput
-from rt4chart.prompts import load_prompts
+from rt4chart.backends.base import GenerationParams, JudgeRequest
 from rt4chart.serve import LocalServer, start_server
+from rt4chart.tasks import DecomposeInput, VerifyInput, build_request, load_prompts
 from rt4chart.text import segment_context
 from rt4chart.types import Sample
 
@@ -58,22 +58,8 @@ def verify_request(free_trial: Sample) -> VerifyRequestFactory:
 
     def build(claims: list[str], max_tokens: int = 1024) -> JudgeRequest:
         _, sentences = segment_context(free_trial.context)
-        template = prompts["verify_local"]
-        messages = template.render(
-            context="\n".join(f"[S{s.index}] {s.text}" for s in sentences),
-            question=free_trial.question or "(none)",
-            claims="\n".join(f"[{position}] {claim}" for position, claim in enumerate(claims)),
-            hint="",
-        )
-        return JudgeRequest(
-            task="verify",
-            payload=VerifyInput(
-                stage="local", claims=claims, sentences=sentences, chunk=0, question=free_trial.question
-            ),
-            messages=messages,
-            params=GenerationParams(max_tokens=max_tokens),
-            prompt_version=template.version,
-        )
+        payload = VerifyInput(stage="local", claims=claims, sentences=sentences, chunk=0, question=free_trial.question)
+        return build_request(payload, prompts, GenerationParams(max_tokens=max_tokens))
 
     return build
 
@@ -81,15 +67,5 @@ def verify_request(free_trial: Sample) -> VerifyRequestFactory:
 @pytest.fixture
 def decompose_request(free_trial: Sample) -> JudgeRequest:
     """A decompose request for the free-trial answer, rendered like the pipeline."""
-    template = load_prompts()["decompose"]
-    sentences = [free_trial.answer]
-    return JudgeRequest(
-        task="decompose",
-        payload=DecomposeInput(question=free_trial.question, sentences=sentences),
-        messages=template.render(
-            question=free_trial.question or "(none)",
-            sentences="\n".join(f"[{i}] {s}" for i, s in enumerate(sentences)),
-        ),
-        params=GenerationParams(max_tokens=LLAMA_MAX_TOKENS),
-        prompt_version=template.version,
-    )
+    payload = DecomposeInput(question=free_trial.question, sentences=[free_trial.answer])
+    return build_request(payload, load_prompts(), GenerationParams(max_tokens=LLAMA_MAX_TOKENS))

@@ -14,7 +14,8 @@ from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.budget import Ledger, MeteredBackend
 from rt4chart.cli import app
 from rt4chart.io import read_jsonl
-from rt4chart.pipeline import Pipeline, PipelineOptions, run_audit
+from rt4chart.options import AuditOptions
+from rt4chart.pipeline import Pipeline, run_audit
 from rt4chart.types import Usage
 
 COST = 0.01
@@ -41,7 +42,7 @@ def test_spend_never_exceeds_the_budget_and_only_complete_records_are_written(
     ledger = Ledger(limit_usd=0.2)
     pipeline = Pipeline(
         MeteredBackend(ScriptedBackend.from_file(rules), ledger),
-        PipelineOptions(samples_in_flight=in_flight),
+        AuditOptions(samples_in_flight=in_flight),
     )
     out = tmp_path / "out.jsonl"
     result = asyncio.run(run_audit(pipeline, list(read_jsonl(inputs)), out, lambda report: None))
@@ -89,8 +90,10 @@ def test_estimate_prices_the_planned_calls_without_calling_the_judge(tmp_path: P
     cold = runner.invoke(app, args)
     assert cold.exit_code == 0, cold.output
     # Per sample: one decomposition, one local call (one chunk, both claims in a batch), one global call.
-    assert table_value(cold.output, "judge calls") == "9"
-    assert table_value(cold.output, "worst-case cost") == "$0.0900"
+    assert table_value(cold.output, "judge calls \\(expected\\)") == "9"
+    assert table_value(cold.output, "cost \\(expected calls, full replies\\)") == "$0.0900"
+    worst_calls = int(table_value(cold.output, "judge calls \\(worst case\\)"))
+    assert float(table_value(cold.output, "worst-case cost").lstrip("$")) >= worst_calls * COST > 9 * COST
     assert table_value(cold.output, "already cached") == "0"
 
     audit = runner.invoke(app, ["verify", str(inputs), "--judge", f"scripted:{rules}", "-q",
@@ -112,7 +115,7 @@ def test_max_tokens_bounds_what_each_planned_call_reserves(tmp_path: Path) -> No
     assert table_value(default.output, "completion tokens \\(max\\)") == str(9 * 1024)
     assert table_value(bounded.output, "completion tokens \\(max\\)") == str(9 * 100)
     refused = runner.invoke(app, [*args, "--max-tokens", "0"])
-    assert refused.exit_code == 2 and "--max-tokens must be at least 1" in refused.output
+    assert refused.exit_code == 2 and "--max-tokens: Input should be greater than or equal to 1" in refused.output
 
 
 def test_claims_carry_their_share_of_the_cost(tmp_path: Path) -> None:

@@ -13,14 +13,17 @@ from typing import Any
 from audit_fixtures import read_records, write_rules, write_samples
 from typer.testing import CliRunner
 
-from rt4chart.backends.base import GenerationParams, JudgeResponse
+from rt4chart.backends.base import JudgeResponse
 from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.budget import Ledger, MeteredBackend
 from rt4chart.cache import CachedBackend, JudgeCache, request_key
 from rt4chart.cli import app
 from rt4chart.io import read_jsonl
-from rt4chart.pipeline import Pipeline, PipelineOptions, run_audit
-from rt4chart.prompts import load_prompts, resource_dir
+from rt4chart.options import AuditOptions
+from rt4chart.pipeline import Pipeline, run_audit
+from rt4chart.planning import planned_requests
+from rt4chart.resources import resource_dir
+from rt4chart.tasks import load_prompts
 from rt4chart.types import Report
 
 runner = CliRunner()
@@ -59,7 +62,7 @@ def audit(pipeline: Pipeline, inputs: Path) -> list[Report]:
 
 def cached_pipeline(rules: Path, cache: JudgeCache, **options: object) -> Pipeline:
     backend = CachedBackend(ScriptedBackend.from_file(rules), cache)
-    return Pipeline(backend, PipelineOptions.model_validate(options))
+    return Pipeline(backend, AuditOptions.model_validate(options))
 
 
 def test_changed_prompt_file_or_generation_parameter_misses(tmp_path: Path) -> None:
@@ -80,7 +83,7 @@ def test_changed_prompt_file_or_generation_parameter_misses(tmp_path: Path) -> N
     assert all(r.usage.calls > 0 for r in reports), "an edited local prompt must miss for local calls"
     assert all(r.prompt_version != first[0].prompt_version for r in reports)
 
-    hotter = audit(cached_pipeline(rules, cache, params=GenerationParams(temperature=0.7)), inputs)
+    hotter = audit(cached_pipeline(rules, cache, temperature=0.7), inputs)
     assert all(r.usage.calls == first[i].usage.calls for i, r in enumerate(hotter))
 
 
@@ -101,11 +104,11 @@ def test_corrupt_entry_is_a_miss_and_errors_are_never_stored(tmp_path: Path) -> 
     audit(pipeline, inputs)
     sample = next(iter(read_jsonl(inputs))).sample
     assert sample is not None
-    request = pipeline.plan_requests(sample)[0]
+    request = planned_requests(pipeline, sample)[0]
     key = request_key(ScriptedBackend.from_file(rules).name, request)
-    assert cache.get(key) is not None
+    assert cache.get(key, request.output_schema) is not None
     cache._store.set(key, b"\x00 not json")
-    assert cache.get(key) is None
+    assert cache.get(key, request.output_schema) is None
     assert key not in cache._store, "a damaged entry is dropped"
 
     before = cache.stats().entries

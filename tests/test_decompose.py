@@ -19,9 +19,10 @@ from fixtures.spine.judges import (
 from typer.testing import CliRunner
 
 import rt4chart
-from rt4chart.backends.base import DecomposedSentence, DecomposeInput, DecomposeOutput, JudgeRequest, JudgeResponse
+from rt4chart.backends.base import JudgeRequest, JudgeResponse
 from rt4chart.cli import app
 from rt4chart.decompose import decompose_by_rules
+from rt4chart.tasks import DecomposedSentence, DecomposeInput, DecomposeOutput
 from rt4chart.text import split_sentences
 from rt4chart.types import Claim, ClaimVerdict, Report, Sample
 

@@ -19,8 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rt4chart
-from rt4chart.backends.base import JudgeRequest, JudgeResponse, VerifyOutput
+from rt4chart.backends.base import JudgeRequest, JudgeResponse
 from rt4chart.grounding import ContextIndex, anchor_quotes
+from rt4chart.tasks import VerifyOutput
 from rt4chart.text import segment_context
 from rt4chart.types import Evidence, Label, Report
 

@@ -24,21 +24,15 @@ import litellm
 from results import record
 from workload import bench_inputs
 
-from rt4chart.backends.base import (
-    Backend,
-    BackendWrapper,
-    DecomposedSentence,
-    DecomposeOutput,
-    JudgeRequest,
-    JudgeResponse,
-)
+from rt4chart.backends.base import Backend, BackendWrapper, JudgeRequest, JudgeResponse
 from rt4chart.decompose import decompose_request, rule_claims
 from rt4chart.io import InputLine
 from rt4chart.judges import load_profiles, resolve_judge
 from rt4chart.metrics import binary_prf
-from rt4chart.pipeline import Pipeline, PipelineOptions
-from rt4chart.prompts import load_prompts
+from rt4chart.options import AuditOptions
+from rt4chart.pipeline import Pipeline
 from rt4chart.session import JudgeSession
+from rt4chart.tasks import DecomposedSentence, DecomposeOutput, load_prompts
 from rt4chart.text import split_sentences
 from rt4chart.types import Report
 
@@ -84,7 +78,7 @@ async def run_mode(judge: str, items: list[InputLine], batch_claims: int) -> Mod
         return recorders[-1]
 
     backend = resolve_judge(judge, wrap=wrap)
-    pipeline = Pipeline(backend, PipelineOptions(batch_claims=batch_claims))
+    pipeline = Pipeline(backend, AuditOptions(batch_claims=batch_claims))
     reports = [report async for report in pipeline.run(items)]
     await backend.aclose()
     exchanges = [exchange for recorder in recorders for exchange in recorder.exchanges]

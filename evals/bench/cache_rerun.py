@@ -18,10 +18,9 @@ from pathlib import Path
 from results import record
 from workload import bench_inputs
 
-from rt4chart.budget import Ledger, MeteredBackend
-from rt4chart.cache import CachedBackend, JudgeCache
+from rt4chart.budget import Ledger
 from rt4chart.io import InputLine
-from rt4chart.judges import resolve_judge
+from rt4chart.judges import judge_stack
 from rt4chart.pipeline import Pipeline, run_audit
 from rt4chart.text import _split_cached
 from rt4chart.types import Report
@@ -32,14 +31,14 @@ async def timed_audit(
 ) -> tuple[float, Ledger, list[Report]]:
     # Each run starts as a new process would: no sentence segmentation memoised from the last one.
     _split_cached.cache_clear()
-    ledger, cache = Ledger(), JudgeCache(cache_dir)
-    backend = resolve_judge(
-        judge, api_base=api_base, wrap=lambda leaf: CachedBackend(MeteredBackend(leaf, ledger), cache)
-    )
+    stack = judge_stack(judge, api_base=api_base, cache=cache_dir)
     reports: list[Report] = []
     started = time.perf_counter()
-    await run_audit(Pipeline(backend), items, None, reports.append)
-    return time.perf_counter() - started, ledger, reports
+    try:
+        await run_audit(Pipeline(stack), items, None, reports.append)
+    finally:
+        await stack.aclose()
+    return time.perf_counter() - started, stack.ledger, reports
 
 
 async def main() -> None:

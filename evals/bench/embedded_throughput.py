@@ -21,7 +21,8 @@ from pathlib import Path
 
 from rt4chart.backends.embedded import EmbeddedBackend
 from rt4chart.io import InputLine, read_jsonl
-from rt4chart.pipeline import Pipeline, PipelineOptions
+from rt4chart.options import AuditOptions
+from rt4chart.pipeline import Pipeline
 from rt4chart.types import Sample
 
 RAGTRUTH_DEV = Path("/work/shared/data/ragtruth-qa/dev.jsonl")
@@ -62,7 +63,7 @@ def main() -> None:
     started = time.perf_counter()
     backend = EmbeddedBackend(threads=args.threads)
     load_s = time.perf_counter() - started
-    pipeline = Pipeline(backend, PipelineOptions(decomposer="rules"))
+    pipeline = Pipeline(backend, AuditOptions(decomposer="rules"))
     claims, calls, elapsed = asyncio.run(verify_all(pipeline, lines))
 
     command = shlex.join([os.path.relpath(sys.executable), *sys.argv])

@@ -34,6 +34,7 @@ from rt4chart.backends.base import JudgeRequest
 from rt4chart.io import read_jsonl
 from rt4chart.judges import resolve_judge
 from rt4chart.pipeline import Pipeline
+from rt4chart.planning import planned_requests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "answers.jsonl"
 
@@ -52,7 +53,7 @@ def verification_requests(count: int) -> list[JudgeRequest]:
         request
         for item in read_jsonl(EXAMPLES)
         if item.sample is not None
-        for request in pipeline.plan_requests(item.sample)
+        for request in planned_requests(pipeline, item.sample)
         if request.task == "verify"
     ]
     return (planned * (count // len(planned) + 1))[:count]

@@ -4,7 +4,7 @@ The data directory is rt4chart.datasets' default (``$RT4_DATA_DIR`` or ../shared
 
 Thresholds are tuned on dev splits only (RAGTruth QA dev, FaithBench non-test part); test figures
 are reported, never tuned on. Figures come from the real pipeline:
-``Pipeline(EmbeddedBackend(thresholds), PipelineOptions(decomposer="rules"))`` over the samples,
+``Pipeline(EmbeddedBackend(thresholds), AuditOptions(decomposer="rules"))`` over the samples,
 scored as ``Report.hallucinated`` against gold.
 
     python evals/embedded/evaluate.py --split dev --tune    # tune, then evaluate dev
@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-from rt4chart.backends.base import VerifyInput
 from rt4chart.backends.embedded import (
     TUNED_WITH_QUESTION,
     TUNED_WITHOUT_QUESTION,
@@ -42,7 +41,9 @@ from rt4chart.datasets import load_dataset
 from rt4chart.decompose import decompose_by_rules
 from rt4chart.io import InputLine
 from rt4chart.metrics import balanced_accuracy, binary_prf
-from rt4chart.pipeline import Pipeline, PipelineOptions
+from rt4chart.options import AuditOptions
+from rt4chart.pipeline import Pipeline
+from rt4chart.tasks import VerifyInput
 from rt4chart.text import segment_context, split_sentences
 from rt4chart.types import Label, Report, Sample
 
@@ -246,7 +247,7 @@ def tune(by_question: dict[bool, list[list[ClaimAnalysis]]], gold: list[bool], m
 
 async def run_pipeline(backend: EmbeddedBackend, samples: list[Sample]) -> list[Report]:
     """The reports of the real pipeline, in sample order."""
-    pipeline = Pipeline(backend, PipelineOptions(decomposer="rules"))
+    pipeline = Pipeline(backend, AuditOptions(decomposer="rules"))
     reports = [r async for r in pipeline.run(InputLine(i, s) for i, s in enumerate(samples, 1))]
     failed = [r.id for r in reports if r.hallucinated is None]
     if failed:
@@ -272,7 +273,7 @@ def write_results(split: str, section: dict[str, object]) -> None:
         "# Embedded offline verifier: evaluation",
         "",
         "Written by `evals/embedded/evaluate.py`; do not edit by hand. Real pipeline:",
-        "`Pipeline(EmbeddedBackend(thresholds), PipelineOptions(decomposer=\"rules\"))` (W=25, O=10,",
+        "`Pipeline(EmbeddedBackend(thresholds), AuditOptions(decomposer=\"rules\"))` (W=25, O=10,",
         "local + global verification), answer flagged when any claim is not entailed, scored against",
         "gold as rt4chart.datasets reads it (RAGTruth QA: any labelled span; FaithBench: any annotation",
         "whose first label starts with `Unwanted`). Thresholds are tuned on dev only: RAGTruth QA",

@@ -13,11 +13,9 @@ import json
 from functools import cache
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
-from rt4chart.types import Label, Sentence, Usage
-
-Task = Literal["decompose", "verify", "decompose_holistic", "direct"]
+from rt4chart.types import Usage
 
 
 class Message(BaseModel):
@@ -48,131 +46,6 @@ class GenerationParams(BaseModel):
     """Upper bound on completion tokens (also the worst case a budget reserves)."""
 
 
-class DecomposeInput(BaseModel):
-    """What the decomposer sees: the answer's sentences and the question, never the context."""
-
-    question: str | None
-    """The user question, if any."""
-    sentences: list[str]
-    """Answer sentences, numbered by position."""
-
-
-class VerifyInput(BaseModel):
-    """What a verifier sees for one call: claims and the context sentences in view."""
-
-    stage: Literal["local", "global"]
-    """Local (one chunk) or global (full context) verification."""
-    claims: list[str]
-    """Claims to judge, numbered by position in this list."""
-    sentences: list[Sentence]
-    """Context sentences in view: the chunk's for local, all for global."""
-    chunk: int | None = None
-    """Index of the chunk under judgement (local stage only)."""
-    hint: list[int] | None = None
-    """Sentence ids of the deciding local chunk, passed as a location hint (global stage only)."""
-    question: str | None = None
-    """The user question, if any."""
-
-
-class DecomposedSentence(BaseModel):
-    """Claims drawn from one answer sentence."""
-
-    sentence: int = Field(ge=0)
-    """Index of the answer sentence."""
-    claims: list[str]
-    """Self-contained claims stated by that sentence (empty when it states no fact)."""
-
-
-class DecomposeOutput(BaseModel):
-    """Judge reply schema for decomposition."""
-
-    sentences: list[DecomposedSentence]
-    """One entry per answer sentence."""
-
-
-class ClaimJudgement(BaseModel):
-    """Judge reply for one claim."""
-
-    claim: int = Field(ge=0)
-    """Index of the claim in the request."""
-    label: Label
-    """entailed, contradicted or baseless."""
-    evidence: list[str] = Field(default_factory=list)
-    """Verbatim quotes from the context that support or refute the claim."""
-    rationale: str = ""
-    """One or two sentences explaining the label."""
-    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
-    """Judge's confidence in the label, when it reports one."""
-
-
-class VerifyOutput(BaseModel):
-    """Judge reply schema for verification: one judgement per claim of the request."""
-
-    judgements: list[ClaimJudgement]
-    """Verdicts, one per claim."""
-
-
-class HolisticDecomposeInput(BaseModel):
-    """Holistic decomposition (ablation): the whole answer at once, no sentence numbering."""
-
-    question: str | None
-    """The user question, if any."""
-    answer: str
-    """The whole answer."""
-
-
-class HolisticDecomposeOutput(BaseModel):
-    """Judge reply schema for holistic decomposition."""
-
-    claims: list[str]
-    """Self-contained claims of the answer, not tied to any answer sentence."""
-
-
-class DirectInput(BaseModel):
-    """The direct baseline (ablation): one call over the whole context and answer."""
-
-    question: str | None
-    """The user question, if any."""
-    context: str
-    """The whole context (passages joined)."""
-    answer: str
-    """The whole answer."""
-
-
-class DirectSpan(BaseModel):
-    """One hallucinated part of the answer, as the direct baseline reports it."""
-
-    text: str
-    """Verbatim quote of the answer."""
-    label: Label
-    """contradicted or baseless (a span labelled entailed is not a hallucination and is ignored)."""
-    rationale: str = ""
-    """One sentence explaining the label."""
-    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
-    """Judge's confidence that the span is hallucinated, when it reports one."""
-
-
-class DirectOutput(BaseModel):
-    """Judge reply schema for the direct baseline: the hallucinated spans (empty when faithful)."""
-
-    spans: list[DirectSpan]
-    """Hallucinated answer spans."""
-
-
-JudgePayload = DecomposeInput | VerifyInput | HolisticDecomposeInput | DirectInput
-"""Every structured input a request can carry."""
-JudgeOutput = DecomposeOutput | VerifyOutput | HolisticDecomposeOutput | DirectOutput
-"""Every parsed reply a response can carry."""
-
-
-OUTPUT_SCHEMAS: dict[Task, type[BaseModel]] = {
-    "decompose": DecomposeOutput,
-    "verify": VerifyOutput,
-    "decompose_holistic": HolisticDecomposeOutput,
-    "direct": DirectOutput,
-}
-
-
 @cache
 def _json_schema_text(schema: type[BaseModel]) -> str:
     return json.dumps(schema.model_json_schema())
@@ -185,29 +58,28 @@ def output_json_schema(schema: type[BaseModel]) -> dict[str, Any]:
 
 
 class JudgeRequest(BaseModel):
-    """One call to a judge."""
+    """One call to a judge. Which steps exist, and how their payloads and prompts look, is the
+    task registry's business (:mod:`rt4chart.tasks`); the transport knows none of them."""
 
-    task: Task
-    """Which step of the method is asking."""
-    payload: JudgePayload
-    """Structured inputs the messages were rendered from."""
+    task: str
+    """Which step of the method is asking (part of the cache key)."""
+    payload: SerializeAsAny[BaseModel]
+    """Structured inputs the messages were rendered from (what non-LLM judges read)."""
+    output_schema: type[BaseModel] = Field(exclude=True)
+    """The pydantic model a reply must validate against."""
     messages: list[Message]
     """Rendered prompt."""
     params: GenerationParams = Field(default_factory=GenerationParams)
     """Sampling parameters."""
     prompt_version: str
-    """Content hash of the template(s) that rendered the messages."""
-
-    @property
-    def output_schema(self) -> type[BaseModel]:
-        return OUTPUT_SCHEMAS[self.task]
+    """Content hash of the template and the rendering code that produced the messages."""
 
 
 class JudgeResponse(BaseModel):
     """What a backend returns for one request."""
 
-    parsed: JudgeOutput | None = None
-    """The schema-validated reply; ``None`` when the call failed."""
+    parsed: SerializeAsAny[BaseModel] | None = None
+    """The reply, validated against the request's ``output_schema``; ``None`` when the call failed."""
     raw: str = ""
     """The judge's raw text (for debugging; never a source of verdicts)."""
     usage: Usage = Field(default_factory=Usage)

@@ -7,11 +7,11 @@ merged back by claim position, and usage is reported per stage (``JudgeResponse.
 so an audit shows what each stage cost. Decomposition and the other single-judge tasks go to the
 first stage that can decompose.
 
-A sub-request carries the claims left in both forms a judge reads: the structured payload, and
-the rendered messages, whose claim list (``[i] text`` lines, as ``rt4chart.verify`` renders it)
-is rewritten for the claims left. When that list cannot be found verbatim (a re-ask carries the
-earlier reply and refers to claim positions), the stage gets the whole request instead and only
-its judgements of the claims left are used: costlier, never wrong.
+A sub-request for the claims left is rebuilt by the task registry from the narrowed payload
+(:func:`rt4chart.tasks.narrow_verify_request`), so its messages are rendered exactly as the
+pipeline renders them. A request that cannot be narrowed (a re-ask carries the earlier reply and
+refers to claim positions) goes to the stage whole, and only its judgements of the claims left are
+used: costlier, never wrong.
 """
 
 from __future__ import annotations
@@ -19,16 +19,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from rt4chart.backends.base import (
-    Backend,
-    ClaimJudgement,
-    CostEstimator,
-    JudgeRequest,
-    JudgeResponse,
-    Message,
-    VerifyInput,
-    VerifyOutput,
-)
+from rt4chart.backends.base import Backend, CostEstimator, JudgeRequest, JudgeResponse
+from rt4chart.tasks import ClaimJudgement, VerifyInput, VerifyOutput, narrow_verify_request
 from rt4chart.types import Usage
 
 
@@ -40,35 +32,6 @@ class CascadeStage:
     """The judge (already wrapped in cache and budget by the caller)."""
     confidence: float
     """A judgement with at least this confidence settles its claim (ignored for the last stage)."""
-
-
-def _claim_block(claims: list[str]) -> str:
-    return "\n".join(f"[{position}] {claim}" for position, claim in enumerate(claims))
-
-
-def narrow_request(request: JudgeRequest, positions: list[int]) -> tuple[JudgeRequest, list[int]]:
-    """A request for only the claims at ``positions`` and, for each of its claims, the original position.
-
-    Falls back to the whole request (identity positions) when the rendered claim list is not found.
-    """
-    payload = request.payload
-    assert isinstance(payload, VerifyInput)
-    whole = list(range(len(payload.claims)))
-    if positions == whole:
-        return request, whole
-    block = _claim_block(payload.claims)
-    holders = [i for i, message in enumerate(request.messages) if block in message.content]
-    replies = [m for m in request.messages if m.role == "assistant"]
-    if len(holders) != 1 or replies or request.messages[holders[0]].content.count(block) != 1:
-        return request, whole
-    kept = [payload.claims[p] for p in positions]
-    messages = list(request.messages)
-    holder = messages[holders[0]]
-    messages[holders[0]] = Message(role=holder.role, content=holder.content.replace(block, _claim_block(kept)))
-    narrowed = request.model_copy(
-        update={"payload": payload.model_copy(update={"claims": kept}), "messages": messages}
-    )
-    return narrowed, positions
 
 
 class CascadeBackend:
@@ -106,7 +69,7 @@ class CascadeBackend:
         cached = True
         for number, stage in enumerate(self.stages):
             last = number == len(self.stages) - 1
-            narrowed, originals = narrow_request(request, pending)
+            narrowed, originals = narrow_verify_request(request, pending)
             response = await stage.backend.complete(narrowed)
             judge = response.judge or stage.backend.name
             usage_by_judge[judge] = usage_by_judge.get(judge, Usage()) + response.usage

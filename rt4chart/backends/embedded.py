@@ -40,13 +40,8 @@ from typing import TYPE_CHECKING, Literal
 from nltk.stem.porter import PorterStemmer
 from pydantic import BaseModel, ConfigDict, Field
 
-from rt4chart.backends.base import (
-    ClaimJudgement,
-    JudgeRequest,
-    JudgeResponse,
-    VerifyInput,
-    VerifyOutput,
-)
+from rt4chart.backends.base import JudgeRequest, JudgeResponse
+from rt4chart.tasks import ClaimJudgement, VerifyInput, VerifyOutput
 from rt4chart.types import Label, Sentence, Usage
 
 if TYPE_CHECKING:

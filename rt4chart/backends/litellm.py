@@ -22,7 +22,7 @@ import time
 import weakref
 from collections.abc import Iterable
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Literal
 
 # litellm fetches its model price list from the network on import unless told to use the copy it
 # ships; a user's explicit setting wins.
@@ -30,7 +30,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import litellm
 from litellm.exceptions import APIConnectionError, Timeout
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -39,8 +39,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from rt4chart.backends.base import JudgeOutput, JudgeRequest, JudgeResponse, Message, output_json_schema
-from rt4chart.judges import JudgeProfile
+from rt4chart.backends.base import JudgeRequest, JudgeResponse, Message, output_json_schema
 from rt4chart.types import Usage
 
 litellm.suppress_debug_info = True
@@ -184,30 +183,58 @@ def retry_after_s(error: BaseException | None) -> float | None:
         return None
 
 
+class LiteLLMSettings(BaseModel):
+    """How one model is called: transport, pacing and prices. The judge registry
+    (:mod:`rt4chart.judges`) builds these from a profile; this backend knows no profile."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    """The judge's name, recorded in outputs and cache keys (the server is appended to it)."""
+    model: str
+    """litellm model string (``gpt-4o-mini``, ``zai/glm-4.7``, ``hosted_vllm/<model>``)."""
+    input_usd_per_mtok: float | None = Field(default=None, ge=0.0)
+    """Price per million prompt tokens; ``None`` means litellm's price list (or 0 if it has none)."""
+    output_usd_per_mtok: float | None = Field(default=None, ge=0.0)
+    """Price per million completion tokens; ``None`` as for input."""
+    concurrency: int = Field(default=8, ge=1)
+    """Calls in flight at once."""
+    response_format: Literal["auto", "json_schema", "json_object", "none"] = "auto"
+    """Structured-output mode; ``auto`` asks litellm's capability helpers."""
+    timeout_s: float = Field(default=120.0, gt=0.0)
+    """Seconds one HTTP attempt may take."""
+    max_attempts: int = Field(default=5, ge=1)
+    """Attempts per request, the first included (rate limits, 5xx, timeouts, invalid replies)."""
+    max_reasks: int = Field(default=1, ge=0)
+    """Re-asks after replies that hold no schema-valid object, within ``max_attempts``."""
+    backoff_s: float = Field(default=1.0, ge=0.0)
+    """First retry delay; it doubles per attempt, plus up to as much random jitter."""
+    backoff_max_s: float = Field(default=60.0, ge=0.0)
+    """Longest retry delay, Retry-After included."""
+
+
 class LiteLLMBackend:
     """A judge called through ``litellm.acompletion``."""
 
     def __init__(
         self,
-        profile: JudgeProfile,
+        settings: LiteLLMSettings,
         *,
         api_key: str | None = None,
         api_base: str | None = None,
-        concurrency: int | None = None,
     ) -> None:
-        assert profile.model is not None, "litellm judge profiles always name a model"
-        self.profile = profile
-        self.model: str = profile.model
+        self.settings = settings
+        self.model: str = settings.model
         self.api_base = api_base
         self._api_key = api_key
-        self.concurrency = concurrency or profile.concurrency
+        self.concurrency = settings.concurrency
         # One semaphore per event loop: a semaphore is bound to the loop it first waited in, and a
         # backend may serve several ``asyncio.run`` calls (one per CLI command or evaluation).
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
         )
         self._backoff = wait_exponential_jitter(
-            multiplier=profile.backoff_s, max=profile.backoff_max_s, jitter=profile.backoff_s
+            multiplier=settings.backoff_s, max=settings.backoff_max_s, jitter=settings.backoff_s
         )
         self.provider = litellm_provider(self.model)
         self._supported = set(litellm.get_supported_openai_params(model=self.model) or [])
@@ -223,14 +250,14 @@ class LiteLLMBackend:
     def name(self) -> str:
         # The server is part of the judge's identity (and so of every cache key): two servers
         # answering to one model name are two judges.
-        return f"{self.profile.name}@{self.api_base}" if self.api_base else self.profile.name
+        return f"{self.settings.name}@{self.api_base}" if self.api_base else self.settings.name
 
     @property
     def supports_decompose(self) -> bool:
         return True
 
     def _structured_output(self) -> str:
-        mode = self.profile.response_format
+        mode = self.settings.response_format
         if mode != "auto":
             return mode
         if (
@@ -246,17 +273,17 @@ class LiteLLMBackend:
         return "none"
 
     def _per_token_prices(self) -> tuple[tuple[float, float], bool]:
-        """USD per prompt and per completion token (the profile's, else litellm's price table), and
+        """USD per prompt and per completion token (the settings', else litellm's price table), and
         whether litellm had a price of its own for the model."""
-        profile = self.profile
+        settings = self.settings
         info: dict[str, Any] | None = None
         if self.model not in _MODELS_PRICED_HERE:
             try:
                 info = dict(litellm.get_model_info(model=self.model))
             except Exception:  # litellm raises for a model it has no price for, such as a self-hosted one
                 info = None
-        if profile.input_usd_per_mtok is not None or profile.output_usd_per_mtok is not None:
-            prices = (profile.input_usd_per_mtok or 0.0) / 1e6, (profile.output_usd_per_mtok or 0.0) / 1e6
+        if settings.input_usd_per_mtok is not None or settings.output_usd_per_mtok is not None:
+            prices = (settings.input_usd_per_mtok or 0.0) / 1e6, (settings.output_usd_per_mtok or 0.0) / 1e6
         elif info is not None:
             prices = float(info.get("input_cost_per_token") or 0.0), float(info.get("output_cost_per_token") or 0.0)
         else:
@@ -296,7 +323,7 @@ class LiteLLMBackend:
             "model": self.model,
             "temperature": request.params.temperature,
             "max_tokens": request.params.max_tokens,
-            "timeout": self.profile.timeout_s,
+            "timeout": self.settings.timeout_s,
             # Retries are ours, so that each one is counted and paced; litellm and the OpenAI
             # client would otherwise retry silently.
             "num_retries": 0,
@@ -323,7 +350,7 @@ class LiteLLMBackend:
         backoff = self._backoff(state)
         error = state.outcome.exception() if state.outcome else None
         asked = retry_after_s(error)
-        return min(max(backoff, asked or 0.0), self.profile.backoff_max_s)
+        return min(max(backoff, asked or 0.0), self.settings.backoff_max_s)
 
     def _cost(self, response: Any, prompt_tokens: int, completion_tokens: int) -> float:
         # litellm's own price (it knows cached-token discounts) unless the prices it used are ours.
@@ -363,7 +390,7 @@ class LiteLLMBackend:
         error: str | None = None
         invalid_replies = 0
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.profile.max_attempts),
+            stop=stop_after_attempt(self.settings.max_attempts),
             wait=self._wait,
             retry=retry_if_exception(_retryable),
             reraise=True,
@@ -377,7 +404,7 @@ class LiteLLMBackend:
                     if parsed is None:
                         invalid_replies += 1
                         messages = self._reask(request.messages, raw, reason or "invalid reply")
-                        final = invalid_replies > self.profile.max_reasks
+                        final = invalid_replies > self.settings.max_reasks
                         raise InvalidReply(reason or "invalid reply", raw, final=final)
         except InvalidReply as invalid:
             error = f"no valid reply after {len(usage)} attempts: {invalid.reason}"
@@ -386,7 +413,7 @@ class LiteLLMBackend:
         secrets = self._secrets
         total = sum(usage, Usage())
         return JudgeResponse(
-            parsed=parsed if isinstance(parsed, JudgeOutput) else None,
+            parsed=parsed,
             raw=scrub(raw, secrets),
             usage=total,
             latency_s=time.perf_counter() - started,

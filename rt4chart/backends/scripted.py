@@ -26,7 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rt4chart.backends.base import (
+from rt4chart.backends.base import JudgeRequest, JudgeResponse, approximate_tokens
+from rt4chart.tasks import (
     ClaimJudgement,
     DecomposedSentence,
     DecomposeInput,
@@ -36,15 +37,9 @@ from rt4chart.backends.base import (
     DirectSpan,
     HolisticDecomposeInput,
     HolisticDecomposeOutput,
-    JudgeOutput,
-    JudgePayload,
-    JudgeRequest,
-    JudgeResponse,
     VerifyInput,
     VerifyOutput,
-    approximate_tokens,
 )
-from rt4chart.text import split_sentences
 from rt4chart.types import Label, Sentence, Usage
 
 
@@ -120,8 +115,9 @@ class ScriptedBackend:
         started = time.perf_counter()
         if self.rules.latency_s:
             await asyncio.sleep(self.rules.latency_s)
-        payload = request.payload
-        parsed = self._reply(payload)
+        parsed = self._reply(request.payload)
+        if parsed is None:
+            return JudgeResponse(error=f"the scripted judge cannot answer {request.task!r} requests", judge=self.name)
         raw = parsed.model_dump_json()
         prompt = "".join(m.content for m in request.messages)
         return JudgeResponse(
@@ -137,25 +133,26 @@ class ScriptedBackend:
             judge=self.name,
         )
 
-    def _reply(self, payload: JudgePayload) -> JudgeOutput:
+    def _reply(self, payload: BaseModel) -> BaseModel | None:
         if isinstance(payload, DecomposeInput):
             return self._decompose(payload)
         if isinstance(payload, VerifyInput):
             return self._verify(payload)
         if isinstance(payload, HolisticDecomposeInput):
             return self._decompose_holistic(payload)
-        return self._direct(payload)
+        if isinstance(payload, DirectInput):
+            return self._direct(payload)
+        return None
 
     def _decompose_holistic(self, payload: HolisticDecomposeInput) -> HolisticDecomposeOutput:
         """The decompose rules applied sentence by sentence, returned as one list of claims."""
-        sentences = [s.text for s in split_sentences(payload.answer)]
-        per_sentence = self._decompose(DecomposeInput(question=payload.question, sentences=sentences))
+        per_sentence = self._decompose(DecomposeInput(question=payload.question, sentences=payload.sentences))
         return HolisticDecomposeOutput(claims=[c for entry in per_sentence.sentences for c in entry.claims])
 
     def _direct(self, payload: DirectInput) -> DirectOutput:
         """Each answer sentence judged by the verify rules against the whole context (stage
         ``global``); the sentences not entailed come back as hallucinated spans."""
-        sentences = [s.text for s in split_sentences(payload.answer)]
+        sentences = payload.sentences
         whole_context = Sentence(index=0, start=0, end=len(payload.context), text=payload.context)
         verdicts = self._verify(
             VerifyInput(stage="global", claims=sentences, sentences=[whole_context], question=payload.question)

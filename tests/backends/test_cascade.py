@@ -12,12 +12,14 @@ from conftest import EXAMPLES, VerifyRequestFactory
 from faults import Fault, claims_in, fault_server, judge_every_claim
 from typer.testing import CliRunner
 
-from rt4chart.backends.base import Backend, JudgeRequest, Message, VerifyOutput
-from rt4chart.backends.cascade import CascadeBackend, CascadeStage, narrow_request
+from rt4chart.backends.base import Backend, JudgeRequest, Message
+from rt4chart.backends.cascade import CascadeBackend, CascadeStage
 from rt4chart.backends.litellm import LiteLLMBackend
 from rt4chart.backends.scripted import ScriptedBackend, ScriptedRules
 from rt4chart.cli import app
 from rt4chart.judges import JudgeProfile
+from rt4chart.tasks import VerifyOutput
+from rt4chart.tasks import narrow_verify_request as narrow_request
 from rt4chart.types import Label
 
 CLAIMS = [
@@ -39,7 +41,7 @@ def sure_about_duration(confidence: float = 0.95) -> ScriptedBackend:
 def remote(base_url: str, **profile: Any) -> LiteLLMBackend:
     settings: dict[str, Any] = {"max_attempts": 1, "backoff_s": 0.0, "timeout_s": 5.0}
     settings.update(profile)
-    return LiteLLMBackend(JudgeProfile(name="second", model="openai/second", **settings),
+    return LiteLLMBackend(JudgeProfile(name="second", model="openai/second", **settings).litellm_settings(),
                           api_key="no-key", api_base=base_url)
 
 

@@ -9,21 +9,15 @@ from collections.abc import Iterator
 import pytest
 from conftest import EXAMPLES, LLAMA_MAX_TOKENS, VerifyRequestFactory
 
-from rt4chart.backends.base import (
-    Backend,
-    CostEstimator,
-    DecomposeOutput,
-    GenerationParams,
-    JudgeRequest,
-    JudgeResponse,
-    VerifyOutput,
-)
+from rt4chart.backends.base import Backend, CostEstimator, GenerationParams, JudgeRequest, JudgeResponse
 from rt4chart.backends.cascade import CascadeBackend, CascadeStage
 from rt4chart.backends.litellm import LiteLLMBackend
 from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.judges import JudgeProfile
-from rt4chart.pipeline import Pipeline, PipelineOptions
+from rt4chart.options import AuditOptions
+from rt4chart.pipeline import Pipeline
 from rt4chart.serve import LocalServer
+from rt4chart.tasks import DecomposeOutput, VerifyOutput
 from rt4chart.types import Label, Sample, Usage
 
 RULES = EXAMPLES / "free_trial.rules.json"
@@ -48,7 +42,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     elif kind == "litellm-llamacpp":
         server: LocalServer = request.getfixturevalue("llamacpp")
         profile = JudgeProfile(name="smollm2", model="hosted_vllm/smollm2", max_attempts=2, backoff_s=0.01)
-        built = LiteLLMBackend(profile, api_key="no-key", api_base=server.api_base)
+        built = LiteLLMBackend(profile.litellm_settings(), api_key="no-key", api_base=server.api_base)
     else:
         built = CascadeBackend([CascadeStage(_embedded(), 0.9), CascadeStage(ScriptedBackend.from_file(RULES), 0.0)])
     yield built
@@ -105,7 +99,7 @@ def test_worst_case_cost(backend: Backend, verify_request: VerifyRequestFactory)
 
 
 def test_audit_through_the_pipeline(backend: Backend, free_trial: Sample) -> None:
-    options = PipelineOptions(decomposer="rules", params=GenerationParams(max_tokens=LLAMA_MAX_TOKENS))
+    options = AuditOptions(decomposer="rules", max_tokens=LLAMA_MAX_TOKENS)
     report = asyncio.run(Pipeline(backend, options).verify_sample(free_trial))
     assert report.label is not None and report.hallucinated is not None
     assert report.claims and all(claim.label is not None for claim in report.claims)

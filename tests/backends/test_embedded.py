@@ -9,15 +9,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rt4chart.backends.base import (
-    Backend,
-    DecomposeInput,
-    JudgeRequest,
-    VerifyInput,
-    VerifyOutput,
-)
+from rt4chart.backends.base import Backend, JudgeRequest
 from rt4chart.backends.embedded import VERSION, EmbeddedBackend, load_encoder
-from rt4chart.pipeline import Pipeline, PipelineOptions
+from rt4chart.options import AuditOptions
+from rt4chart.pipeline import Pipeline
+from rt4chart.tasks import DecomposeInput, DecomposeOutput, VerifyInput, VerifyOutput
 from rt4chart.text import segment_context
 from rt4chart.types import Label, Report, Sample
 
@@ -38,7 +34,7 @@ def backend() -> EmbeddedBackend:
 
 def audit(backend: EmbeddedBackend, answer: str, question: str | None = None) -> Report:
     sample = Sample(id="s", context=CONTEXT, question=question, answer=answer)
-    pipeline = Pipeline(backend, PipelineOptions(decomposer="auto", window=2, overlap=1))
+    pipeline = Pipeline(backend, AuditOptions(decomposer="auto", window=2, overlap=1))
     return asyncio.run(pipeline.verify_sample(sample))
 
 
@@ -105,6 +101,7 @@ def test_decompose_request_gets_an_error_not_an_exception(backend: EmbeddedBacke
     request = JudgeRequest(
         task="decompose",
         payload=DecomposeInput(question=None, sentences=["The tower is tall."]),
+        output_schema=DecomposeOutput,
         messages=[],
         prompt_version="test",
     )
@@ -121,6 +118,7 @@ def test_verify_reply_is_free_and_has_one_judgement_per_claim(backend: EmbeddedB
         payload=VerifyInput(
             stage="global", claims=["The tower is 330 metres tall.", "Cats purr."], sentences=sentences
         ),
+        output_schema=VerifyOutput,
         messages=[],
         prompt_version="test",
     )

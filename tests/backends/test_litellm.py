@@ -15,17 +15,11 @@ import pytest
 from conftest import LLAMA_MAX_TOKENS, VerifyRequestFactory
 from faults import DECOY, Fault, FaultServer, fault_server
 
-from rt4chart.backends.base import (
-    Backend,
-    CostEstimator,
-    GenerationParams,
-    JudgeRequest,
-    Message,
-    VerifyOutput,
-)
+from rt4chart.backends.base import Backend, CostEstimator, GenerationParams, JudgeRequest, Message
 from rt4chart.backends.litellm import LiteLLMBackend, parse_reply, retry_after_s, scrub
 from rt4chart.judges import JudgeProfile, resolve_judge
 from rt4chart.serve import LocalServer
+from rt4chart.tasks import VerifyInput, VerifyOutput
 from rt4chart.types import Label
 
 REPLY = json.dumps(
@@ -39,7 +33,9 @@ def backend_for(server: FaultServer, **profile: Any) -> LiteLLMBackend:
     settings: dict[str, Any] = {"timeout_s": 2.0, "max_attempts": 3, "backoff_s": 0.01, "backoff_max_s": 0.05}
     settings.update(profile)
     return LiteLLMBackend(
-        JudgeProfile(name="fault", model="openai/fault", **settings), api_key="no-key", api_base=server.base_url
+        JudgeProfile(name="fault", model="openai/fault", **settings).litellm_settings(),
+        api_key="no-key",
+        api_base=server.base_url,
     )
 
 
@@ -218,7 +214,7 @@ def test_a_model_litellm_cannot_price_is_set_up_quietly(
     caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str], verify_request: VerifyRequestFactory
 ) -> None:
     profile = JudgeProfile(name="own", model="openai/own-model-never-priced", input_usd_per_mtok=3.0)
-    backend = LiteLLMBackend(profile, api_base="http://127.0.0.1:9/v1")
+    backend = LiteLLMBackend(profile.litellm_settings(), api_base="http://127.0.0.1:9/v1")
     request = verify_request(CLAIM, max_tokens=10)
     assert backend.max_cost_usd(request) == pytest.approx(backend.count_prompt_tokens(request) * 3e-6)
     captured = capfd.readouterr()
@@ -226,7 +222,7 @@ def test_a_model_litellm_cannot_price_is_set_up_quietly(
 
 
 def test_known_models_are_priced_by_litellm(verify_request: VerifyRequestFactory) -> None:
-    backend = LiteLLMBackend(JudgeProfile(name="mini", model="gpt-4o-mini"), api_key="unused")
+    backend = LiteLLMBackend(JudgeProfile(name="mini", model="gpt-4o-mini").litellm_settings(), api_key="unused")
     request = verify_request(CLAIM, max_tokens=1000)
     assert backend.max_cost_usd(request) == pytest.approx(
         backend.count_prompt_tokens(request) * 0.15e-6 + 1000 * 0.6e-6
@@ -247,7 +243,7 @@ def test_api_key_never_appears_in_errors_outputs_or_logs(
     caplog.set_level(logging.DEBUG)
     with fault_server(REPLY, default=Fault("echo_key")) as server:
         profile = JudgeProfile(name="keyed", model="openai/fault", api_key_env="RT4_TEST_FAULT_KEY", max_attempts=1)
-        backend = LiteLLMBackend(profile, api_key=secret, api_base=server.base_url)
+        backend = LiteLLMBackend(profile.litellm_settings(), api_key=secret, api_base=server.base_url)
         response = run(backend, verify_request(CLAIM))
     assert server.headers[0]["authorization"] == f"Bearer {secret}"  # it was sent, and echoed back
     assert response.error is not None and "Incorrect API key" in response.error
@@ -285,7 +281,7 @@ MODEL_STRINGS = ["openai/smollm2", "hosted_vllm/smollm2"]
 
 def smollm2(server: LocalServer, model: str) -> Backend:
     profile = JudgeProfile(name=model, model=model, max_attempts=2, backoff_s=0.01, timeout_s=120.0)
-    return LiteLLMBackend(profile, api_key="no-key", api_base=server.api_base)
+    return LiteLLMBackend(profile.litellm_settings(), api_key="no-key", api_base=server.api_base)
 
 
 @pytest.mark.parametrize("model", MODEL_STRINGS)
@@ -294,7 +290,8 @@ def test_llamacpp_returns_a_schema_valid_verdict(llamacpp: LocalServer, model: s
     wanted = '{"judgements": [{"claim": 0, "label": "baseless", "evidence": [], "rationale": "", "confidence": 0.5}]}'
     request = JudgeRequest(
         task="verify",
-        payload={"stage": "global", "claims": ["x"], "sentences": []},
+        payload=VerifyInput(stage="global", claims=["x"], sentences=[]),
+        output_schema=VerifyOutput,
         messages=[
             Message(role="system", content="Reply with JSON only."),
             Message(role="user", content=f"Copy this JSON exactly: {wanted}"),

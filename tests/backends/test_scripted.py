@@ -9,17 +9,10 @@ from typing import Any, Literal
 
 import pytest
 
-from rt4chart.backends.base import (
-    Backend,
-    DecomposeInput,
-    DecomposeOutput,
-    JudgeRequest,
-    Message,
-    VerifyInput,
-    VerifyOutput,
-)
+from rt4chart.backends.base import Backend, JudgeRequest, Message
 from rt4chart.backends.scripted import ScriptedBackend, ScriptedRules
 from rt4chart.judges import JudgeConfigError, resolve_judge
+from rt4chart.tasks import TASKS, DecomposeInput, DecomposeOutput, VerifyInput, VerifyOutput
 from rt4chart.text import segment_context
 from rt4chart.types import Label
 
@@ -33,7 +26,11 @@ def _backend(rules: dict[str, Any]) -> ScriptedBackend:
 def _request(payload: DecomposeInput | VerifyInput) -> JudgeRequest:
     task: Literal["decompose", "verify"] = "decompose" if isinstance(payload, DecomposeInput) else "verify"
     return JudgeRequest(
-        task=task, payload=payload, messages=[Message(role="user", content="x" * 40)], prompt_version="test"
+        task=task,
+        payload=payload,
+        output_schema=TASKS[task].output_model,
+        messages=[Message(role="user", content="x" * 40)],
+        prompt_version="test",
     )
 
 

@@ -18,10 +18,12 @@ from fixtures.spine.judges import (
 )
 
 import rt4chart
-from rt4chart.backends.base import JudgeRequest, JudgeResponse, VerifyInput, VerifyOutput
+from rt4chart.backends.base import JudgeRequest, JudgeResponse
+from rt4chart.options import AuditOptions
+from rt4chart.tasks import VerifyInput, VerifyOutput
 from rt4chart.text import chunk_sentences
 from rt4chart.types import ClaimVerdict, Label, Report, Sample, Span, Vote
-from rt4chart.verify import VerifyOptions, and_join, deciding_chunk, hallucinated_spans, or_join
+from rt4chart.verification import and_join, deciding_chunk, hallucinated_spans, or_join
 
 ENT, CON, BAS = Label.ENTAILED, Label.CONTRADICTED, Label.BASELESS
 LABELS_AND_MISSING: list[Label | None] = [ENT, CON, BAS, None]
@@ -109,7 +111,7 @@ def test_deciding_chunk_is_the_first_chunk_voting_the_local_label(
 @pytest.mark.parametrize(("window", "overlap"), [(2, 2), (2, 5)])
 def test_options_reject_overlap_not_below_window(window: int, overlap: int) -> None:
     with pytest.raises(ValueError, match="overlap"):
-        VerifyOptions(window=window, overlap=overlap)
+        AuditOptions(window=window, overlap=overlap)
 
 
 def _run_example(backend: RecordingBackend, **options: Any) -> Report:

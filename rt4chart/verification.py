@@ -13,37 +13,12 @@ from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from rt4chart.backends.base import ClaimJudgement, JudgeRequest, JudgeResponse, Message, VerifyInput, VerifyOutput
+from rt4chart.backends.base import JudgeRequest, JudgeResponse, Message
 from rt4chart.grounding import ContextIndex, anchor_quotes
+from rt4chart.options import AuditOptions
 from rt4chart.session import JudgeSession
-from rt4chart.types import Chunk, Claim, ClaimVerdict, Evidence, Label, Sentence, Span, Vote
-
-
-class VerifyOptions(BaseModel):
-    """How claims are verified."""
-
-    # A misspelt option (``windw=5``) must fail loudly rather than silently audit with defaults.
-    model_config = ConfigDict(extra="forbid")
-
-    window: int = Field(default=25, ge=1)
-    """Sentences per chunk (W)."""
-    overlap: int = Field(default=10, ge=0)
-    """Sentences shared by consecutive chunks (O); must be smaller than ``window``."""
-    batch_claims: int = Field(default=8, ge=1)
-    """Claims judged per call; 1 reproduces the reference algorithm."""
-    global_verification: bool = True
-    """Re-judge every claim against the full context (adaptive by local label)."""
-    skip_decided: bool = True
-    """Stop asking further chunks about a claim already contradicted (its OR-join is settled)."""
-
-    @model_validator(mode="after")
-    def _overlap_below_window(self) -> VerifyOptions:
-        # Checked here, not only in the CLI, so API callers get the usage error before any judge call.
-        if self.overlap >= self.window:
-            raise ValueError(f"overlap must be smaller than window (got window={self.window}, overlap={self.overlap})")
-        return self
+from rt4chart.tasks import ClaimJudgement, VerifyInput, VerifyOutput, strip_markers
+from rt4chart.types import Chunk, Claim, ClaimVerdict, Label, Sentence, Span, Verdict, Vote, merge_spans
 
 
 def or_join(labels: Iterable[Label | None]) -> Label:
@@ -71,38 +46,14 @@ def and_join(labels: Iterable[Label | None]) -> Label:
 
 def hallucinated_spans(verdicts: Iterable[ClaimVerdict]) -> list[Span]:
     """Answer spans of sentences that hold a non-entailed claim, merged where they touch."""
-    spans = sorted(
-        (v.answer_span for v in verdicts if v.label != Label.ENTAILED and v.answer_span),
-        key=lambda span: (span.start, span.end),
-    )
-    merged: list[Span] = []
-    for span in spans:
-        if merged and span.start <= merged[-1].end:
-            merged[-1] = Span(start=merged[-1].start, end=max(merged[-1].end, span.end))
-        else:
-            merged.append(span)
-    return merged
+    return merge_spans([v.answer_span for v in verdicts if v.label != Label.ENTAILED and v.answer_span])
 
 
-@dataclass
-class Judged:
+class Judged(Verdict):
     """One claim's judgement in one call, after the retromorphic check."""
 
-    label: Label | None
-    evidence: list[Evidence] = field(default_factory=list)
-    rationale: str = ""
-    confidence: float | None = None
-    grounded: bool = True
-    judge: str | None = None
     error: str | None = None
-
-
-def _render_sentences(sentences: list[Sentence]) -> str:
-    return "\n".join(f"[S{s.index}] {s.text}" for s in sentences)
-
-
-def _render_claims(claims: list[Claim]) -> str:
-    return "\n".join(f"[{position}] {claim.text}" for position, claim in enumerate(claims))
+    """Why the judgement is missing or not trusted."""
 
 
 def _needs_evidence(judgement: ClaimJudgement) -> bool:
@@ -138,9 +89,6 @@ class ClaimJudge:
         follow_up: list[Message] | None = None,
     ) -> JudgeRequest:
         """The request that judges ``claims`` against the sentences in ``view``."""
-        template = "verify_local" if stage == "local" else (
-            "verify_global_hint" if hint else "verify_global"
-        )
         payload = VerifyInput(
             stage="local" if stage == "local" else "global",
             claims=[c.text for c in claims],
@@ -149,13 +97,7 @@ class ClaimJudge:
             hint=hint,
             question=self.question,
         )
-        fields = {
-            "context": _render_sentences(view),
-            "question": self.question or "(none)",
-            "claims": _render_claims(claims),
-            "hint": f"S{hint[0]}-S{hint[-1]}" if hint else "",
-        }
-        return self.session.request("verify", template, payload, fields, follow_up)
+        return self.session.request(payload, follow_up)
 
     async def judge(
         self,
@@ -184,7 +126,7 @@ class ClaimJudge:
                 ungrounded.append(position)
         if ungrounded:
             reask = self.build_request(
-                claims, view, stage, chunk, hint, follow_up=_reask_messages(ungrounded, response.raw)
+                claims, view, stage, chunk, hint, follow_up=reask_messages(ungrounded, response.raw)
             )
             await self._reask_ungrounded(claims, ungrounded, reask, within, results)
         missing = [c for c in claims if c.index not in results]
@@ -211,7 +153,7 @@ class ClaimJudge:
                 confidence=judgement.confidence,
                 judge=judge,
             )
-        evidence, missing = anchor_quotes(self.index, judgement.evidence, within)
+        evidence, missing = anchor_quotes(self.index, [strip_markers(q) for q in judgement.evidence], within)
         return Judged(
             label=judgement.label,
             evidence=evidence,
@@ -261,7 +203,14 @@ def _judges_by_position(response: JudgeResponse, fallback: str) -> defaultdict[i
     return judges
 
 
-def _reask_messages(positions: list[int], raw: str) -> list[Message]:
+def max_calls(batch_size: int) -> int:
+    """The most calls :meth:`ClaimJudge.judge` makes for a batch: the call, one re-ask for
+    ungrounded evidence, and for a batch of several claims each claim left without a judgement
+    asked alone (and re-asked); the planner's worst case is built from this."""
+    return 2 if batch_size == 1 else 1 + 2 * batch_size
+
+
+def reask_messages(positions: list[int], raw: str) -> list[Message]:
     return [
         Message(role="assistant", content=raw),
         Message(
@@ -282,7 +231,7 @@ def batches(claims: list[Claim], size: int) -> list[list[Claim]]:
 
 
 async def verify_locally(
-    judge: ClaimJudge, claims: list[Claim], chunks: list[Chunk], options: VerifyOptions
+    judge: ClaimJudge, claims: list[Claim], chunks: list[Chunk], options: AuditOptions
 ) -> dict[int, list[Vote]]:
     """Judge every claim against every chunk; returns the votes per claim in chunk order."""
     votes: dict[int, list[Vote]] = {c.index: [] for c in claims}
@@ -306,18 +255,7 @@ async def verify_locally(
         )
         for outcome in outcomes:
             for claim_index, judged in outcome.items():
-                votes[claim_index].append(
-                    Vote(
-                        chunk=chunk.index,
-                        label=judged.label,
-                        evidence=judged.evidence,
-                        rationale=judged.rationale,
-                        confidence=judged.confidence,
-                        grounded=judged.grounded,
-                        judge=judged.judge,
-                        error=judged.error,
-                    )
-                )
+                votes[claim_index].append(Vote(chunk=chunk.index, **dict(judged)))
         for claim in active:
             votes[claim.index].sort(key=lambda vote: vote.chunk)
     return votes
@@ -331,7 +269,7 @@ def deciding_chunk(votes: list[Vote], label: Label) -> int | None:
 
 
 async def verify_claims(
-    judge: ClaimJudge, claims: list[Claim], chunks: list[Chunk], options: VerifyOptions
+    judge: ClaimJudge, claims: list[Claim], chunks: list[Chunk], options: AuditOptions
 ) -> list[ClaimVerdict]:
     """The whole verification of one answer's claims: local, OR-join, adaptive global."""
     votes = await verify_locally(judge, claims, chunks, options)
@@ -350,12 +288,7 @@ async def verify_claims(
                 votes=claim_votes,
                 local_label=local,
                 hint_chunk=hint_chunk,
-                label=local,
-                evidence=deciding.evidence if deciding else [],
-                rationale=deciding.rationale if deciding else "",
-                confidence=deciding.confidence if deciding else None,
-                grounded=deciding.grounded if deciding else True,
-                judge=deciding.judge if deciding else None,
+                **{**(deciding.verdict_fields() if deciding else {}), "label": local},
                 errors=[f"chunk {v.chunk}: {v.error}" for v in claim_votes if v.error],
             )
         )
@@ -371,7 +304,7 @@ async def verify_globally(
     claims: list[Claim],
     verdicts: list[ClaimVerdict],
     chunks: list[Chunk],
-    options: VerifyOptions,
+    options: AuditOptions,
 ) -> None:
     """Re-judge every claim against the full context, grouped by location hint, in place."""
     groups: dict[int | None, list[Claim]] = {}
@@ -393,11 +326,7 @@ async def verify_globally(
         if judged.label is None:
             verdict.errors.append(f"global verification failed ({judged.error}); kept the local label")
             continue
-        verdict.label = judged.label
-        verdict.evidence = judged.evidence
-        verdict.rationale = judged.rationale
-        verdict.confidence = judged.confidence
-        verdict.grounded = judged.grounded
-        verdict.judge = judged.judge
+        for name, value in judged.verdict_fields().items():
+            setattr(verdict, name, value)
         if judged.error:
             verdict.errors.append(f"global: {judged.error}")

@@ -1,0 +1,76 @@
+"""Every option that shapes an audit, declared once.
+
+:class:`AuditOptions` is the one home of an option: its default, its bounds and its documentation
+(the field docstring, which is also the ``--help`` text of its CLI flag). The CLI, the Python API,
+the evaluation harness and the benchmarks all build this model; validation happens here only.
+
+Adding an option: add a field here (with a docstring and bounds), read it where the method needs
+it; ``rt4 verify``, ``rt4 estimate`` and ``rt4 eval`` get the flag ``--<field-name>`` from
+:func:`rt4chart.cli` automatically, and an evaluation records it in its result.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from rt4chart.backends.base import DEFAULT_MAX_TOKENS, GenerationParams
+
+DecomposerKind = Literal["judge", "rules", "auto", "holistic"]
+"""How answers become claims."""
+
+Method = Literal["rt4chart", "direct"]
+"""The full method, or the one-call baseline of the paper's ablations."""
+
+
+class AuditOptions(BaseModel):
+    """Everything that shapes an audit besides the judge."""
+
+    # A misspelt option (``windw=5``) must fail loudly rather than silently audit with defaults.
+    # Field docstrings become descriptions: the CLI shows them as --help text.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    method: Method = "rt4chart"
+    """rt4chart (the full method) or direct (one call per answer, the paper's baseline)."""
+    decomposer: DecomposerKind = "auto"
+    """judge, rules, auto (the judge when it can decompose, else rules), or holistic (an ablation: no answer spans)."""
+    max_claims_per_sentence: int = Field(default=8, ge=1)
+    """Most claims a judge decomposer may draw from one answer sentence (more are dropped with an error:
+    a runaway reply cannot multiply an audit's cost)."""
+    window: int = Field(default=25, ge=1)
+    """Context sentences per chunk (W)."""
+    overlap: int = Field(default=10, ge=0)
+    """Sentences shared by consecutive chunks (O < W)."""
+    batch_claims: int = Field(default=8, ge=1)
+    """Claims judged per call; 1 = reference algorithm."""
+    global_verification: bool = Field(default=True, json_schema_extra={"flag": "--global/--no-global"})
+    """Re-judge claims against the full context (adaptive by local label)."""
+    skip_decided: bool = True
+    """Ask no further chunk about a claim already contradicted (its OR-join is settled)."""
+    max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
+    """Most completion tokens per judge call (what a budget reserves for each)."""
+    temperature: float = Field(default=0.0, ge=0.0)
+    """Sampling temperature of judge calls; 0 for reproducible verdicts."""
+    sampling_seed: int | None = 0
+    """Sampling seed of judge calls, for providers that honour one."""
+    samples_in_flight: int = Field(default=16, ge=1)
+    """Samples audited at once (fewer finish sooner under a budget)."""
+
+    @field_validator("overlap")
+    @classmethod
+    def _overlap_below_window(cls, overlap: int, info: ValidationInfo) -> int:
+        window = info.data.get("window")
+        if window is not None and overlap >= window:
+            raise ValueError(f"overlap must be smaller than window (got window={window}, overlap={overlap})")
+        return overlap
+
+    @property
+    def params(self) -> GenerationParams:
+        """Sampling parameters of every judge call."""
+        return GenerationParams(temperature=self.temperature, seed=self.sampling_seed, max_tokens=self.max_tokens)
+
+    def changed(self) -> dict[str, object]:
+        """The options that differ from their defaults, in declaration order (for names of results)."""
+        defaults = AuditOptions()
+        return {name: value for name, value in self if value != getattr(defaults, name)}

@@ -1,0 +1,159 @@
+"""What an audit will cost, computed by running the audit itself against a judge that answers
+nothing, so the plan cannot drift from the method.
+
+The planner backend records every request the pipeline sends and fails each one. That run is the
+*expected* plan: the decomposer falls back to rule-based claims (a judge decomposer's claim count
+is unknown until it answers), no claim is settled early, and every claim reaches global
+verification with no location hint. With rule-based claims and no global stage it is exactly what
+a cold audit sends to a judge that answers every claim with grounded evidence.
+
+The *worst case* bounds what a cold run can send whatever the judge answers (what a budget must
+be ready for): each verification batch may be re-asked for ungrounded evidence and split into
+single-claim calls for judgements it left out (:func:`rt4chart.verification.max_calls`), a judge
+decomposer may return up to ``max_claims_per_sentence`` claims per sentence, and global
+verification may split the claims into one group per location hint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+
+from rt4chart.backends.base import (
+    Backend,
+    BackendWrapper,
+    CostEstimator,
+    JudgeRequest,
+    JudgeResponse,
+    Message,
+    prompt_tokens,
+)
+from rt4chart.cache import JudgeCache, request_key
+from rt4chart.decompose import decompose_by_rules
+from rt4chart.io import InputLine
+from rt4chart.pipeline import Pipeline
+from rt4chart.text import chunk_sentences, segment_context, split_sentences
+from rt4chart.types import Sample
+from rt4chart.verification import max_calls, reask_messages
+
+NOT_SENT = "not sent: planning run"
+
+
+class PlannerBackend(BackendWrapper):
+    """Stands in for a judge during planning: records each request, answers none."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner)
+        self.requests: list[JudgeRequest] = []
+
+    async def complete(self, request: JudgeRequest) -> JudgeResponse:
+        self.requests.append(request)
+        return JudgeResponse(error=NOT_SENT, judge=self.name)
+
+    async def aclose(self) -> None:
+        return None  # the judge it stands for belongs to the caller
+
+
+@dataclass
+class AuditEstimate:
+    """What an audit would need, computed without calling a judge."""
+
+    samples: int = 0
+    """Valid input samples."""
+    invalid: int = 0
+    """Input lines that would get an error record."""
+    calls_expected: int = 0
+    """Judge calls of the expected plan (rule-based claims, no re-asks, no skips, one global group)."""
+    calls_worst_case: int = 0
+    """Judge calls a cold run can never exceed (re-asks, single-claim fallbacks, split global groups,
+    the most claims a judge decomposer may return)."""
+    prompt_tokens: int = 0
+    """Prompt tokens of the expected calls."""
+    max_completion_tokens: int = 0
+    """Completion tokens if every expected call used its full ``max_tokens``."""
+    expected_usd: float = 0.0
+    """Cost of the expected calls if each used its full ``max_tokens``."""
+    worst_case_usd: float = 0.0
+    """Cost of the worst case, each call at its largest prompt and its full ``max_tokens``."""
+    cached: int = 0
+    """Expected calls whose reply is already in the cache."""
+    notes: list[str] = field(default_factory=list)
+    """What the figures assume."""
+
+
+def worst_case_calls(pipeline: Pipeline, sample: Sample) -> int:
+    """The most judge calls a cold audit of ``sample`` can make, whatever the judge answers."""
+    options = pipeline.options
+    if options.method == "direct":
+        return 1
+    answer_sentences = split_sentences(sample.answer)
+    if not answer_sentences:
+        return 0
+    _, sentences = segment_context(sample.context)
+    chunks = chunk_sentences(len(sentences), options.window, options.overlap)
+    by_judge = options.decomposer == "holistic" or pipeline.decomposes_by_judge
+    n_claims = (
+        options.max_claims_per_sentence * len(answer_sentences)
+        if by_judge
+        else len(decompose_by_rules(answer_sentences))
+    )
+    batch = options.batch_claims
+    sizes = [min(batch, n_claims - start) for start in range(0, n_claims, batch)]
+    calls = int(by_judge) + len(chunks) * sum(max_calls(size) for size in sizes)
+    if options.global_verification and sentences and n_claims:
+        groups = min(n_claims, len(chunks) + 1)  # one per deciding chunk, plus the claims with no hint
+        batches = (groups - 1) + math.ceil((n_claims - groups + 1) / batch)
+        # Every batch may be re-asked once and each of its claims asked alone (and re-asked).
+        calls += batches + 2 * n_claims
+    return calls
+
+
+def planned_requests(pipeline: Pipeline, sample: Sample) -> list[JudgeRequest]:
+    """The requests of the expected plan of ``sample``: what the audit sends when no judge answers."""
+    planner = PlannerBackend(pipeline.backend)
+    asyncio.run(Pipeline(planner, pipeline.options, pipeline.prompts).verify_sample(sample))
+    return planner.requests
+
+
+def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache | None) -> AuditEstimate:
+    """Plan every request of an audit of ``items`` and price it; calls no judge."""
+    judge = pipeline.backend
+    plan = AuditEstimate()
+    for item in items:
+        if item.sample is None:
+            plan.invalid += 1
+            continue
+        plan.samples += 1
+        expected = planned_requests(pipeline, item.sample)
+        plan.calls_expected += len(expected)
+        for request in expected:
+            plan.prompt_tokens += prompt_tokens(judge, request)
+            plan.max_completion_tokens += request.params.max_tokens
+            if cache is not None:
+                plan.cached += cache.get(request_key(judge.name, request), request.output_schema) is not None
+        worst_calls = max(worst_case_calls(pipeline, item.sample), len(expected))
+        plan.calls_worst_case += worst_calls
+        if isinstance(judge, CostEstimator) and expected:
+            costs = [judge.max_cost_usd(request) for request in expected]
+            plan.expected_usd += sum(costs)
+            # A re-ask carries the earlier reply: the largest request plus a reply of max_tokens.
+            largest = max(expected, key=lambda request: judge.max_cost_usd(request))
+            padded = largest.model_copy(
+                update={"messages": largest.messages + _longest_reask(largest.params.max_tokens)}
+            )
+            plan.worst_case_usd += worst_calls * judge.max_cost_usd(padded)
+    plan.notes = [
+        "expected: rule-based claims, no re-asks, no chunk skipped, one global call per batch of claims",
+        "worst case: every batch re-asked and split into single claims, global calls split by location hint",
+    ]
+    if pipeline.decomposes_by_judge or pipeline.options.decomposer == "holistic":
+        plan.notes.append(
+            f"worst case: up to {pipeline.options.max_claims_per_sentence} claims per answer sentence"
+            " from the decomposer"
+        )
+    return plan
+
+
+def _longest_reask(max_tokens: int) -> list[Message]:
+    return reask_messages(list(range(8)), "x " * max_tokens)

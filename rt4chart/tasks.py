@@ -1,0 +1,331 @@
+"""The judge steps of the method, each declared once: what it sends, what it expects back, which
+prompt template renders it and how.
+
+The transport contract (:mod:`rt4chart.backends.base`) knows no step: a request carries a payload,
+messages and an output schema. This registry is where a step gets them. Backends that read
+payloads (scripted, embedded, cascade), the pipeline, the tests and the prompt version all use it,
+so the prompt format is written down in one place.
+
+Adding a judge step: declare its input and output models here, a renderer from input to template
+fields, one :class:`TaskSpec` in :data:`TASKS`, and a template file in ``prompts/``; then build
+requests with :func:`build_request` (or a :class:`rt4chart.session.JudgeSession`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from rt4chart.backends.base import GenerationParams, JudgeRequest, Message
+from rt4chart.prompts import PromptTemplate, load_templates
+from rt4chart.types import Label, Sentence
+
+# --- inputs and reply schemas ---------------------------------------------------------------------
+
+
+class DecomposeInput(BaseModel):
+    """What the decomposer sees: the answer's sentences and the question, never the context."""
+
+    question: str | None
+    """The user question, if any."""
+    sentences: list[str]
+    """Answer sentences, numbered by position."""
+
+
+class DecomposedSentence(BaseModel):
+    """Claims drawn from one answer sentence."""
+
+    sentence: int = Field(ge=0)
+    """Index of the answer sentence."""
+    claims: list[str]
+    """Self-contained claims stated by that sentence (empty when it states no fact)."""
+
+
+class DecomposeOutput(BaseModel):
+    """Judge reply schema for decomposition."""
+
+    sentences: list[DecomposedSentence]
+    """One entry per answer sentence."""
+
+
+class VerifyInput(BaseModel):
+    """What a verifier sees for one call: claims and the context sentences in view."""
+
+    stage: Literal["local", "global"]
+    """Local (one chunk) or global (full context) verification."""
+    claims: list[str]
+    """Claims to judge, numbered by position in this list."""
+    sentences: list[Sentence]
+    """Context sentences in view: the chunk's for local, all for global."""
+    chunk: int | None = None
+    """Index of the chunk under judgement (local stage only)."""
+    hint: list[int] | None = None
+    """Sentence ids of the deciding local chunk, passed as a location hint (global stage only)."""
+    question: str | None = None
+    """The user question, if any."""
+
+
+class ClaimJudgement(BaseModel):
+    """Judge reply for one claim."""
+
+    claim: int = Field(ge=0)
+    """Index of the claim in the request."""
+    label: Label
+    """entailed, contradicted or baseless."""
+    evidence: list[str] = Field(default_factory=list)
+    """Verbatim quotes from the context that support or refute the claim."""
+    rationale: str = ""
+    """One or two sentences explaining the label."""
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Judge's confidence in the label, when it reports one."""
+
+
+class VerifyOutput(BaseModel):
+    """Judge reply schema for verification: one judgement per claim of the request."""
+
+    judgements: list[ClaimJudgement]
+    """Verdicts, one per claim."""
+
+
+class HolisticDecomposeInput(BaseModel):
+    """Holistic decomposition (ablation): the whole answer at once, no sentence numbering."""
+
+    question: str | None
+    """The user question, if any."""
+    answer: str
+    """The whole answer."""
+    sentences: list[str]
+    """The answer's sentences (not shown to a language model; rule-reading judges use them)."""
+
+
+class HolisticDecomposeOutput(BaseModel):
+    """Judge reply schema for holistic decomposition."""
+
+    claims: list[str]
+    """Self-contained claims of the answer, not tied to any answer sentence."""
+
+
+class DirectInput(BaseModel):
+    """The direct baseline (ablation): one call over the whole context and answer."""
+
+    question: str | None
+    """The user question, if any."""
+    context: str
+    """The whole context (passages joined)."""
+    answer: str
+    """The whole answer."""
+    sentences: list[str]
+    """The answer's sentences (not shown to a language model; rule-reading judges use them)."""
+
+
+class DirectSpan(BaseModel):
+    """One hallucinated part of the answer, as the direct baseline reports it."""
+
+    text: str
+    """Verbatim quote of the answer."""
+    label: Label
+    """contradicted or baseless (a span labelled entailed is not a hallucination and is ignored)."""
+    rationale: str = ""
+    """One sentence explaining the label."""
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Judge's confidence that the span is hallucinated, when it reports one."""
+
+
+class DirectOutput(BaseModel):
+    """Judge reply schema for the direct baseline: the hallucinated spans (empty when faithful)."""
+
+    spans: list[DirectSpan]
+    """Hallucinated answer spans."""
+
+
+# --- rendering ------------------------------------------------------------------------------------
+
+SENTENCE_MARKER = re.compile(r"\[S\d+\]\s*")
+"""The ``[S<id>]`` prefix that numbers context sentences in prompts; judges sometimes copy it into
+their quotes, and it is stripped before a quote is looked up in the context."""
+
+NO_QUESTION = "(none)"
+"""What a prompt shows when the sample has no question."""
+
+
+def render_context(sentences: list[Sentence]) -> str:
+    """Context sentences, one per line, each behind its ``[S<id>]`` marker."""
+    return "\n".join(f"[S{s.index}] {s.text}" for s in sentences)
+
+
+def render_numbered(items: list[str]) -> str:
+    """Items (claims, answer sentences) one per line, behind their position: ``[i] text``."""
+    return "\n".join(f"[{position}] {item}" for position, item in enumerate(items))
+
+
+def strip_markers(quote: str) -> str:
+    """A judge's quote without the sentence markers the prompt put in the context."""
+    return SENTENCE_MARKER.sub("", quote)
+
+
+def _question(question: str | None) -> str:
+    return question or NO_QUESTION
+
+
+def _decompose_fields(payload: DecomposeInput) -> dict[str, str]:
+    return {"question": _question(payload.question), "sentences": render_numbered(payload.sentences)}
+
+
+def _verify_template(payload: VerifyInput) -> str:
+    if payload.stage == "local":
+        return "verify_local"
+    return "verify_global_hint" if payload.hint else "verify_global"
+
+
+def _verify_fields(payload: VerifyInput) -> dict[str, str]:
+    return {
+        "context": render_context(payload.sentences),
+        "question": _question(payload.question),
+        "claims": render_numbered(payload.claims),
+        "hint": f"S{payload.hint[0]}-S{payload.hint[-1]}" if payload.hint else "",
+    }
+
+
+def _holistic_fields(payload: HolisticDecomposeInput) -> dict[str, str]:
+    return {"question": _question(payload.question), "answer": payload.answer}
+
+
+def _direct_fields(payload: DirectInput) -> dict[str, str]:
+    return {"context": payload.context, "question": _question(payload.question), "answer": payload.answer}
+
+
+# --- the registry ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One judge step of the method."""
+
+    name: str
+    """The task name requests carry (part of every cache key)."""
+    input_model: type[BaseModel]
+    """The structured payload of its requests."""
+    output_model: type[BaseModel]
+    """The schema its replies are validated against."""
+    templates: tuple[str, ...]
+    """Every prompt template the step may use."""
+    template_for: Callable[[Any], str]
+    """Which template renders a given payload."""
+    fields: Callable[[Any], dict[str, str]]
+    """The template fields of a payload."""
+
+
+TASKS: dict[str, TaskSpec] = {
+    spec.name: spec
+    for spec in (
+        TaskSpec(
+            "decompose", DecomposeInput, DecomposeOutput, ("decompose",), lambda _: "decompose", _decompose_fields
+        ),
+        TaskSpec(
+            "verify",
+            VerifyInput,
+            VerifyOutput,
+            ("verify_local", "verify_global", "verify_global_hint"),
+            _verify_template,
+            _verify_fields,
+        ),
+        TaskSpec(
+            "decompose_holistic",
+            HolisticDecomposeInput,
+            HolisticDecomposeOutput,
+            ("decompose_holistic",),
+            lambda _: "decompose_holistic",
+            _holistic_fields,
+        ),
+        TaskSpec("direct", DirectInput, DirectOutput, ("direct",), lambda _: "direct", _direct_fields),
+    )
+}
+"""Every judge step, by task name."""
+
+_BY_INPUT = {spec.input_model: spec for spec in TASKS.values()}
+
+TEMPLATE_NAMES = tuple(name for spec in TASKS.values() for name in spec.templates)
+"""Every template the method uses."""
+
+
+def spec_for(payload: BaseModel) -> TaskSpec:
+    """The step a payload belongs to."""
+    return _BY_INPUT[type(payload)]
+
+
+@cache
+def _rendering_digest() -> str:
+    # The renderers live in this module: any change to it may change what a judge reads, so it is
+    # part of every prompt version (and so of every cache key and output record).
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def template_version(template: PromptTemplate) -> str:
+    """Version of what a template renders: its file and the rendering code, hashed together."""
+    return hashlib.sha256((template.version + _rendering_digest()).encode()).hexdigest()[:12]
+
+
+def prompt_set_version(prompts: dict[str, PromptTemplate]) -> str:
+    """One hash over every template and the rendering code: the ``prompt_version`` of a record."""
+    digest = hashlib.sha256("".join(template_version(p) for p in prompts.values()).encode())
+    return digest.hexdigest()[:12]
+
+
+def load_prompts(directory: Path | None = None) -> dict[str, PromptTemplate]:
+    """The templates of every step, from ``directory`` (default: the shipped ``prompts`` folder)."""
+    return load_templates(TEMPLATE_NAMES, directory)
+
+
+def build_request(
+    payload: BaseModel,
+    prompts: dict[str, PromptTemplate],
+    params: GenerationParams | None = None,
+    follow_up: list[Message] | None = None,
+) -> JudgeRequest:
+    """The request of the step ``payload`` belongs to, rendered with its template.
+
+    ``follow_up`` messages (a re-ask) are appended after the rendered prompt.
+    """
+    spec = spec_for(payload)
+    template = prompts[spec.template_for(payload)]
+    return JudgeRequest(
+        task=spec.name,
+        payload=payload,
+        output_schema=spec.output_model,
+        messages=template.render(**spec.fields(payload)) + (follow_up or []),
+        params=params or GenerationParams(),
+        prompt_version=template_version(template),
+    )
+
+
+def narrow_verify_request(
+    request: JudgeRequest, positions: list[int], prompts: dict[str, PromptTemplate] | None = None
+) -> tuple[JudgeRequest, list[int]]:
+    """A verify request for only the claims at ``positions``, re-rendered from its payload, and for
+    each of its claims the original position.
+
+    A request that carries a conversation (a re-ask holds an earlier reply that refers to claim
+    positions) cannot be narrowed: the whole request comes back, with identity positions.
+    """
+    payload = request.payload
+    if not isinstance(payload, VerifyInput):
+        raise TypeError(f"only verify requests can be narrowed, not {request.task!r}")
+    whole = list(range(len(payload.claims)))
+    if positions == whole or any(m.role == "assistant" for m in request.messages):
+        return request, whole
+    narrowed = build_request(
+        payload.model_copy(update={"claims": [payload.claims[p] for p in positions]}),
+        prompts or load_prompts(),
+        request.params,
+    )
+    if narrowed.prompt_version != request.prompt_version:
+        # Rendered from other templates than these prompts: narrowing would change the prompt.
+        return request, whole
+    return narrowed, positions

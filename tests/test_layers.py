@@ -1,0 +1,108 @@
+"""The import graph of the package: layered as ARCHITECTURE.md says, with no cycle, and a small
+public API whose names never shadow a module."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+import rt4chart
+
+PACKAGE = Path(rt4chart.__file__).resolve().parent
+ARCHITECTURE = PACKAGE.parent / "ARCHITECTURE.md"
+
+
+def layers() -> dict[str, int]:
+    """Module -> layer number, from the ``layers`` block of ARCHITECTURE.md (lowest first)."""
+    block = re.search(r"```layers\n(.*?)```", ARCHITECTURE.read_text(encoding="utf-8"), re.S)
+    assert block, "ARCHITECTURE.md has no ```layers block"
+    order: dict[str, int] = {}
+    for number, line in enumerate(block.group(1).splitlines()):
+        for module in line.split(":", 1)[1].split() if ":" in line else []:
+            assert module not in order, f"{module} is in two layers"
+            order[module] = number
+    return order
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by dotted name below ``rt4chart`` (``cli``, ``backends.base``)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if name and "shipped" not in parts:
+            found[name] = path
+    return found
+
+
+def imports(path: Path, known: set[str]) -> set[str]:
+    """Package modules that ``path`` imports anywhere (module level, in functions, for type checks)."""
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rt4chart"):
+            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names if alias.name.startswith("rt4chart")]
+        for name in names:
+            short = name.removeprefix("rt4chart").removeprefix(".")
+            while short and short not in known:
+                short = short.rpartition(".")[0]
+            if short:
+                targets.add(short)
+    return targets
+
+
+def test_every_module_has_a_layer() -> None:
+    assert set(modules()) - {""} <= set(layers()), "add new modules to the layers block of ARCHITECTURE.md"
+    assert set(layers()) <= set(modules()), "the layers block names a module that does not exist"
+
+
+def test_no_module_imports_from_a_higher_layer() -> None:
+    order, found = layers(), modules()
+    upward = [
+        f"{module} (layer {order[module]}) imports {target} (layer {order[target]})"
+        for module, path in found.items()
+        for target in imports(path, set(found))
+        if target != module and order[target] > order[module]
+    ]
+    assert upward == []
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    found = modules()
+    graph = {module: imports(path, set(found)) - {module} for module, path in found.items()}
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(module: str) -> None:
+        if module in done:
+            return
+        assert module not in visiting, " -> ".join([*visiting[visiting.index(module):], module])
+        visiting.append(module)
+        for target in sorted(graph[module]):
+            visit(target)
+        visiting.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+
+
+def test_the_public_api_is_what_the_package_exports() -> None:
+    for name in rt4chart.__all__:
+        assert getattr(rt4chart, name) is not None
+    assert {"verify", "averify", "judge_stack", "AuditOptions", "Report", "Backend"} <= set(rt4chart.__all__)
+    with pytest.raises(AttributeError):
+        rt4chart.no_such_name  # noqa: B018
+
+
+def test_no_public_name_shadows_a_module() -> None:
+    top_level = {name.split(".")[0] for name in modules()}
+    assert not set(rt4chart.__all__) & top_level
+    # Importing a module by its dotted path gives the module, whatever the package exports.
+    assert importlib.import_module("rt4chart.verification").__name__ == "rt4chart.verification"

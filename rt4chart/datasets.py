@@ -33,34 +33,19 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
 from rt4chart.io import read_json_lines
 from rt4chart.types import Gold, Label, Sample, Span, merge_spans
 
-DatasetName = Literal["ragtruth-qa", "ragtruth", "faithbench", "mu-shroom", "generic"]
-DATASET_NAMES: tuple[str, ...] = get_args(DatasetName)
-
 DATA_DIR_ENV = "RT4_DATA_DIR"
 """Environment variable naming the folder that holds ``ragtruth-qa/``, ``faithbench/``, ..."""
 
-_DEFAULT_FOLDERS: dict[str, str] = {
-    "ragtruth-qa": "ragtruth-qa",
-    "ragtruth": "ragtruth",
-    "faithbench": "faithbench",
-    "mu-shroom": "mu-shroom",
-}
-_SPLITS: dict[str, tuple[str, ...]] = {
-    "ragtruth-qa": ("dev", "test"),
-    "ragtruth": ("train", "test"),
-    "faithbench": ("dev", "test"),
-    "mu-shroom": ("dev", "test"),
-    "generic": (),
-}
 _BATCH_FILE = re.compile(r"batch_(\d+)\.json$")
 _MU_SHROOM_FOLDERS = {"dev": "val", "test": "test_labeled"}
 
@@ -80,39 +65,25 @@ def default_data_dir() -> Path:
 
 def dataset_path(name: str, path: Path | None = None) -> Path:
     """Where ``name`` is read from: ``path`` when given, else its folder in the data directory."""
-    if name not in DATASET_NAMES:
-        raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(DATASET_NAMES)}")
+    adapter = _adapter(name)
     if path is not None:
         return path
-    if name == "generic":
-        raise DatasetError("the generic dataset needs a path to a JSONL file")
-    return default_data_dir() / _DEFAULT_FOLDERS[name]
+    if adapter.folder is None:
+        raise DatasetError(f"the {name} dataset needs a path to a JSONL file")
+    return default_data_dir() / adapter.folder
 
 
 def dataset_files(name: str, path: Path | None = None, split: str | None = None) -> list[Path]:
     """The files an adapter reads for ``name`` / ``split``, in reading order."""
+    adapter = _adapter(name)
     root = dataset_path(name, path)
     split = _check_split(name, split)
     if not root.exists():
         raise DatasetError(
             f"{name} data not found at {root} (pass a path, or set {DATA_DIR_ENV} to the folder "
-            f"holding {_DEFAULT_FOLDERS.get(name, 'the data')}/)"
+            f"holding {adapter.folder or 'the data'}/)"
         )
-    if name == "ragtruth-qa":
-        return [root if root.is_file() else _existing(root / f"{split or 'dev'}.jsonl")]
-    if name == "ragtruth":
-        return [_existing(root / "response.jsonl"), _existing(root / "source_info.jsonl")]
-    if name == "faithbench":
-        return _faithbench_files(root)
-    if name == "mu-shroom":
-        if root.is_file():
-            return [root]
-        folder = root / _MU_SHROOM_FOLDERS[split] if split else root
-        files = sorted(folder.rglob("*.jsonl"))
-        if not files:
-            raise DatasetError(f"no Mu-SHROOM .jsonl files under {folder}")
-        return files
-    return [_existing(root)]
+    return adapter.files(root, split)
 
 
 def load_dataset(
@@ -127,18 +98,7 @@ def load_dataset(
     if limit is not None and limit < 0:
         raise DatasetError(f"limit must be at least 0 (got {limit})")
     files = dataset_files(name, path, split)
-    split = _check_split(name, split)
-    samples: list[Sample]
-    if name == "ragtruth-qa":
-        samples = [_ragtruth_qa(record, where) for record, where in _jsonl(files[0])]
-    elif name == "ragtruth":
-        samples = _ragtruth(files[0], files[1], split)
-    elif name == "faithbench":
-        samples = _faithbench(files, split)
-    elif name == "mu-shroom":
-        samples = [_mu_shroom(record, where) for file in files for record, where in _jsonl(file)]
-    else:
-        samples = [_generic(record, where) for record, where in _jsonl(files[0])]
+    samples = _adapter(name).load(files, _check_split(name, split))
     return samples if limit is None else samples[:limit]
 
 
@@ -167,7 +127,7 @@ def faithbench_split(batch: int, sample_id: int) -> Literal["dev", "test"]:
 
 
 def _check_split(name: str, split: str | None) -> str | None:
-    allowed = _SPLITS[name]
+    allowed = _adapter(name).splits
     if split is not None and split not in allowed:
         choices = ", ".join(allowed) if allowed else "none"
         raise DatasetError(f"{name} has no split {split!r} (splits: {choices})")
@@ -183,8 +143,8 @@ def _existing(path: Path) -> Path:
 def _jsonl(path: Path) -> Iterator[tuple[dict[str, Any], str]]:
     for line in read_json_lines(path):
         where = f"{path}:{line.number}"
-        if line.error is not None:
-            raise DatasetError(f"{path}: {line.error}")
+        if line.problem is not None:
+            raise DatasetError(f"{where}: {line.problem}")
         if not isinstance(line.value, dict):
             raise DatasetError(f"{where}: expected a JSON object")
         yield line.value, where
@@ -414,3 +374,63 @@ def _generic(record: dict[str, Any], where: str) -> Sample:
         answer=answer,
         gold=gold,
     )
+
+
+# --- the adapters ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Adapter:
+    """How one dataset is found and read."""
+
+    folder: str | None
+    """Its folder in the data directory (``None``: the user always gives a path)."""
+    splits: tuple[str, ...]
+    """The splits it knows."""
+    files: Callable[[Path, str | None], list[Path]]
+    """The files to read under a root, for a split."""
+    load: Callable[[list[Path], str | None], list[Sample]]
+    """Samples from those files, for a split."""
+
+
+def _records(read: Callable[[dict[str, Any], str], Sample]) -> Callable[[list[Path], str | None], list[Sample]]:
+    """A loader that turns every JSONL record of every file into one sample."""
+    return lambda files, _split: [read(record, where) for file in files for record, where in _jsonl(file)]
+
+
+def _mu_shroom_files(root: Path, split: str | None) -> list[Path]:
+    if root.is_file():
+        return [root]
+    folder = root / _MU_SHROOM_FOLDERS[split] if split else root
+    files = sorted(folder.rglob("*.jsonl"))
+    if not files:
+        raise DatasetError(f"no Mu-SHROOM .jsonl files under {folder}")
+    return files
+
+
+_ADAPTERS: dict[str, _Adapter] = {
+    "ragtruth-qa": _Adapter(
+        "ragtruth-qa",
+        ("dev", "test"),
+        lambda root, split: [root if root.is_file() else _existing(root / f"{split or 'dev'}.jsonl")],
+        _records(_ragtruth_qa),
+    ),
+    "ragtruth": _Adapter(
+        "ragtruth",
+        ("train", "test"),
+        lambda root, _split: [_existing(root / "response.jsonl"), _existing(root / "source_info.jsonl")],
+        lambda files, split: _ragtruth(files[0], files[1], split),
+    ),
+    "faithbench": _Adapter("faithbench", ("dev", "test"), lambda root, _split: _faithbench_files(root), _faithbench),
+    "mu-shroom": _Adapter("mu-shroom", ("dev", "test"), _mu_shroom_files, _records(_mu_shroom)),
+    "generic": _Adapter(None, (), lambda root, _split: [_existing(root)], _records(_generic)),
+}
+
+DATASET_NAMES: tuple[str, ...] = tuple(_ADAPTERS)
+"""Every dataset name ``rt4 eval`` / ``rt4 convert`` accept."""
+
+
+def _adapter(name: str) -> _Adapter:
+    if name not in _ADAPTERS:
+        raise DatasetError(f"unknown dataset {name!r}; choose one of {', '.join(_ADAPTERS)}")
+    return _ADAPTERS[name]

@@ -275,8 +275,8 @@ def read_predictions(path: Path) -> list[Report]:
         raise PredictionsError(f"predictions file not found: {path}")
     reports = []
     for line in read_json_lines(path):
-        if line.error is not None:
-            raise PredictionsError(f"{path}: {line.error}")
+        if line.problem is not None:
+            raise PredictionsError(f"{path}:{line.number}: {line.problem}")
         try:
             reports.append(Report.model_validate(line.value))
         except ValidationError as error:

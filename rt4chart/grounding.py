@@ -15,7 +15,15 @@ from functools import cached_property
 from rt4chart.types import Evidence, Sentence
 
 _WHITESPACE = re.compile(r"\s+")
+SENTENCE_MARKER = re.compile(r"\[S\d+\]\s*")
+"""The ``[S<id>]`` prefix that numbers context sentences in prompts (:func:`sentence_marker`);
+judges sometimes copy it into their quotes, so it is dropped before a quote is looked up."""
 _WRAPPING_QUOTES = "\"'“”‘’«» "  # noqa: RUF001 - typographic quotes are the point
+
+
+def sentence_marker(index: int) -> str:
+    """How a prompt numbers context sentence ``index``: ``[S<index>]``."""
+    return f"[S{index}]"
 
 
 @dataclass
@@ -55,7 +63,7 @@ class ContextIndex:
 
     def anchor(self, quote: str, within: tuple[int, int] | None = None) -> Evidence | None:
         """Find ``quote`` in the context (or in the ``within`` character range of it)."""
-        needle = _WHITESPACE.sub(" ", quote).strip(_WRAPPING_QUOTES)
+        needle = _WHITESPACE.sub(" ", SENTENCE_MARKER.sub("", quote)).strip(_WRAPPING_QUOTES)
         if not needle:
             return None
         low, high = within or (0, len(self.text))

@@ -65,8 +65,8 @@ class JsonLine:
     """The line as read (empty when it is not UTF-8)."""
     value: Any = None
     """The decoded JSON value, when the line is valid."""
-    error: str | None = None
-    """Why the line could not be decoded (names the line)."""
+    problem: str | None = None
+    """Why the line could not be decoded (``not valid JSON (...)``), without the line number."""
 
 
 def json_lines(lines: Iterable[str | bytes]) -> Iterator[JsonLine]:
@@ -80,7 +80,7 @@ def json_lines(lines: Iterable[str | bytes]) -> Iterator[JsonLine]:
         try:
             text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
         except UnicodeDecodeError as error:
-            yield JsonLine(number, "", error=f"line {number}: not valid UTF-8 (byte {error.start + 1})")
+            yield JsonLine(number, "", problem=f"not valid UTF-8 (byte {error.start + 1})")
             continue
         if number == 1:
             text = text.removeprefix("\ufeff")  # a byte order mark left by some editors
@@ -89,7 +89,7 @@ def json_lines(lines: Iterable[str | bytes]) -> Iterator[JsonLine]:
         try:
             yield JsonLine(number, text, value=json.loads(text))
         except json.JSONDecodeError as error:
-            yield JsonLine(number, text, error=f"line {number}: not valid JSON ({error.msg} at column {error.colno})")
+            yield JsonLine(number, text, problem=f"not valid JSON ({error.msg} at column {error.colno})")
 
 
 def read_json_lines(path: Path | str) -> Iterator[JsonLine]:
@@ -106,8 +106,8 @@ def read_jsonl(path: Path | str) -> Iterator[InputLine]:
 def parse_lines(lines: Iterable[JsonLine]) -> Iterator[InputLine]:
     """Turn decoded JSONL lines into input items, one per line (see :func:`read_jsonl`)."""
     for line in lines:
-        if line.error is not None:
-            yield InputLine(line.number, None, line.error)
+        if line.problem is not None:
+            yield InputLine(line.number, None, f"line {line.number}: {line.problem}")
         else:
             yield parse_sample(line.value, line.number)
 

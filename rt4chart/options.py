@@ -61,8 +61,9 @@ class AuditOptions(BaseModel):
     @classmethod
     def _overlap_below_window(cls, overlap: int, info: ValidationInfo) -> int:
         window = info.data.get("window")
-        if window is not None and overlap >= window:
-            raise ValueError(f"overlap must be smaller than window (got window={window}, overlap={overlap})")
+        if window is None or overlap >= window:
+            # Also when the window itself is invalid: the pair is wrong, and both flags are named.
+            raise ValueError(f"overlap must be smaller than a valid window (got overlap={overlap})")
         return overlap
 
     @property

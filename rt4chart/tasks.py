@@ -14,7 +14,6 @@ requests with :func:`build_request` (or a :class:`rt4chart.session.JudgeSession`
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -24,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from rt4chart.backends.base import GenerationParams, JudgeRequest, Message
+from rt4chart.grounding import sentence_marker
 from rt4chart.prompts import PromptTemplate, load_templates
 from rt4chart.types import Label, Sentence
 
@@ -147,27 +147,18 @@ class DirectOutput(BaseModel):
 
 # --- rendering ------------------------------------------------------------------------------------
 
-SENTENCE_MARKER = re.compile(r"\[S\d+\]\s*")
-"""The ``[S<id>]`` prefix that numbers context sentences in prompts; judges sometimes copy it into
-their quotes, and it is stripped before a quote is looked up in the context."""
-
 NO_QUESTION = "(none)"
 """What a prompt shows when the sample has no question."""
 
 
 def render_context(sentences: list[Sentence]) -> str:
-    """Context sentences, one per line, each behind its ``[S<id>]`` marker."""
-    return "\n".join(f"[S{s.index}] {s.text}" for s in sentences)
+    """Context sentences, one per line, each behind its marker (the one grounding strips from quotes)."""
+    return "\n".join(f"{sentence_marker(s.index)} {s.text}" for s in sentences)
 
 
 def render_numbered(items: list[str]) -> str:
     """Items (claims, answer sentences) one per line, behind their position: ``[i] text``."""
     return "\n".join(f"[{position}] {item}" for position, item in enumerate(items))
-
-
-def strip_markers(quote: str) -> str:
-    """A judge's quote without the sentence markers the prompt put in the context."""
-    return SENTENCE_MARKER.sub("", quote)
 
 
 def _question(question: str | None) -> str:

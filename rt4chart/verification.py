@@ -17,7 +17,7 @@ from rt4chart.backends.base import JudgeRequest, JudgeResponse, Message
 from rt4chart.grounding import ContextIndex, anchor_quotes
 from rt4chart.options import AuditOptions
 from rt4chart.session import JudgeSession
-from rt4chart.tasks import ClaimJudgement, VerifyInput, VerifyOutput, strip_markers
+from rt4chart.tasks import ClaimJudgement, VerifyInput, VerifyOutput
 from rt4chart.types import Chunk, Claim, ClaimVerdict, Label, Sentence, Span, Verdict, Vote, merge_spans
 
 
@@ -153,7 +153,7 @@ class ClaimJudge:
                 confidence=judgement.confidence,
                 judge=judge,
             )
-        evidence, missing = anchor_quotes(self.index, [strip_markers(q) for q in judgement.evidence], within)
+        evidence, missing = anchor_quotes(self.index, judgement.evidence, within)
         return Judged(
             label=judgement.label,
             evidence=evidence,

@@ -96,3 +96,24 @@ def test_bad_options_raise_before_any_judge_call(options: dict[str, Any]) -> Non
 def test_an_unusable_judge_raises_a_config_error() -> None:
     with pytest.raises(rt4chart.JudgeConfigError, match=r"missing\.json"):
         rt4chart.verify(running_example_sample(), judge="scripted:missing.json")
+
+
+def test_cache_dir_makes_a_second_run_call_no_judge(tmp_path: Any) -> None:
+    sample = running_example_sample()
+    first = rt4chart.verify(sample, judge=JUDGE, cache_dir=tmp_path / "cache", **EXAMPLE_OPTIONS)
+    second = rt4chart.verify(sample, judge=JUDGE, cache_dir=tmp_path / "cache", **EXAMPLE_OPTIONS)
+    assert first.usage.calls > 0 and first.usage.cache_hits == 0
+    assert second.usage.calls == 0 and second.usage.cache_hits == first.usage.calls
+    assert _labels(second) == _labels(first) == EXPECTED
+    uncached = rt4chart.verify(sample, judge=JUDGE, **EXAMPLE_OPTIONS)
+    assert uncached.usage.calls == first.usage.calls, "without cache_dir the API caches nothing"
+
+
+def test_budget_stops_a_paid_judge_before_it_overspends(tmp_path: Any) -> None:
+    paid = tmp_path / "paid.rules.json"
+    rules = RUNNING_EXAMPLE_RULES.read_text(encoding="utf-8").rstrip().rstrip("}") + ', "cost_per_call": 0.01}'
+    paid.write_text(rules, encoding="utf-8")
+    with pytest.raises(rt4chart.BudgetExhausted):
+        rt4chart.verify(running_example_sample(), judge=f"scripted:{paid}", budget=0.025, **EXAMPLE_OPTIONS)
+    report = rt4chart.verify(running_example_sample(), judge=f"scripted:{paid}", budget=1.0, **EXAMPLE_OPTIONS)
+    assert report.usage.cost_usd == pytest.approx(0.01 * report.usage.calls) and report.usage.cost_usd <= 1.0

@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from rt4chart.backends.base import DEFAULT_MAX_TOKENS, Backend
 from rt4chart.datasets import (
@@ -56,6 +57,16 @@ class EvalConfig(BaseModel):
     """Bootstrap seed."""
     tag: str | None = None
     """Free label appended to the result's file name (e.g. ``run-2`` of repeated runs)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _group_flat_options(cls, data: Any) -> Any:
+        # Result files written before the options were grouped carry them at the top level.
+        if isinstance(data, dict) and "options" not in data:
+            flat = {name: data[name] for name in AuditOptions.model_fields if name in data}
+            if flat:
+                data = {key: value for key, value in data.items() if key not in flat} | {"options": flat}
+        return data
 
     @property
     def variant(self) -> str:

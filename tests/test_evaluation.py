@@ -173,3 +173,12 @@ def test_library_evaluate_without_the_cli() -> None:
     assert [r.id for r in reports] == ["g-1", "g-2", "g-3"]
     assert result.metrics.samples == 3 and result.config.variant == "rt4chart"
     assert result.stem.startswith("generic_all_scripted")
+
+
+def test_result_files_written_before_options_were_grouped_still_read() -> None:
+    legacy = {"dataset": "ragtruth-qa", "split": "dev", "method": "rt4chart", "decomposer": "auto",
+              "window": 10, "overlap": 3, "batch_claims": 8, "max_tokens": 256, "global_verification": False}
+    config = EvalConfig.model_validate(legacy)
+    assert (config.options.window, config.options.overlap, config.options.max_tokens) == (10, 3, 256)
+    assert config.variant == "rt4chart-no-global-W10-O3"
+    assert EvalConfig.model_validate_json(config.model_dump_json()) == config

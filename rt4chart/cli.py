@@ -1,8 +1,8 @@
 """The ``rt4`` command: a thin shell over the library. Only this module and ``report.py`` print.
 
-Exit codes of ``rt4 verify``: 0 every answer entailed; 1 at least one answer hallucinated;
-2 bad input or usage (any invalid input line, unknown judge, missing key, bad flags);
-3 stopped early by the budget.
+Exit codes of ``rt4 verify`` (the first that applies): 2 bad input or usage (any invalid input
+line, unknown judge, missing key, bad flags); 3 stopped early by the budget; 4 audit incomplete
+(judge errors left a verdict open); 1 at least one answer hallucinated; 0 every answer entailed.
 
 The options of an audit are declared once, as fields of :class:`rt4chart.options.AuditOptions`;
 :func:`audit_options` gives every audit command a flag per field (``--window``, ``--batch-claims``,
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from rt4chart.judges import JudgeStack
     from rt4chart.types import Report
 
-EXIT_OK, EXIT_HALLUCINATED, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
+EXIT_OK, EXIT_HALLUCINATED, EXIT_USAGE, EXIT_BUDGET, EXIT_INCOMPLETE = 0, 1, 2, 3, 4
 
 app = typer.Typer(
     name="rt4",
@@ -204,6 +204,8 @@ def verify(
         raise typer.Exit(EXIT_BUDGET)
     if summary.invalid:
         raise typer.Exit(EXIT_USAGE)
+    if summary.incomplete:
+        raise typer.Exit(EXIT_INCOMPLETE)
     raise typer.Exit(EXIT_HALLUCINATED if summary.hallucinated else EXIT_OK)
 
 

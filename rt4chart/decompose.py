@@ -1,17 +1,26 @@
 """Answer -> claims. Every claim keeps the answer sentence (and its span) it came from.
 
-The decomposer sees the answer and the question only, never the context, so claims cannot be
-bent towards what the context happens to say.
+The decomposer sees the answer (and the question only when the audit allows it), never the
+context, so claims cannot be bent towards what the context happens to say.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+from dataclasses import dataclass, field
 
 from rt4chart.backends.base import JudgeRequest
 from rt4chart.session import JudgeSession
-from rt4chart.tasks import DecomposeInput, DecomposeOutput, HolisticDecomposeInput, HolisticDecomposeOutput
-from rt4chart.types import Claim, Sentence, Span
+from rt4chart.tasks import (
+    DecomposeInput,
+    DecomposeOutput,
+    DecomposeSentenceInput,
+    HolisticDecomposeInput,
+    HolisticDecomposeOutput,
+    SentenceClaims,
+)
+from rt4chart.types import Claim, DecompositionStats, Sentence, Span
 
 _CLAUSE_BREAK = re.compile(r"\s*;\s+")
 
@@ -42,6 +51,12 @@ def decompose_by_rules(sentences: list[Sentence]) -> list[Claim]:
     return claims_from_texts([(s, rule_claims(s)) for s in sentences])
 
 
+def rule_decomposition(sentences: list[Sentence]) -> Decomposition:
+    """:func:`decompose_by_rules` with its stats."""
+    stats = DecompositionStats(mode="rules", sentences=len(sentences))
+    return Decomposition(decompose_by_rules(sentences), [], stats)
+
+
 def decompose_request(
     session: JudgeSession, sentences: list[Sentence], question: str | None
 ) -> JudgeRequest:
@@ -49,38 +64,79 @@ def decompose_request(
     return session.request(DecomposeInput(question=question, sentences=[s.text for s in sentences]))
 
 
-async def decompose_by_judge(
-    session: JudgeSession, sentences: list[Sentence], question: str | None, max_per_sentence: int
-) -> tuple[list[Claim], list[str]]:
-    """Ask the judge for claims of every answer sentence in one call.
+@dataclass
+class Decomposition:
+    """The claims of one answer and how they were obtained."""
 
-    A sentence the reply leaves out keeps its rule-based claims; a failed call falls back to the
-    rule-based decomposer for the whole answer; claims beyond ``max_per_sentence`` are dropped.
-    All three are reported in the returned errors.
+    claims: list[Claim]
+    errors: list[str] = field(default_factory=list)
+    stats: DecompositionStats | None = None
+
+
+async def decompose_by_judge(
+    session: JudgeSession,
+    sentences: list[Sentence],
+    question: str | None,
+    max_per_sentence: int,
+    per_sentence: bool = False,
+) -> Decomposition:
+    """Ask the judge for the claims of every answer sentence, keeping each claim's sentence.
+
+    Batched (one call for the answer): the reply counts only where its sentence numbers can be
+    trusted. A reply with a number out of range or twice is numbered wrongly as a whole (one that
+    counts from 1 shifts every sentence), so every sentence is asked again; otherwise only the
+    sentences it left out are. ``per_sentence`` asks one call per sentence from the start (the
+    paper's reference). A sentence asked again is asked alone, with the rest of the answer shown
+    read-only; one whose call fails keeps its rule-based claims. Claims beyond ``max_per_sentence``
+    are dropped. Everything is reported in the errors and the stats.
     """
-    if not sentences:
-        return [], []
-    response = await session.send(decompose_request(session, sentences, question))
-    if not isinstance(response.parsed, DecomposeOutput):
-        error = f"decomposition failed ({response.error}); used one claim per sentence"
-        return decompose_by_rules(sentences), [error]
-    by_sentence: dict[int, list[str]] = {}
-    for entry in response.parsed.sentences:
-        if entry.sentence < len(sentences) and entry.sentence not in by_sentence:
-            by_sentence[entry.sentence] = [c.strip() for c in entry.claims if c.strip()]
-    missing = [s.index for s in sentences if s.index not in by_sentence]
-    errors = (
-        [f"decomposition skipped answer sentences {missing}; used them as claims"] if missing else []
+    stats = DecompositionStats(
+        mode="judge-per-sentence" if per_sentence else "judge", sentences=len(sentences)
     )
-    overlong = [index for index, claims in by_sentence.items() if len(claims) > max_per_sentence]
-    for index in overlong:
-        by_sentence[index] = by_sentence[index][:max_per_sentence]
+    errors: list[str] = []
+    found: dict[int, list[str]] = {}
+    if not per_sentence:
+        response = await session.send(decompose_request(session, sentences, question))
+        if isinstance(response.parsed, DecomposeOutput):
+            found, problem = _trusted_entries(response.parsed, len(sentences))
+        else:
+            problem = f"decomposition failed ({response.error})"
+        if problem:
+            errors.append(f"{problem}; asked the sentences again one by one")
+        stats.reasked = len(sentences) - len(found)
+    missing = [s for s in sentences if s.index not in found]
+    texts = [s.text for s in sentences]
+    requests = [
+        session.request(DecomposeSentenceInput(question=question, sentences=texts, target=s.index)) for s in missing
+    ]
+    replies = await asyncio.gather(*(session.send(request) for request in requests))
+    for sentence, reply in zip(missing, replies, strict=True):
+        if isinstance(reply.parsed, SentenceClaims):
+            found[sentence.index] = [c.strip() for c in reply.parsed.claims if c.strip()]
+        else:
+            errors.append(
+                f"decomposition of answer sentence {sentence.index} failed ({reply.error}); used its clauses as claims"
+            )
+            found[sentence.index] = rule_claims(sentence)
+            stats.rule_fallback += 1
+    overlong = [index for index, claims in sorted(found.items()) if len(claims) > max_per_sentence]
     if overlong:
         errors.append(
             f"decomposition gave answer sentences {overlong} more than {max_per_sentence} claims; kept the first"
         )
-    per_sentence = [(s, by_sentence.get(s.index, rule_claims(s))) for s in sentences]
-    return claims_from_texts(per_sentence), errors
+    stats.without_claims = sum(not found[s.index] for s in sentences)
+    per_sentence_claims = [(s, found[s.index][:max_per_sentence]) for s in sentences]
+    return Decomposition(claims_from_texts(per_sentence_claims), errors, stats)
+
+
+def _trusted_entries(output: DecomposeOutput, n_sentences: int) -> tuple[dict[int, list[str]], str | None]:
+    """The claims of a batched reply by sentence, and why some sentences cannot be taken from it."""
+    numbers = [entry.sentence for entry in output.sentences]
+    if any(number >= n_sentences for number in numbers) or len(set(numbers)) != len(numbers):
+        return {}, f"the decomposition numbered the answer sentences {numbers}, not 0..{n_sentences - 1}"
+    found = {entry.sentence: [c.strip() for c in entry.claims if c.strip()] for entry in output.sentences}
+    left_out = sorted(set(range(n_sentences)) - set(found))
+    return found, f"the decomposition left out answer sentences {left_out}" if left_out else None
 
 
 def holistic_request(
@@ -94,23 +150,21 @@ def holistic_request(
 
 async def decompose_holistically(
     session: JudgeSession, answer: str, sentences: list[Sentence], question: str | None, max_per_sentence: int
-) -> tuple[list[Claim], list[str]]:
+) -> Decomposition:
     """Ablation: claims drawn from the whole answer in one call, tied to no sentence (so no span).
 
-    A failed call falls back to the rule-based, sentence-based claims; claims beyond
-    ``max_per_sentence`` times the number of sentences are dropped. Both are reported in the errors.
+    A failed call is a failure (no claims, an error), not a silent fallback to sentence claims;
+    claims beyond ``max_per_sentence`` times the number of sentences are dropped, with an error.
     """
-    if not sentences:
-        return [], []
+    stats = DecompositionStats(mode="holistic", sentences=len(sentences))
     response = await session.send(holistic_request(session, answer, sentences, question))
     if not isinstance(response.parsed, HolisticDecomposeOutput):
-        error = f"holistic decomposition failed ({response.error}); used one claim per sentence"
-        return decompose_by_rules(sentences), [error]
+        return Decomposition([], [f"holistic decomposition failed ({response.error})"], stats)
     texts = [text.strip() for text in response.parsed.claims if text.strip()]
     limit = max_per_sentence * len(sentences)
-    errors = [f"holistic decomposition gave {len(texts)} claims; kept the first {limit}"] if len(texts) > limit else []
+    errors = [f"holistic decomposition gave {len(texts)} claims; kept the first {limit}"] * (len(texts) > limit)
     claims = [
         Claim(index=position, text=text, sentence_index=None, answer_span=None)
         for position, text in enumerate(texts[:limit])
     ]
-    return claims, errors
+    return Decomposition(claims, errors, stats)

@@ -27,6 +27,7 @@ async def audit_directly(session: JudgeSession, sample: Sample) -> Report:
     report = Report(id=sample.id, line=0, context_sentences=len(sentences))
     if not isinstance(response.parsed, DirectOutput):
         report.errors.append(f"direct judge failed: {response.error}")
+        report.incomplete = True
         return report
     answer = ContextIndex(sample.answer, answer_sentences)
     verdicts: list[ClaimVerdict] = []

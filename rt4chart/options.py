@@ -23,6 +23,9 @@ DecomposerKind = Literal["judge", "rules", "auto", "holistic"]
 Method = Literal["rt4chart", "direct"]
 """The full method, or the one-call baseline of the paper's ablations."""
 
+UngroundedPolicy = Literal["downgrade", "keep"]
+"""What an entailed or contradicted verdict whose evidence is not in the context becomes."""
+
 
 class AuditOptions(BaseModel):
     """Everything that shapes an audit besides the judge."""
@@ -35,6 +38,11 @@ class AuditOptions(BaseModel):
     """rt4chart (the full method) or direct (one call per answer, the paper's baseline)."""
     decomposer: DecomposerKind = "auto"
     """judge, rules, auto (the judge when it can decompose, else rules), or holistic (an ablation: no answer spans)."""
+    decompose_per_sentence: bool = False
+    """A judge decomposer gets one call per answer sentence (the paper's reference; the rest of the
+    answer is shown read-only for pronouns) instead of one call per answer."""
+    decompose_with_question: bool = False
+    """Show the question to the decomposer (the paper's decomposer sees only the answer)."""
     max_claims_per_sentence: int = Field(default=8, ge=1)
     """Most claims a judge decomposer may draw from one answer sentence (more are dropped with an error:
     a runaway reply cannot multiply an audit's cost)."""
@@ -46,6 +54,12 @@ class AuditOptions(BaseModel):
     """Claims judged per call; 1 = reference algorithm."""
     global_verification: bool = Field(default=True, json_schema_extra={"flag": "--global/--no-global"})
     """Re-judge claims against the full context (adaptive by local label)."""
+    global_auto: bool = False
+    """Skip the global call when the whole context fits one chunk (the local verdict stands: the
+    global stage would re-read the same text); off by default, as in the paper."""
+    ungrounded: UngroundedPolicy = "downgrade"
+    """downgrade (the paper's rule: a verdict whose evidence is not in the context, even after a
+    re-ask, becomes baseless, the judge's text kept) or keep."""
     skip_decided: bool = True
     """Ask no further chunk about a claim already contradicted (its OR-join is settled)."""
     max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)

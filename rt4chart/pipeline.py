@@ -11,7 +11,7 @@ from typing import TextIO
 
 from rt4chart.backends.base import Backend
 from rt4chart.budget import BudgetExhausted
-from rt4chart.decompose import decompose_by_judge, decompose_by_rules, decompose_holistically
+from rt4chart.decompose import decompose_by_judge, decompose_holistically, rule_decomposition
 from rt4chart.direct import audit_directly
 from rt4chart.grounding import ContextIndex
 from rt4chart.io import (
@@ -27,8 +27,8 @@ from rt4chart.prompts import PromptTemplate
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import load_prompts, prompt_set_version
 from rt4chart.text import chunk_sentences, segment_context, split_sentences
-from rt4chart.types import Label, Report, Sample, Sentence
-from rt4chart.verification import ClaimJudge, and_join, hallucinated_spans, verify_claims
+from rt4chart.types import Report, Sample, Sentence
+from rt4chart.verification import ClaimJudge, and_join, answer_hallucinated, hallucinated_spans, verify_claims
 
 
 @dataclass
@@ -77,33 +77,47 @@ class Pipeline:
         )
 
     async def _rt4chart(self, session: JudgeSession, sample: Sample, answer_sentences: list[Sentence]) -> Report:
+        options = self.options
         context, sentences = segment_context(sample.context)
-        chunks = chunk_sentences(len(sentences), self.options.window, self.options.overlap)
-        judge = ClaimJudge(session, ContextIndex(context, sentences), sample.question)
-        errors: list[str] = []
-        if self.options.decomposer == "holistic":
-            claims, errors = await decompose_holistically(
-                session, sample.answer, answer_sentences, sample.question, self.options.max_claims_per_sentence
+        chunks = chunk_sentences(len(sentences), options.window, options.overlap)
+        judge = ClaimJudge(session, ContextIndex(context, sentences), sample.question, options.ungrounded)
+        question = sample.question if options.decompose_with_question else None
+        if options.decomposer == "holistic":
+            decomposition = await decompose_holistically(
+                session, sample.answer, answer_sentences, question, options.max_claims_per_sentence
             )
         elif self.decomposes_by_judge:
-            claims, errors = await decompose_by_judge(
-                session, answer_sentences, sample.question, self.options.max_claims_per_sentence
+            decomposition = await decompose_by_judge(
+                session, answer_sentences, question, options.max_claims_per_sentence, options.decompose_per_sentence
             )
         else:
-            claims = decompose_by_rules(answer_sentences)
-        verdicts = await verify_claims(judge, claims, chunks, self.options)
-        label = and_join(v.label for v in verdicts)
-        return Report(
+            decomposition = rule_decomposition(answer_sentences)
+        report = Report(
             id=sample.id,
             line=0,
-            label=label,
-            hallucinated=label != Label.ENTAILED,
-            claims=verdicts,
-            spans=hallucinated_spans(verdicts),
             context_sentences=len(sentences),
             chunks=len(chunks),
-            errors=errors,
+            errors=decomposition.errors,
+            decomposition=decomposition.stats,
         )
+        if not decomposition.claims:
+            # Nothing verified is not "all entailed": an answer whose claims could not be drawn (or
+            # that a decomposer was talked into finding none in) stays open.
+            report.errors.append("no claim to verify: the decomposer found none in the answer")
+            report.incomplete = True
+            return report
+        run_global = options.global_verification and not (options.global_auto and len(chunks) == 1)
+        report.global_stage = (
+            "full" if run_global else "off" if not options.global_verification else "skipped: one chunk"
+        )
+        verdicts = await verify_claims(judge, decomposition.claims, chunks, options, run_global)
+        labels = [v.label for v in verdicts]
+        report.label = and_join(labels)
+        report.hallucinated = answer_hallucinated(labels)
+        report.incomplete = None in labels
+        report.claims = verdicts
+        report.spans = hallucinated_spans(verdicts)
+        return report
 
     async def run(self, items: Iterable[InputLine]) -> AsyncIterator[Report]:
         """Audit input lines concurrently; yield one report per line, in input order."""

@@ -100,9 +100,19 @@ def worst_case_calls(pipeline: Pipeline, sample: Sample) -> int:
     )
     batch = options.batch_claims
     sizes = [min(batch, n_claims - start) for start in range(0, n_claims, batch)]
-    calls = int(by_judge) + len(chunks) * sum(max_calls(size) for size in sizes)
-    if options.global_verification and sentences and n_claims:
-        groups = min(n_claims, len(chunks) + 1)  # one per deciding chunk, plus the claims with no hint
+    if options.decomposer == "holistic":
+        decompose_calls = 1
+    elif by_judge:
+        # One call per sentence, or one for the answer and each sentence asked again alone.
+        decompose_calls = len(answer_sentences) + (not options.decompose_per_sentence)
+    else:
+        decompose_calls = 0
+    calls = decompose_calls + len(chunks) * sum(max_calls(size) for size in sizes)
+    run_global = options.global_verification and not (options.global_auto and len(chunks) == 1)
+    if run_global and sentences and n_claims:
+        # Global calls group claims by (deciding chunk, local label): entailed or contradicted in
+        # each chunk, plus baseless and unknown claims with no hint.
+        groups = min(n_claims, 2 * len(chunks) + 2)
         batches = (groups - 1) + math.ceil((n_claims - groups + 1) / batch)
         # Every batch may be re-asked once and each of its claims asked alone (and re-asked).
         calls += batches + 2 * n_claims

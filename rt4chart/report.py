@@ -23,6 +23,7 @@ class RunSummary:
 
     records: int = 0
     invalid: int = 0
+    incomplete: int = 0
     labels: Counter[str] = field(default_factory=Counter)
     claims: Counter[str] = field(default_factory=Counter)
     ungrounded: int = 0
@@ -35,13 +36,16 @@ class RunSummary:
 
     def add(self, report: Report) -> None:
         self.records += 1
+        self.incomplete += report.incomplete
         if report.label is None:
-            self.invalid += 1
+            self.invalid += not report.incomplete
+            self.usage = self.usage + report.usage
             return
         self.labels[report.label] += 1
         for claim in report.claims:
             self.claims[claim.label or "unjudged"] += 1
-            self.ungrounded += not claim.grounded
+            # A verdict downgraded in the local stage leaves an ungrounded vote behind it.
+            self.ungrounded += not claim.grounded or any(not vote.grounded for vote in claim.votes)
         self.usage = self.usage + report.usage
         for judge, usage in report.usage_by_judge.items():
             self.usage_by_judge[judge] = self.usage_by_judge.get(judge, Usage()) + usage
@@ -61,6 +65,8 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     table.add_row("contradicted", f"[red]{summary.labels[Label.CONTRADICTED]}[/red]")
     table.add_row("baseless", f"[yellow]{summary.labels[Label.BASELESS]}[/yellow]")
     table.add_row("invalid input", str(summary.invalid))
+    if summary.incomplete:
+        table.add_row("[red]incomplete (judge errors)[/red]", f"[red]{summary.incomplete}[/red]")
     claims = ", ".join(f"{label} {count}" for label, count in sorted(summary.claims.items()))
     table.add_row("claims", claims or "0")
     table.add_row("ungrounded verdicts", str(summary.ungrounded))

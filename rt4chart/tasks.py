@@ -39,6 +39,25 @@ class DecomposeInput(BaseModel):
     """Answer sentences, numbered by position."""
 
 
+class DecomposeSentenceInput(BaseModel):
+    """Decomposition of one answer sentence (the paper's reference decomposer): the rest of the
+    answer is shown read-only, so pronouns can be resolved, and never decomposed here."""
+
+    question: str | None
+    """The user question, when the decomposer is allowed to see it."""
+    sentences: list[str]
+    """All answer sentences, numbered by position."""
+    target: int = Field(ge=0)
+    """The sentence to decompose."""
+
+
+class SentenceClaims(BaseModel):
+    """Judge reply schema for the decomposition of one sentence."""
+
+    claims: list[str]
+    """Self-contained claims the sentence states (empty when it states no fact)."""
+
+
 class DecomposedSentence(BaseModel):
     """Claims drawn from one answer sentence."""
 
@@ -70,6 +89,9 @@ class VerifyInput(BaseModel):
     """Sentence ids of the deciding local chunk, passed as a location hint (global stage only)."""
     question: str | None = None
     """The user question, if any."""
+    local_labels: list[Label | None] | None = None
+    """The first pass's label of each claim (global stage only); ``None`` in the list where every
+    local call about the claim failed."""
 
 
 class ClaimJudgement(BaseModel):
@@ -148,7 +170,7 @@ class DirectOutput(BaseModel):
 # --- rendering ------------------------------------------------------------------------------------
 
 NO_QUESTION = "(none)"
-"""What a prompt shows when the sample has no question."""
+"""What a prompt shows when the sample has no question (or the step may not see it)."""
 
 
 def render_context(sentences: list[Sentence]) -> str:
@@ -169,6 +191,25 @@ def _decompose_fields(payload: DecomposeInput) -> dict[str, str]:
     return {"question": _question(payload.question), "sentences": render_numbered(payload.sentences)}
 
 
+def _decompose_sentence_fields(payload: DecomposeSentenceInput) -> dict[str, str]:
+    return {
+        "question": _question(payload.question),
+        "sentences": render_numbered(payload.sentences),
+        "target": str(payload.target),
+        "sentence": payload.sentences[payload.target],
+    }
+
+
+def render_claims(claims: list[str], local_labels: list[Label | None] | None = None) -> str:
+    """Claims behind their positions; in the global stage each followed by the first pass's label."""
+    if local_labels is None:
+        return render_numbered(claims)
+    return "\n".join(
+        f"[{position}] {claim}\n    first pass: {label or 'no verdict (every call failed)'}"
+        for position, (claim, label) in enumerate(zip(claims, local_labels, strict=True))
+    )
+
+
 def _verify_template(payload: VerifyInput) -> str:
     if payload.stage == "local":
         return "verify_local"
@@ -179,7 +220,7 @@ def _verify_fields(payload: VerifyInput) -> dict[str, str]:
     return {
         "context": render_context(payload.sentences),
         "question": _question(payload.question),
-        "claims": render_numbered(payload.claims),
+        "claims": render_claims(payload.claims, payload.local_labels),
         "hint": f"S{payload.hint[0]}-S{payload.hint[-1]}" if payload.hint else "",
     }
 
@@ -236,6 +277,14 @@ TASKS: dict[str, TaskSpec] = {
             _holistic_fields,
         ),
         TaskSpec("direct", DirectInput, DirectOutput, ("direct",), lambda _: "direct", _direct_fields),
+        TaskSpec(
+            "decompose_sentence",
+            DecomposeSentenceInput,
+            SentenceClaims,
+            ("decompose_sentence",),
+            lambda _: "decompose_sentence",
+            _decompose_sentence_fields,
+        ),
     )
 }
 """Every judge step, by task name."""

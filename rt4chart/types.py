@@ -210,6 +210,21 @@ class Usage(BaseModel):
         )
 
 
+class DecompositionStats(BaseModel):
+    """How an answer was split into claims."""
+
+    mode: str
+    """``rules``, ``judge`` (one call for the answer), ``judge-per-sentence`` or ``holistic``."""
+    sentences: int = 0
+    """Answer sentences."""
+    without_claims: int = 0
+    """Sentences the decomposer found no fact in (greetings, questions, statements of not knowing)."""
+    reasked: int = 0
+    """Sentences asked again alone because the batched reply numbered them wrongly or left them out."""
+    rule_fallback: int = 0
+    """Sentences whose claims came from the rule decomposer because the judge could not decompose them."""
+
+
 class Report(BaseModel):
     """The output record of one input line."""
 
@@ -238,6 +253,14 @@ class Report(BaseModel):
     prompt_version: str | None = None
     """Hash of the prompt templates used."""
     errors: list[str] = Field(default_factory=list)
-    """Problems with the input or the audit; a record with errors and no label is invalid."""
+    """Problems with the input or the audit."""
+    incomplete: bool = False
+    """True when the input was fine but judge failures left the verdict open (``label`` is then
+    ``None`` unless a contradicted claim decides it); a record with errors, no label and this false
+    is invalid input."""
+    decomposition: DecompositionStats | None = None
+    """How the answer was split into claims (``None`` for the direct baseline and invalid input)."""
+    global_stage: str | None = None
+    """``full``, ``off``, or ``skipped: one chunk`` (``--global-auto``: the local verdicts stand)."""
     gold: Gold | None = None
     """Gold labels carried through from the input, for scoring."""

@@ -15,33 +15,53 @@ from typing import Any
 
 from rt4chart.backends.base import JudgeRequest, JudgeResponse, Message
 from rt4chart.grounding import ContextIndex, anchor_quotes
-from rt4chart.options import AuditOptions
+from rt4chart.options import AuditOptions, UngroundedPolicy
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import ClaimJudgement, VerifyInput, VerifyOutput
 from rt4chart.types import Chunk, Claim, ClaimVerdict, Label, Sentence, Span, Verdict, Vote, merge_spans
 
 
-def or_join(labels: Iterable[Label | None]) -> Label:
-    """Local join over chunk votes: contradicted > entailed > baseless (missing votes ignored)."""
+def or_join(labels: Iterable[Label | None]) -> Label | None:
+    """Local join over chunk votes: contradicted > entailed > baseless.
+
+    Votes without a label (skipped, or the judge call failed) are ignored. When votes were cast and
+    none of them has a label, every judge call failed: the result is ``None`` (unknown), because an
+    unreachable judge is not a finding. No votes at all (an empty context) is baseless.
+    """
+    labels = list(labels)
     present = set(labels)
     if Label.CONTRADICTED in present:
         return Label.CONTRADICTED
     if Label.ENTAILED in present:
         return Label.ENTAILED
-    return Label.BASELESS
+    if Label.BASELESS in present or not labels:
+        return Label.BASELESS
+    return None
 
 
-def and_join(labels: Iterable[Label | None]) -> Label:
+def and_join(labels: Iterable[Label | None]) -> Label | None:
     """Answer join over claims: contradicted > baseless > entailed.
 
-    A claim that could not be judged (``None``) has no established basis and counts as baseless.
+    A claim the judge could not judge (``None``) leaves the answer's label open (``None``) unless a
+    contradicted claim already decides it.
     """
-    present = {Label.BASELESS if label is None else label for label in labels}
+    present = set(labels)
     if Label.CONTRADICTED in present:
         return Label.CONTRADICTED
+    if None in present:
+        return None
     if Label.BASELESS in present:
         return Label.BASELESS
     return Label.ENTAILED
+
+
+def answer_hallucinated(labels: Iterable[Label | None]) -> bool | None:
+    """Whether an answer is hallucinated: any claim contradicted or baseless; ``None`` when that is
+    not known because some claims could not be judged and every known one is entailed."""
+    present = set(labels)
+    if present & {Label.CONTRADICTED, Label.BASELESS}:
+        return True
+    return None if None in present else False
 
 
 def hallucinated_spans(verdicts: Iterable[ClaimVerdict]) -> list[Span]:
@@ -53,7 +73,7 @@ class Judged(Verdict):
     """One claim's judgement in one call, after the retromorphic check."""
 
     error: str | None = None
-    """Why the judgement is missing or not trusted."""
+    """What went wrong: why the judgement is missing, not trusted, or came another way."""
 
 
 def _needs_evidence(judgement: ClaimJudgement) -> bool:
@@ -67,6 +87,8 @@ class ClaimJudge:
     session: JudgeSession
     index: ContextIndex
     question: str | None
+    ungrounded: UngroundedPolicy = "downgrade"
+    """What a verdict whose evidence is not in the context becomes (see :class:`AuditOptions`)."""
     charges: dict[int, tuple[int, float]] = field(default_factory=dict)
     """Per claim index: judge calls that judged it and its share of their cost."""
 
@@ -87,6 +109,7 @@ class ClaimJudge:
         chunk: int | None = None,
         hint: list[int] | None = None,
         follow_up: list[Message] | None = None,
+        local_labels: list[Label | None] | None = None,
     ) -> JudgeRequest:
         """The request that judges ``claims`` against the sentences in ``view``."""
         payload = VerifyInput(
@@ -96,6 +119,7 @@ class ClaimJudge:
             chunk=chunk,
             hint=hint,
             question=self.question,
+            local_labels=local_labels,
         )
         return self.session.request(payload, follow_up)
 
@@ -106,44 +130,63 @@ class ClaimJudge:
         stage: str,
         chunk: int | None = None,
         hint: list[int] | None = None,
+        local_labels: list[Label | None] | None = None,
     ) -> dict[int, Judged]:
-        """Judge ``claims`` against the sentences in ``view``; keyed by claim index."""
+        """Judge ``claims`` against the sentences in ``view``; keyed by claim index.
+
+        A batched reply counts only when it judges exactly the claims asked, each once (a reply that
+        numbers claims from 1 would otherwise move verdicts onto the wrong claims); a reply that is
+        off, or holds no valid verdict at all even after the backend's re-ask, sends every claim of
+        the batch to a call of its own. A call that got no reply at all fails its claims.
+        """
         within = (view[0].start, view[-1].end) if view else (0, 0)
-        response = await self._send(self.build_request(claims, view, stage, chunk, hint), claims)
-        if not isinstance(response.parsed, VerifyOutput):
-            return {c.index: Judged(label=None, error=f"judge failed: {response.error}") for c in claims}
+        request = self.build_request(claims, view, stage, chunk, hint, local_labels=local_labels)
+        response = await self._send(request, claims)
+        problem = _batch_problem(response, len(claims))
+        if problem is not None:
+            if len(claims) == 1 or not response.raw:
+                # One claim, or no reply at all (a transport failure): asking claim by claim would
+                # only multiply failing calls.
+                return {claim.index: Judged(label=None, error=problem) for claim in claims}
+            return await self._one_by_one(claims, view, stage, chunk, hint, local_labels, problem)
+        assert isinstance(response.parsed, VerifyOutput)
         judges = _judges_by_position(response, self.session.backend.name)
-        by_position = self._by_position(response.parsed, len(claims))
         results: dict[int, Judged] = {}
         ungrounded: list[int] = []
-        for position, claim in enumerate(claims):
-            judgement = by_position.get(position)
-            if judgement is None:
-                continue
-            judged = self._ground(judgement, within, judges[position])
-            results[claim.index] = judged
+        for judgement in response.parsed.judgements:
+            claim = claims[judgement.claim]
+            results[claim.index] = judged = self._ground(judgement, within, judges[judgement.claim])
             if not judged.grounded:
-                ungrounded.append(position)
+                ungrounded.append(judgement.claim)
         if ungrounded:
             reask = self.build_request(
-                claims, view, stage, chunk, hint, follow_up=reask_messages(ungrounded, response.raw)
+                claims, view, stage, chunk, hint, reask_messages(sorted(ungrounded), response.raw), local_labels
             )
-            await self._reask_ungrounded(claims, ungrounded, reask, within, results)
-        missing = [c for c in claims if c.index not in results]
-        if missing and len(claims) > 1:
-            for claim in missing:
-                results.update(await self.judge([claim], view, stage, chunk, hint))
-        for claim in missing:
-            results.setdefault(claim.index, Judged(label=None, error="judge gave no verdict for the claim"))
+            await self._reask_ungrounded(claims, sorted(ungrounded), reask, within, results)
+        if self.ungrounded == "downgrade":
+            for judged in results.values():
+                _downgrade_if_ungrounded(judged)
         return results
 
-    @staticmethod
-    def _by_position(output: VerifyOutput, n_claims: int) -> dict[int, ClaimJudgement]:
-        by_position: dict[int, ClaimJudgement] = {}
-        for judgement in output.judgements:
-            if judgement.claim < n_claims:
-                by_position.setdefault(judgement.claim, judgement)
-        return by_position
+    async def _one_by_one(
+        self,
+        claims: list[Claim],
+        view: list[Sentence],
+        stage: str,
+        chunk: int | None,
+        hint: list[int] | None,
+        local_labels: list[Label | None] | None,
+        problem: str,
+    ) -> dict[int, Judged]:
+        """Judge each claim of a batch in a call of its own, noting why the batch reply was dropped."""
+        results: dict[int, Judged] = {}
+        for position, claim in enumerate(claims):
+            label = [local_labels[position]] if local_labels is not None else None
+            judged = (await self.judge([claim], view, stage, chunk, hint, label))[claim.index]
+            note = f"batched reply not used ({problem}); judged alone"
+            judged.error = f"{note}: {judged.error}" if judged.error else note
+            results[claim.index] = judged
+        return results
 
     def _ground(self, judgement: ClaimJudgement, within: tuple[int, int], judge: str) -> Judged:
         if not _needs_evidence(judgement):
@@ -177,21 +220,41 @@ class ClaimJudge:
     ) -> None:
         """Re-ask once for claims whose evidence is not in the context; keep what then holds."""
         response = await self._send(reask, [claims[position] for position in positions])
-        by_position = (
-            self._by_position(response.parsed, len(claims))
-            if isinstance(response.parsed, VerifyOutput) else {}
-        )
+        by_position: dict[int, ClaimJudgement] = {}
+        if isinstance(response.parsed, VerifyOutput):
+            for judgement in response.parsed.judgements:
+                by_position.setdefault(judgement.claim, judgement)
         judges = _judges_by_position(response, self.session.backend.name)
         for position in positions:
             claim = claims[position]
             first = results[claim.index]
-            judgement = by_position.get(position)
-            second = self._ground(judgement, within, judges[position]) if judgement else None
+            again = by_position.get(position)
+            second = self._ground(again, within, judges[position]) if again else None
             if second is not None and second.grounded:
                 results[claim.index] = second
             else:
                 first.grounded = False
                 first.error = f"{first.error}; still ungrounded after a re-ask"
+
+
+def _batch_problem(response: JudgeResponse, n_claims: int) -> str | None:
+    """Why a reply cannot be used as the verdicts of its ``n_claims`` claims; ``None`` when it can."""
+    if not isinstance(response.parsed, VerifyOutput):
+        return f"judge failed: {response.error}"
+    indices = [judgement.claim for judgement in response.parsed.judgements]
+    if sorted(indices) != list(range(n_claims)):
+        return f"the reply judged claims {indices}, not exactly claims {list(range(n_claims))}"
+    return None
+
+
+def _downgrade_if_ungrounded(judged: Judged) -> None:
+    """The paper's rule: only evidence found in the context supports a verdict."""
+    if judged.grounded or judged.label in (None, Label.BASELESS):
+        return
+    note = f"{judged.label} verdict downgraded to baseless: its evidence is not in the context"
+    judged.error = f"{judged.error}; {note}" if judged.error else note
+    judged.label = Label.BASELESS
+    judged.evidence = []
 
 
 def _judges_by_position(response: JudgeResponse, fallback: str) -> defaultdict[int, str]:
@@ -261,15 +324,15 @@ async def verify_locally(
     return votes
 
 
-def deciding_chunk(votes: list[Vote], label: Label) -> int | None:
-    """First chunk whose vote equals the local label (None for baseless)."""
-    if label == Label.BASELESS:
+def deciding_chunk(votes: list[Vote], label: Label | None) -> int | None:
+    """First chunk whose vote equals the local label (None for baseless or unknown)."""
+    if label in (Label.BASELESS, None):
         return None
     return next((v.chunk for v in votes if v.label == label), None)
 
 
 async def verify_claims(
-    judge: ClaimJudge, claims: list[Claim], chunks: list[Chunk], options: AuditOptions
+    judge: ClaimJudge, claims: list[Claim], chunks: list[Chunk], options: AuditOptions, run_global: bool = True
 ) -> list[ClaimVerdict]:
     """The whole verification of one answer's claims: local, OR-join, adaptive global."""
     votes = await verify_locally(judge, claims, chunks, options)
@@ -292,7 +355,7 @@ async def verify_claims(
                 errors=[f"chunk {v.chunk}: {v.error}" for v in claim_votes if v.error],
             )
         )
-    if options.global_verification and judge.index.sentences:
+    if run_global and judge.index.sentences:
         await verify_globally(judge, claims, verdicts, chunks, options)
     for verdict in verdicts:
         verdict.calls, verdict.cost_usd = judge.charges.get(verdict.index, (0, 0.0))
@@ -306,25 +369,29 @@ async def verify_globally(
     chunks: list[Chunk],
     options: AuditOptions,
 ) -> None:
-    """Re-judge every claim against the full context, grouped by location hint, in place."""
-    groups: dict[int | None, list[Claim]] = {}
-    for claim, verdict in zip(claims, verdicts, strict=True):
-        groups.setdefault(verdict.hint_chunk, []).append(claim)
+    """Re-judge every claim against the full context, in place, adapting the prompt to its local
+    label: claims are grouped by (deciding chunk, local label), each call names the first pass's
+    label of every claim and, for entailed and contradicted ones, the deciding chunk as a location
+    hint, and asks whether that decision holds against the whole context."""
+    groups: dict[tuple[int | None, Label | None], list[ClaimVerdict]] = {}
+    for verdict in verdicts:
+        groups.setdefault((verdict.hint_chunk, verdict.local_label), []).append(verdict)
+    by_index = {claim.index: claim for claim in claims}
     sentences = judge.index.sentences
     calls: list[Coroutine[Any, Any, dict[int, Judged]]] = []
-    for hint_chunk, members in groups.items():
+    for (hint_chunk, local_label), members in groups.items():
         hint = list(chunks[hint_chunk].sentence_ids) if hint_chunk is not None else None
-        calls.extend(
-            judge.judge(batch, sentences, "global", hint=hint)
-            for batch in batches(members, options.batch_claims)
-        )
+        for batch in batches([by_index[member.index] for member in members], options.batch_claims):
+            labels: list[Label | None] = [local_label] * len(batch)
+            calls.append(judge.judge(batch, sentences, "global", hint=hint, local_labels=labels))
     outcomes: dict[int, Judged] = {}
     for outcome in await asyncio.gather(*calls):
         outcomes.update(outcome)
     for verdict in verdicts:
         judged = outcomes[verdict.index]
         if judged.label is None:
-            verdict.errors.append(f"global verification failed ({judged.error}); kept the local label")
+            kept = "kept the local label" if verdict.label is not None else "no label: every judge call failed"
+            verdict.errors.append(f"global verification failed ({judged.error}); {kept}")
             continue
         for name, value in judged.verdict_fields().items():
             setattr(verdict, name, value)

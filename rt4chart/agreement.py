@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import combinations
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -747,3 +748,40 @@ def runs_report(
                 )
             )
     return RunsReport(samples=int(g.size), judges=per_judge, differences=differences, resamples=resamples, seed=seed)
+
+
+# --- reading output files ----------------------------------------------------------------------
+
+
+def read_outputs(paths: Sequence[Path]) -> list[tuple[str, list[Report]]]:
+    """Read ``rt4 verify`` outputs; raise :class:`AgreementInputError` unless they are aligned."""
+    from rt4chart.evaluation import PredictionsError, read_predictions
+
+    runs = []
+    for path in paths:
+        try:
+            runs.append((str(path), read_predictions(path)))
+        except PredictionsError as error:
+            raise AgreementInputError(str(error)) from None
+        except (UnicodeDecodeError, OSError) as error:
+            raise AgreementInputError(f"{path}: cannot read ({error})") from None
+    check_aligned(runs)
+    return runs
+
+
+def gold_column(reports: Sequence[Report], gold_path: Path | None) -> list[Gold | None] | None:
+    """Gold per record: from ``gold_path`` (matched by sample id), else carried in the records."""
+    if gold_path is None:
+        carried = [r.gold for r in reports]
+        return carried if any(g is not None for g in carried) else None
+    from rt4chart.datasets import DatasetError, load_dataset
+
+    try:
+        samples = load_dataset("generic", gold_path)
+    except DatasetError as error:
+        raise AgreementInputError(str(error)) from None
+    by_id = {s.id: s.gold for s in samples}
+    matched = [by_id.get(r.id or "") for r in reports]
+    if not any(g is not None for g in matched):
+        raise AgreementInputError(f"{gold_path}: no gold label for any record id (first: {reports[0].id!r})")
+    return matched

@@ -409,3 +409,77 @@ def serve(
             time.sleep(3600)
     except KeyboardInterrupt:
         server.stop()
+
+
+@app.command()
+def agree(
+    outputs: Annotated[list[Path], typer.Argument(metavar="OUTPUT.jsonl...", help="rt4 verify outputs of the same input by different judges (or, with --runs, repeated runs).")],
+    gold: Annotated[Path | None, typer.Option(help="Gold JSONL (rt4 convert output or generic), matched by id; default: the gold inside the records.")] = None,
+    level: Annotated[str, typer.Option(help="answer or claim.")] = "answer",
+    labels: Annotated[str, typer.Option(help="hallucinated (yes/no) or label (entailed / contradicted / baseless).")] = "hallucinated",
+    runs: Annotated[bool, typer.Option("--runs", help="The files are repeated runs; files recording the same judge are one judge's runs. Needs gold.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Also draw the kappa heatmap and sensitivity/specificity plot (PNG; needs rt4chart[plot]).")] = None,
+    resamples: ResamplesOption = 1000,
+    seed: SeedOption = 0,
+) -> None:
+    """Agreement between judges (kappa, Fleiss, alpha) and of each judge with gold, with 95% CIs."""
+    from rich.markup import escape  # file names and pip extras hold brackets that are not markup
+
+    from rt4chart.agreement import (
+        AgreementInputError,
+        agreement_report,
+        answer_table,
+        claim_table,
+        gold_column,
+        judge_names,
+        read_outputs,
+        runs_report,
+    )
+    from rt4chart.agreement_view import PlotUnavailableError, plot_agreement, print_agreement, print_runs
+
+    if level not in ("answer", "claim"):
+        raise fail(f"--level must be answer or claim (got {level!r})")
+    if labels not in ("hallucinated", "label"):
+        raise fail(f"--labels must be hallucinated or label (got {labels!r})")
+    if resamples < 0:
+        raise fail("--resamples must not be negative")
+    if len(outputs) < 2:
+        raise fail("rt4 agree needs at least two output files")
+    if runs and (plot is not None or level != "answer"):
+        raise fail("--runs compares answer-level figures only (no --plot, no --level claim)")
+    try:
+        loaded = read_outputs(outputs)
+        gold_labels = gold_column(loaded[0][1], gold)
+    except AgreementInputError as error:
+        raise fail(escape(str(error))) from None
+    console = Console()
+    if runs:
+        if gold_labels is None:
+            raise fail("--runs needs gold labels: pass --gold GOLD.jsonl")
+        grouped: dict[str, list[tuple[str, list[bool | None]]]] = {}
+        for name, (source, reports) in zip(judge_names([(s, r) for s, r in loaded]), loaded, strict=True):
+            judge = name.split(" (")[0]  # repeated runs of one judge share its recorded name
+            grouped.setdefault(judge, []).append((source, [r.hallucinated for r in reports]))
+        result = runs_report(
+            list(grouped.items()), [g.hallucinated if g else None for g in gold_labels], resamples=resamples, seed=seed
+        )
+        if as_json:
+            console.print_json(result.model_dump_json())
+        else:
+            print_runs(result, console)
+        return
+    build = answer_table if level == "answer" else claim_table
+    table = build(loaded, gold_labels, labels)  # type: ignore[arg-type]
+    report = agreement_report(table, resamples=resamples, seed=seed)
+    if plot is not None:
+        try:
+            plot_agreement(report, plot)
+        except PlotUnavailableError as error:
+            raise fail(escape(str(error))) from None
+    if as_json:
+        console.print_json(report.model_dump_json())
+    else:
+        print_agreement(report, console)
+    if plot is not None:
+        stderr.print(f"wrote {plot}", highlight=False)

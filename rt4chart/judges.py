@@ -7,7 +7,9 @@ Accepted forms of ``--judge``:
   ``--api-base``, ``openai/<name>`` on any OpenAI-compatible ``--api-base``);
 - ``scripted:RULES.json``;
 - ``cascade:A[@CONFIDENCE],B[@CONFIDENCE],C`` — each stage settles the claims it judges with at
-  least that confidence (default :data:`DEFAULT_CASCADE_CONFIDENCE`), the rest go to the next stage.
+  least that confidence (default :data:`DEFAULT_CASCADE_CONFIDENCE`), the rest go to the next stage;
+- ``vote:A,B,C`` — every member judges every claim, the majority label stands (ties:
+  contradicted > baseless > entailed), see :mod:`rt4chart.backends.vote`.
 
 Every check that can fail (unknown name, missing API key or base URL, unreadable file) runs here,
 before any work, and raises :class:`JudgeConfigError`; messages name environment variables, never
@@ -155,6 +157,14 @@ def resolve_judge(
             for stage, confidence in parse_cascade(spec)
         ]
         return CascadeBackend(stages)
+    if spec.startswith("vote:"):
+        from rt4chart.backends.vote import VoteBackend
+
+        members = [member.strip() for member in spec.removeprefix("vote:").split(",")]
+        nested = any(member.startswith(("vote:", "cascade:")) for member in members)
+        if len(members) < 2 or not all(members) or nested:
+            raise JudgeConfigError(f"a vote needs at least two member judges (no nested vote: or cascade:): {spec!r}")
+        return VoteBackend([_resolve_leaf(member, api_base, concurrency, wrap) for member in members])
     return _resolve_leaf(spec, api_base, concurrency, wrap)
 
 

@@ -119,7 +119,9 @@ def test_confusion_and_observed_agreement() -> None:
         ([], [], "no items labelled by both"),
     ],
 )
-def test_degenerate_kappa_is_zero_with_a_warning(first: list[str | None], second: list[str | None], warning: str) -> None:
+def test_degenerate_kappa_is_zero_with_a_warning(
+    first: list[str | None], second: list[str | None], warning: str
+) -> None:
     statistic = cohen_kappa(first, second, LABELS)
     assert statistic.value == 0.0 and any(warning in w for w in statistic.warnings)
 

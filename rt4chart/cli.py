@@ -483,3 +483,68 @@ def agree(
         print_agreement(report, console)
     if plot is not None:
         stderr.print(f"wrote {plot}", highlight=False)
+
+
+@app.command()
+def compare(
+    input_path: InputArgument,
+    judges_spec: Annotated[str, typer.Option("--judges", help="Judges to compare, comma-separated (profile, litellm model, scripted:RULES.json).")],
+    out_dir: Annotated[Path, typer.Option(help="One output JSONL per judge goes here.")],
+    decompose_with: Annotated[str | None, typer.Option(help="Judge that decomposes every answer once (default: the rule decomposer).")] = None,
+    api_base: ApiBaseOption = None,
+    concurrency: ConcurrencyOption = None,
+    window: WindowOption = 25,
+    overlap: OverlapOption = 10,
+    batch_claims: BatchOption = 8,
+    global_verification: GlobalOption = True,
+    max_tokens: MaxTokensOption = DEFAULT_MAX_TOKENS,
+    cache_dir: CacheDirOption = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
+    resamples: ResamplesOption = 1000,
+    seed: SeedOption = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+) -> None:
+    """Decompose each answer once, have every judge verify that same claim set, then report agreement."""
+    from rich.markup import escape
+
+    from rt4chart.agreement import (
+        AgreementInputError,
+        agreement_report,
+        answer_table,
+        claim_table,
+        gold_column,
+        read_outputs,
+    )
+    from rt4chart.agreement_view import print_agreement
+    from rt4chart.compare import compare_judges
+
+    options = _pipeline_options(window, overlap, batch_claims, global_verification, "rules", max_tokens)
+    names = [name.strip() for name in judges_spec.split(",") if name.strip()]
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise fail(f"--judges needs at least two different judges (got {judges_spec!r})")
+    items = _read_input(input_path)
+    ledger = Ledger()
+    cache = None if no_cache else JudgeCache(cache_dir)
+    pipelines = [Pipeline(_resolve_metered(name, api_base, concurrency, ledger, cache), options) for name in names]
+    decomposer = None
+    if decompose_with is not None:
+        decomposer = _resolve_metered(decompose_with, api_base, concurrency, ledger, cache)
+        if not decomposer.supports_decompose:
+            raise fail(f"--decompose-with {decompose_with}: this judge cannot decompose answers")
+    with AuditProgress(len(items), ledger, stderr, enabled=not quiet) as progress:
+        summary = RunSummary()
+
+        def on_sample() -> None:
+            summary.records += 1
+            progress.advance(summary)
+
+        paths = asyncio.run(compare_judges(items, pipelines, decomposer, out_dir, on_sample))
+    stderr.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
+    try:
+        loaded = read_outputs(paths)
+        gold_labels = gold_column(loaded[0][1], None)
+    except AgreementInputError as error:
+        raise fail(escape(str(error))) from None
+    console = Console()
+    for build in (answer_table, claim_table):
+        print_agreement(agreement_report(build(loaded, gold_labels, "hallucinated"), resamples=resamples, seed=seed), console)

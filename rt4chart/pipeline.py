@@ -34,7 +34,7 @@ from rt4chart.io import (
 from rt4chart.prompts import PromptTemplate, load_prompts, prompt_set_version
 from rt4chart.session import JudgeSession
 from rt4chart.text import chunk_sentences, segment_context, split_sentences
-from rt4chart.types import Chunk, Label, Report, Sample, Sentence
+from rt4chart.types import Chunk, Claim, Label, Report, Sample, Sentence
 from rt4chart.verify import ClaimJudge, VerifyOptions, and_join, batches, hallucinated_spans, verify_claims
 
 
@@ -87,13 +87,20 @@ class Pipeline:
 
     async def verify_sample(self, sample: Sample, line: int = 1) -> Report:
         """Audit one sample."""
+        return await self.verify_claims_of(sample, line, None)
+
+    async def verify_claims_of(self, sample: Sample, line: int, claims: list[Claim] | None) -> Report:
+        """Audit one sample; ``claims``, when given, replace the decomposition (``rt4 compare``:
+        one claim set verified by every judge)."""
         prepared = self._prepare(sample)
         if not prepared.answer_sentences:
             # e.g. an answer made only of list markers: nothing to verify is not "all entailed"
             return Report(id=sample.id, line=line, errors=[f"line {line}: answer has no sentence to verify"])
         session = prepared.session
         errors: list[str] = []
-        if self.options.decomposer == "holistic":
+        if claims is not None:
+            pass  # a claim set fixed by the caller: nothing to decompose
+        elif self.options.decomposer == "holistic":
             claims, errors = await decompose_holistically(
                 session, sample.answer, prepared.answer_sentences, sample.question
             )

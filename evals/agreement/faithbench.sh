@@ -26,3 +26,4 @@ for name in GPT-4o GPT-4-Turbo GPT-3.5-Turbo HHEM-1.0 HHEM-2.1 HHEM-2.1-English 
 done
 COLUMNS=200 rt4 agree "${FILES[@]}" --plot "$OUT/faithbench_test.png" > "$OUT/faithbench_test.txt"
 rt4 agree "${FILES[@]}" --json > "$OUT/faithbench_test.json"
+python evals/agreement/table.py "$OUT/faithbench_test.json" > "$OUT/faithbench_test.md"

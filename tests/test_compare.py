@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import EXAMPLES
@@ -46,3 +48,28 @@ def test_compare_refuses_bad_judge_lists(tmp_path: Path) -> None:
     assert runner.invoke(app, [*common, "--judges", f"scripted:{RULES},scripted:{RULES}"]).exit_code == 2
     unreadable = runner.invoke(app, [*common, "--judges", f"scripted:{RULES},scripted:{tmp_path}/x.json"])
     assert unreadable.exit_code == 2
+
+
+def test_the_readme_agreement_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
+    root = EXAMPLES.parent
+    out = tmp_path / "cmp"
+    compare = subprocess.run(
+        [sys.executable, "-m", "rt4chart", "compare", "examples/answers.jsonl", "--judges",
+         "embedded,scripted:examples/answers.rules.json", "--decompose-with", "scripted:examples/answers.rules.json",
+         "--out-dir", str(out), "--no-cache", "-q"],
+        capture_output=True, text=True, timeout=600, cwd=root,
+    )
+    assert compare.returncode == 0, compare.stderr
+    agree = subprocess.run(
+        [sys.executable, "-m", "rt4chart", "agree", *sorted(str(p) for p in out.iterdir()),
+         "--level", "claim", "--json"],
+        capture_output=True, text=True, timeout=600, cwd=root,
+    )
+    assert agree.returncode == 0, agree.stderr
+    pair = json.loads(agree.stdout)["pairs"][0]
+    kappa, observed = pair["kappa"], pair["observed"]
+    row = (f"│ {kappa['n']} │    {observed['value']:.3f} │ {kappa['value']:.3f} │ "
+           f"[{kappa['ci_low']:.3f}, {kappa['ci_high']:.3f}] │")
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert row in readme, f"README's worked example is stale: rerun it (now {row})"
+    assert f"kappa {kappa['value']:.2f}" in readme

@@ -398,9 +398,14 @@ def check_aligned(runs: Sequence[tuple[str, Sequence[Report]]]) -> None:
             )
 
 
+def recorded_judge(source: str, reports: Sequence[Report]) -> str:
+    """The judge a file's records name (the file name when none does)."""
+    return next((r.judge for r in reports if r.judge), None) or source
+
+
 def judge_names(runs: Sequence[tuple[str, Sequence[Report]]]) -> list[str]:
     """A column name per file: the judge it records, made unique with the file name when needed."""
-    recorded = [next((r.judge for r in reports if r.judge), None) or source for source, reports in runs]
+    recorded = [recorded_judge(source, reports) for source, reports in runs]
     return [
         f"{name} ({source})" if recorded.count(name) > 1 else name
         for name, (source, _) in zip(recorded, runs, strict=True)

@@ -432,8 +432,8 @@ def agree(
         answer_table,
         claim_table,
         gold_column,
-        judge_names,
         read_outputs,
+        recorded_judge,
         runs_report,
     )
     from rt4chart.agreement_view import PlotUnavailableError, plot_agreement, print_agreement, print_runs
@@ -458,9 +458,8 @@ def agree(
         if gold_labels is None:
             raise fail("--runs needs gold labels: pass --gold GOLD.jsonl")
         grouped: dict[str, list[tuple[str, list[bool | None]]]] = {}
-        for name, (source, reports) in zip(judge_names([(s, r) for s, r in loaded]), loaded, strict=True):
-            judge = name.split(" (")[0]  # repeated runs of one judge share its recorded name
-            grouped.setdefault(judge, []).append((source, [r.hallucinated for r in reports]))
+        for source, reports in loaded:  # repeated runs of one judge share its recorded name
+            grouped.setdefault(recorded_judge(source, reports), []).append((source, [r.hallucinated for r in reports]))
         result = runs_report(
             list(grouped.items()), [g.hallucinated if g else None for g in gold_labels], resamples=resamples, seed=seed
         )

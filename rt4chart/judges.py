@@ -242,7 +242,7 @@ def _profile_for_model(model: str, profiles: dict[str, JudgeProfile], api_base: 
         known = ", ".join(sorted(profiles))
         raise JudgeConfigError(
             f"unknown judge {model!r}: not a profile ({known}), not a litellm model string "
-            "(e.g. openai/<model>, hosted_vllm/<model>), not scripted:RULES.json or cascade:A,B"
+            "(e.g. openai/<model>, hosted_vllm/<model>), not scripted:RULES.json, cascade:A,B or vote:A,B,C"
         )
     # With --api-base the server is the user's own; its key (if any) belongs in a profile.
     missing = [] if api_base else missing_key_variables(model)

@@ -419,7 +419,7 @@ def agree(
     labels: Annotated[str, typer.Option(help="hallucinated (yes/no) or label (entailed / contradicted / baseless).")] = "hallucinated",
     runs: Annotated[bool, typer.Option("--runs", help="The files are repeated runs; files recording the same judge are one judge's runs. Needs gold.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
-    plot: Annotated[Path | None, typer.Option(help="Also draw the kappa heatmap and sensitivity/specificity plot (PNG; needs rt4chart[plot]).")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Also draw the kappa heatmap and sensitivity/specificity plot (PNG; needs the plot extra: matplotlib).")] = None,
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
 ) -> None:

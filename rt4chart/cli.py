@@ -348,7 +348,8 @@ def score(
 ) -> None:
     """Score existing output records against gold labels."""
     from rt4chart.datasets import DatasetError
-    from rt4chart.evaluation import PredictionsError, score_details, score_predictions
+    from rt4chart.evaluation import score_details, score_predictions
+    from rt4chart.io import PredictionsError
     from rt4chart.report import print_metrics
 
     try:
@@ -456,3 +457,156 @@ def serve(
             time.sleep(3600)
     except KeyboardInterrupt:
         server.stop()
+
+
+@app.command()
+def agree(
+    outputs: Annotated[list[Path], typer.Argument(metavar="OUTPUT.jsonl...", help="rt4 verify outputs of the same input by different judges (or, with --runs, repeated runs).")],
+    gold: Annotated[Path | None, typer.Option(help="Gold JSONL (rt4 convert output or generic), matched by id; default: the gold inside the records.")] = None,
+    level: Annotated[str, typer.Option(help="answer or claim.")] = "answer",
+    labels: Annotated[str, typer.Option(help="hallucinated (yes/no) or label (entailed / contradicted / baseless).")] = "hallucinated",
+    runs: Annotated[bool, typer.Option("--runs", help="The files are repeated runs; files recording the same judge are one judge's runs. Needs gold.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Also draw the kappa heatmap and sensitivity/specificity plot (PNG; needs the plot extra: matplotlib).")] = None,
+    resamples: ResamplesOption = 1000,
+    seed: SeedOption = 0,
+) -> None:
+    """Agreement between judges (kappa, Fleiss, alpha) and of each judge with gold, with 95% CIs."""
+    from rich.markup import escape  # file names and pip extras hold brackets that are not markup
+
+    from rt4chart.agreement import (
+        AgreementInputError,
+        agreement_report,
+        answer_table,
+        claim_table,
+        gold_column,
+        read_outputs,
+        recorded_judge,
+        runs_report,
+    )
+    from rt4chart.agreement_view import PlotUnavailableError, plot_agreement, print_agreement, print_runs
+
+    if level not in ("answer", "claim"):
+        raise fail(f"--level must be answer or claim (got {level!r})")
+    if labels not in ("hallucinated", "label"):
+        raise fail(f"--labels must be hallucinated or label (got {labels!r})")
+    if resamples < 0:
+        raise fail("--resamples must not be negative")
+    if len(outputs) < 2:
+        raise fail("rt4 agree needs at least two output files")
+    if runs and (plot is not None or level != "answer"):
+        raise fail("--runs compares answer-level figures only (no --plot, no --level claim)")
+    try:
+        loaded = read_outputs(outputs)
+        gold_labels = gold_column(loaded[0][1], gold)
+    except AgreementInputError as error:
+        raise fail(escape(str(error))) from None
+    console = Console()
+    if runs:
+        if gold_labels is None:
+            raise fail("--runs needs gold labels: pass --gold GOLD.jsonl")
+        grouped: dict[str, list[tuple[str, list[bool | None]]]] = {}
+        for source, reports in loaded:  # repeated runs of one judge share its recorded name
+            grouped.setdefault(recorded_judge(source, reports), []).append((source, [r.hallucinated for r in reports]))
+        result = runs_report(
+            list(grouped.items()), [g.hallucinated if g else None for g in gold_labels], resamples=resamples, seed=seed
+        )
+        if as_json:
+            console.print_json(result.model_dump_json())
+        else:
+            print_runs(result, console)
+        return
+    build = answer_table if level == "answer" else claim_table
+    table = build(loaded, gold_labels, labels)  # type: ignore[arg-type]
+    report = agreement_report(table, resamples=resamples, seed=seed)
+    if plot is not None:
+        try:
+            plot_agreement(report, plot)
+        except PlotUnavailableError as error:
+            raise fail(escape(str(error))) from None
+    if as_json:
+        console.print_json(report.model_dump_json())
+    else:
+        print_agreement(report, console)
+    if plot is not None:
+        stderr.print(f"wrote {plot}", highlight=False)
+
+
+@app.command()
+@audit_options
+def compare(
+    input_path: InputArgument,
+    judges_spec: Annotated[str, typer.Option("--judges", help="Judges to compare, comma-separated (profile, litellm model, scripted:RULES.json).")],
+    out_dir: Annotated[Path, typer.Option(help="One output JSONL per judge goes here.")],
+    decompose_with: Annotated[str | None, typer.Option(help="Judge that decomposes every answer once (default: the rule decomposer).")] = None,
+    api_base: ApiBaseOption = None,
+    concurrency: ConcurrencyOption = None,
+    cache_dir: CacheDirOption = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
+    resamples: ResamplesOption = 1000,
+    seed: SeedOption = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    *,
+    options: AuditOptions,
+) -> None:
+    """Decompose each answer once, have every judge verify that same claim set, then report agreement."""
+    from rich.markup import escape
+
+    from rt4chart.agreement import (
+        AgreementInputError,
+        agreement_report,
+        answer_table,
+        claim_table,
+        gold_column,
+        read_outputs,
+    )
+    from rt4chart.agreement_view import print_agreement
+    from rt4chart.budget import Ledger
+    from rt4chart.cache import JudgeCache
+    from rt4chart.compare import compare_judges
+    from rt4chart.judges import JudgeConfigError, judge_stack
+    from rt4chart.pipeline import Pipeline
+    from rt4chart.report import AuditProgress, RunSummary
+
+    names = [name.strip() for name in judges_spec.split(",") if name.strip()]
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise fail(f"--judges needs at least two different judges (got {judges_spec!r})")
+    items = _read_input(input_path)
+    ledger = Ledger()
+    cache = None if no_cache else JudgeCache(cache_dir)  # shared by every judge; closed here
+    stacks: list[JudgeStack] = []
+    try:
+        for name in [*names, *([decompose_with] if decompose_with else [])]:
+            stacks.append(judge_stack(name, api_base=api_base, concurrency=concurrency, cache=cache, ledger=ledger))
+    except JudgeConfigError as error:
+        raise fail(str(error)) from None
+    decomposer = stacks[len(names)] if decompose_with else None
+    if decomposer is not None and not decomposer.supports_decompose:
+        raise fail(f"--decompose-with {decompose_with}: this judge cannot decompose answers")
+    pipelines = [Pipeline(stack, options) for stack in stacks[: len(names)]]
+    with AuditProgress(len(items), ledger, stderr, enabled=not quiet) as progress:
+        summary = RunSummary()
+
+        def on_sample() -> None:
+            summary.records += 1
+            progress.advance(summary)
+
+        async def run() -> list[Path]:
+            try:
+                return await compare_judges(items, pipelines, decomposer, out_dir, on_sample)
+            finally:
+                for stack in stacks:
+                    await stack.aclose()
+                if cache is not None:
+                    cache.close()
+
+        paths = asyncio.run(run())
+    stderr.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
+    try:
+        loaded = read_outputs(paths)
+        gold_labels = gold_column(loaded[0][1], None)
+    except AgreementInputError as error:
+        raise fail(escape(str(error))) from None
+    console = Console()
+    for build in (answer_table, claim_table):
+        print_agreement(agreement_report(build(loaded, gold_labels, "hallucinated"), resamples=resamples, seed=seed), console)

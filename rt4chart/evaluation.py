@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from rt4chart.backends.base import DEFAULT_MAX_TOKENS, Backend
 from rt4chart.datasets import (
@@ -26,7 +26,7 @@ from rt4chart.datasets import (
     load_dataset,
     samples_sha256,
 )
-from rt4chart.io import InputLine, read_json_lines
+from rt4chart.io import InputLine, PredictionsError, read_predictions
 from rt4chart.judges import judge_stack
 from rt4chart.metrics import EvaluationMetrics, metrics_markdown, score_reports
 from rt4chart.options import AuditOptions
@@ -148,10 +148,6 @@ class ScoreResult(BaseModel):
     """UTC time of scoring, ISO 8601."""
     metrics: EvaluationMetrics
     """Every metric with confidence intervals."""
-
-
-class PredictionsError(ValueError):
-    """A predictions file cannot be scored (missing, or a line that is not an output record)."""
 
 
 def _slug(text: str) -> str:
@@ -278,24 +274,6 @@ def write_result(
         predictions.write_text("".join(r.model_dump_json() + "\n" for r in reports), encoding="utf-8")
         written.append(predictions)
     return written
-
-
-def read_predictions(path: Path) -> list[Report]:
-    """Read ``rt4 verify`` / ``rt4 eval`` output records; raises :class:`PredictionsError`."""
-    if not path.is_file():
-        raise PredictionsError(f"predictions file not found: {path}")
-    reports = []
-    for line in read_json_lines(path):
-        if line.problem is not None:
-            raise PredictionsError(f"{path}:{line.number}: {line.problem}")
-        try:
-            reports.append(Report.model_validate(line.value))
-        except ValidationError as error:
-            problem = error.errors()[0]
-            raise PredictionsError(
-                f"{path}:{line.number}: not an rt4chart output record ({problem['loc']}: {problem['msg']})"
-            ) from None
-    return reports
 
 
 def score_predictions(

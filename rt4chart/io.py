@@ -175,3 +175,25 @@ class ReportAppender:
     def close(self) -> None:
         os.fsync(self._fd)
         os.close(self._fd)
+
+
+class PredictionsError(ValueError):
+    """A predictions file cannot be scored (missing, or a line that is not an output record)."""
+
+
+def read_predictions(path: Path) -> list[Report]:
+    """Read ``rt4 verify`` / ``rt4 eval`` output records; raises :class:`PredictionsError`."""
+    if not path.is_file():
+        raise PredictionsError(f"predictions file not found: {path}")
+    reports = []
+    for line in read_json_lines(path):
+        if line.problem is not None:
+            raise PredictionsError(f"{path}:{line.number}: {line.problem}")
+        try:
+            reports.append(Report.model_validate(line.value))
+        except ValidationError as error:
+            problem = error.errors()[0]
+            raise PredictionsError(
+                f"{path}:{line.number}: not an rt4chart output record ({problem['loc']}: {problem['msg']})"
+            ) from None
+    return reports

@@ -7,7 +7,9 @@ Accepted forms of ``--judge``:
   ``--api-base``, ``openai/<name>`` on any OpenAI-compatible ``--api-base``);
 - ``scripted:RULES.json``;
 - ``cascade:A[@CONFIDENCE],B[@CONFIDENCE],C`` — each stage settles the claims it judges with at
-  least that confidence (default :data:`DEFAULT_CASCADE_CONFIDENCE`), the rest go to the next stage.
+  least that confidence (default :data:`DEFAULT_CASCADE_CONFIDENCE`), the rest go to the next stage;
+- ``vote:A,B,C`` — every member judges every claim, the majority label stands (ties:
+  contradicted > baseless > entailed), see :mod:`rt4chart.backends.vote`.
 
 Every check that can fail (unknown name, missing API key or base URL, unreadable file) runs here,
 before any work, and raises :class:`JudgeConfigError`; messages name environment variables, never
@@ -168,6 +170,14 @@ def resolve_judge(
             for stage, confidence in parse_cascade(spec)
         ]
         return CascadeBackend(stages)
+    if spec.startswith("vote:"):
+        from rt4chart.backends.vote import VoteBackend
+
+        members = [member.strip() for member in spec.removeprefix("vote:").split(",")]
+        nested = any(member.startswith(("vote:", "cascade:")) for member in members)
+        if len(members) < 2 or not all(members) or nested:
+            raise JudgeConfigError(f"a vote needs at least two member judges (no nested vote: or cascade:): {spec!r}")
+        return VoteBackend([_resolve_leaf(member, api_base, concurrency, wrap) for member in members])
     return _resolve_leaf(spec, api_base, concurrency, wrap)
 
 
@@ -245,7 +255,7 @@ def _profile_for_model(model: str, profiles: dict[str, JudgeProfile], api_base: 
         known = ", ".join(sorted(profiles))
         raise JudgeConfigError(
             f"unknown judge {model!r}: not a profile ({known}), not a litellm model string "
-            "(e.g. openai/<model>, hosted_vllm/<model>), not scripted:RULES.json or cascade:A,B"
+            "(e.g. openai/<model>, hosted_vllm/<model>), not scripted:RULES.json, cascade:A,B or vote:A,B,C"
         )
     # With --api-base the server is the user's own; its key (if any) belongs in a profile.
     missing = [] if api_base else missing_key_variables(model)
@@ -312,6 +322,7 @@ def judge_stack(
     concurrency: int | None = None,
     cache: JudgeCache | Path | str | None = None,
     budget_usd: float | None = None,
+    ledger: Ledger | None = None,
 ) -> JudgeStack:
     """The judge an audit runs with: what ``rt4 verify``, :func:`rt4chart.averify`, ``rt4 eval`` and
     the benchmarks all build.
@@ -319,10 +330,14 @@ def judge_stack(
     ``judge`` is a spec as ``--judge`` takes it (default :data:`DEFAULT_JUDGE`) or a backend of the
     caller's (wrapped whole). ``cache`` is an open :class:`JudgeCache` (the caller closes it), a
     directory (opened here, closed with the stack), or ``None`` for no cache. ``budget_usd`` caps
-    the spend (``None``: no cap). Whoever builds a stack closes it (``await stack.aclose()``); the
+    the spend (``None``: no cap); several stacks share one spend and cap when given one ``ledger``
+    instead (``rt4 compare``). Whoever builds a stack closes it (``await stack.aclose()``); the
     pipeline and the audit runners never close a backend they were given.
     """
-    ledger = Ledger(limit_usd=budget_usd)
+    if ledger is None:
+        ledger = Ledger(limit_usd=budget_usd)
+    elif budget_usd is not None:
+        raise ValueError("give the budget to the shared ledger, not to one stack")
     opened = isinstance(cache, (Path, str))
     disk = JudgeCache(cache) if isinstance(cache, (Path, str)) else cache
 

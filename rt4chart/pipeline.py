@@ -11,7 +11,7 @@ from typing import TextIO
 
 from rt4chart.backends.base import Backend
 from rt4chart.budget import BudgetExhausted
-from rt4chart.decompose import decompose_by_judge, decompose_holistically, rule_decomposition
+from rt4chart.decompose import Decomposition, decompose_by_judge, decompose_holistically, rule_decomposition
 from rt4chart.direct import audit_directly
 from rt4chart.grounding import ContextIndex
 from rt4chart.io import (
@@ -27,7 +27,7 @@ from rt4chart.prompts import PromptTemplate
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import load_prompts, prompt_set_version
 from rt4chart.text import chunk_sentences, segment_context, split_sentences
-from rt4chart.types import Report, Sample, Sentence
+from rt4chart.types import Claim, DecompositionStats, Report, Sample, Sentence
 from rt4chart.verification import ClaimJudge, and_join, answer_hallucinated, hallucinated_spans, verify_claims
 
 
@@ -53,8 +53,9 @@ class Pipeline:
             self.options.decomposer == "auto" and self.backend.supports_decompose
         )
 
-    async def verify_sample(self, sample: Sample, line: int = 1) -> Report:
-        """Audit one sample with the configured method."""
+    async def verify_sample(self, sample: Sample, line: int = 1, claims: list[Claim] | None = None) -> Report:
+        """Audit one sample with the configured method; ``claims``, when given, replace the
+        decomposition (``rt4 compare``: one claim set verified by every judge)."""
         session = JudgeSession(self.backend, self.prompts, self.options.params)
         if self.options.method == "direct":
             report = await audit_directly(session, sample)
@@ -63,7 +64,7 @@ class Pipeline:
             if not answer_sentences:
                 # e.g. an answer made only of list markers: nothing to verify is not "all entailed"
                 return Report(id=sample.id, line=line, errors=[f"line {line}: answer has no sentence to verify"])
-            report = await self._rt4chart(session, sample, answer_sentences)
+            report = await self._rt4chart(session, sample, answer_sentences, claims)
         return report.model_copy(
             update={
                 "id": sample.id,
@@ -76,13 +77,17 @@ class Pipeline:
             }
         )
 
-    async def _rt4chart(self, session: JudgeSession, sample: Sample, answer_sentences: list[Sentence]) -> Report:
+    async def _rt4chart(
+        self, session: JudgeSession, sample: Sample, answer_sentences: list[Sentence], claims: list[Claim] | None
+    ) -> Report:
         options = self.options
         context, sentences = segment_context(sample.context)
         chunks = chunk_sentences(len(sentences), options.window, options.overlap)
         judge = ClaimJudge(session, ContextIndex(context, sentences), sample.question, options.ungrounded)
         question = sample.question if options.decompose_with_question else None
-        if options.decomposer == "holistic":
+        if claims is not None:
+            decomposition = Decomposition(claims, [], DecompositionStats(mode="given", sentences=len(answer_sentences)))
+        elif options.decomposer == "holistic":
             decomposition = await decompose_holistically(
                 session, sample.answer, answer_sentences, question, options.max_claims_per_sentence
             )

@@ -1,5 +1,5 @@
 """The backend contract, once, against every backend: scripted, embedded, litellm on a real
-llama.cpp server, and a cascade. SmolLM2 judges badly; only the protocol is asserted."""
+llama.cpp server, a cascade and a vote. SmolLM2 judges badly; only the protocol is asserted."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rt4chart.backends.base import Backend, CostEstimator, GenerationParams, Jud
 from rt4chart.backends.cascade import CascadeBackend, CascadeStage
 from rt4chart.backends.litellm import LiteLLMBackend
 from rt4chart.backends.scripted import ScriptedBackend
+from rt4chart.backends.vote import VoteBackend
 from rt4chart.judges import JudgeProfile
 from rt4chart.options import AuditOptions
 from rt4chart.pipeline import Pipeline
@@ -22,7 +23,7 @@ from rt4chart.types import Label, Sample, Usage
 
 RULES = EXAMPLES / "free_trial.rules.json"
 CLAIMS = ["All users can start the free trial.", "The trial lasts 14 days."]
-BACKENDS = ["scripted", "embedded", "litellm-llamacpp", "cascade"]
+BACKENDS = ["scripted", "embedded", "litellm-llamacpp", "cascade", "vote"]
 
 
 def _embedded() -> Backend:
@@ -43,6 +44,8 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         server: LocalServer = request.getfixturevalue("llamacpp")
         profile = JudgeProfile(name="smollm2", model="hosted_vllm/smollm2", max_attempts=2, backoff_s=0.01)
         built = LiteLLMBackend(profile.litellm_settings(), api_key="no-key", api_base=server.api_base)
+    elif kind == "vote":
+        built = VoteBackend([ScriptedBackend.from_file(RULES), _embedded(), ScriptedBackend.from_file(RULES)])
     else:
         built = CascadeBackend([CascadeStage(_embedded(), 0.9), CascadeStage(ScriptedBackend.from_file(RULES), 0.0)])
     yield built

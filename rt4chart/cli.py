@@ -1,6 +1,7 @@
 """The ``rt4`` command: a thin shell over the library. Only this module and ``report.py`` print.
 
-Exit codes of ``rt4 verify``: 0 every answer entailed; 1 at least one answer hallucinated;
+Exit codes of ``rt4 verify`` and ``rt4 report``: 0 the answers pass; 1 the answers fail ``--fail-on``
+(default: at least one answer hallucinated; with ``--max-rate R``, more than a share R of them);
 2 bad input or usage (any invalid input line, unknown judge, missing key, bad flags);
 3 stopped early by the budget.
 """
@@ -16,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rt4chart.audited import AuditedSample, FailOn, ResultsError, pair_with_inputs, read_results
 from rt4chart.backends.base import DEFAULT_MAX_TOKENS, Backend, GenerationParams
 from rt4chart.budget import Ledger, MeteredBackend
 from rt4chart.cache import CachedBackend, JudgeCache
@@ -34,8 +36,10 @@ from rt4chart.evaluation import (
 )
 from rt4chart.io import InputLine, read_jsonl
 from rt4chart.judges import JudgeConfigError, profile_statuses, resolve_judge
+from rt4chart.outputs import OutputFormat, PublishOptions, publish, readable_stdout
 from rt4chart.pipeline import Pipeline, PipelineOptions, estimate_audit, run_audit
 from rt4chart.report import AuditProgress, RunSummary, print_estimate, print_metrics, print_summary
+from rt4chart.terminal_view import print_samples
 from rt4chart.types import Report
 
 EXIT_OK, EXIT_HALLUCINATED, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
@@ -127,6 +131,11 @@ BatchOption = Annotated[int, typer.Option(help="Claims judged per call; 1 = refe
 GlobalOption = Annotated[bool, typer.Option("--global/--no-global", help="Re-judge claims against the full context.")]
 MaxTokensOption = Annotated[int, typer.Option(help="Most completion tokens per judge call (what a budget reserves for each).")]
 CacheDirOption = Annotated[Path | None, typer.Option(help="Judge-call cache directory (default: per-user cache).")]
+HtmlReportOption = Annotated[Path | None, typer.Option("--report", help="Also write a self-contained HTML report here.")]
+JunitOption = Annotated[Path | None, typer.Option(help="Also write JUnit XML here (one test case per sample).")]
+GithubOption = Annotated[bool, typer.Option("--github", help="Print GitHub Actions annotations on the offending input lines.")]
+FailOnOption = Annotated[FailOn, typer.Option(help="Which answers fail the run (exit 1).")]
+MaxRateOption = Annotated[float, typer.Option(min=0.0, max=1.0, help="Fail only when the share of failing answers exceeds R.")]
 
 
 @app.command()
@@ -148,6 +157,12 @@ def verify(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Keep records already complete in --out; audit the rest.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary on stderr.")] = False,
+    output_format: Annotated[OutputFormat, typer.Option("--format", help="stdout without --out: auto = readable on a terminal, JSONL elsewhere.")] = OutputFormat.AUTO,
+    html_report: HtmlReportOption = None,
+    junit: JunitOption = None,
+    github: GithubOption = False,
+    fail_on: FailOnOption = FailOn.HALLUCINATED,
+    max_rate: MaxRateOption = 0.0,
 ) -> None:
     """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
     options = _pipeline_options(
@@ -162,15 +177,23 @@ def verify(
     cache = None if no_cache else JudgeCache(cache_dir)
     backend = _resolve_metered(judge, api_base, concurrency, ledger, cache)
     summary = RunSummary()
+    reports: list[Report] = []
+    text_view = readable_stdout(output_format, out, sys.stdout.isatty())
     with AuditProgress(len(items), ledger, stderr, enabled=not quiet) as progress:
 
         def on_report(report: Report) -> None:
             summary.add(report)
+            reports.append(report)
             progress.advance(summary)
 
         result = asyncio.run(
-            run_audit(Pipeline(backend, options), items, out, on_report, resume=resume, stdout=sys.stdout)
+            run_audit(Pipeline(backend, options), items, out, on_report, resume=resume,
+                      stdout=None if text_view else sys.stdout)
         )
+    outputs = PublishOptions(html=html_report, junit=junit, github=github, text_view=text_view,
+                             input_file=str(input_path), title=f"rt4chart audit of {input_path.name}",
+                             fail_on=fail_on, max_rate=max_rate)
+    fails = publish(outputs, pair_with_inputs(reports, items), Console())
     summary.remaining = result.remaining
     summary.stopped_by_budget = result.stopped_by_budget
     summary.spent_usd, summary.budget_usd = ledger.spent_usd, ledger.limit_usd
@@ -180,7 +203,7 @@ def verify(
         raise typer.Exit(EXIT_BUDGET)
     if summary.invalid:
         raise typer.Exit(EXIT_USAGE)
-    raise typer.Exit(EXIT_HALLUCINATED if summary.hallucinated else EXIT_OK)
+    raise typer.Exit(EXIT_HALLUCINATED if fails else EXIT_OK)
 
 
 @app.command()
@@ -409,3 +432,61 @@ def serve(
             time.sleep(3600)
     except KeyboardInterrupt:
         server.stop()
+
+
+ResultsArgument = Annotated[Path, typer.Argument(metavar="RESULTS.jsonl", help="Output of rt4 verify.")]
+ResultsInputOption = Annotated[
+    Path | None,
+    typer.Option("--input", help="The input file the results audit: shows answers and contexts, and lets annotations point at its lines."),
+]
+
+
+def _read_audited(results: Path, input_path: Path | None) -> list[AuditedSample]:
+    items = _read_input(input_path) if input_path is not None else None
+    try:
+        return read_results(results, items)
+    except ResultsError as error:
+        raise fail(str(error)) from None
+
+
+@app.command()
+def report(
+    results: ResultsArgument,
+    input_path: ResultsInputOption = None,
+    html: Annotated[Path | None, typer.Option(help="Write the self-contained HTML report here.")] = None,
+    junit: JunitOption = None,
+    github: GithubOption = False,
+    fail_on: FailOnOption = FailOn.HALLUCINATED,
+    max_rate: MaxRateOption = 0.0,
+) -> None:
+    """Turn existing results into an HTML report, JUnit XML or GitHub annotations; exit as rt4 verify would."""
+    if html is None and junit is None and not github:
+        raise fail("nothing to write: give --html FILE, --junit FILE or --github")
+    audited = _read_audited(results, input_path)
+    outputs = PublishOptions(html=html, junit=junit, github=github, input_file=str(input_path) if input_path else None,
+                             title=f"rt4chart audit of {(input_path or results).name}", fail_on=fail_on, max_rate=max_rate)
+    fails = publish(outputs, audited, Console())
+    written = [str(path) for path in (html, junit) if path is not None]
+    if written:
+        stderr.print("wrote " + ", ".join(written), highlight=False)
+    if any(item.report.label is None for item in audited):
+        raise typer.Exit(EXIT_USAGE)
+    raise typer.Exit(EXIT_HALLUCINATED if fails else EXIT_OK)
+
+
+@app.command()
+def show(
+    results: ResultsArgument,
+    input_path: ResultsInputOption = None,
+    sample_id: Annotated[str | None, typer.Option("--id", help="Only the sample with this id.")] = None,
+    only: Annotated[FailOn | None, typer.Option(help="Only contradicted or hallucinated samples.")] = None,
+) -> None:
+    """Print results readably: each answer with its claims coloured by label, and their evidence."""
+    audited = _read_audited(results, input_path)
+    if sample_id is not None:
+        audited = [item for item in audited if item.report.id == sample_id]
+        if not audited:
+            raise fail(f"no sample with id {sample_id!r} in {results}")
+    if only is not None:
+        audited = [item for item in audited if item.fails(only)]
+    print_samples(audited, Console())

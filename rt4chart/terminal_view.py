@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.padding import Padding
 from rich.text import Text
 
 from rt4chart.audited import AuditedSample
@@ -26,7 +27,7 @@ LABEL_STYLES: dict[Label | None, str] = {
 _SEVERITY: dict[Label | None, int] = {Label.ENTAILED: 0, None: 1, Label.BASELESS: 2, Label.CONTRADICTED: 3}
 """Which label a sentence shows when its claims disagree: the AND-join order, unjudged above entailed."""
 
-CONTEXT_MARGIN = 80
+CONTEXT_MARGIN = 60
 """Characters of context shown on each side of a piece of evidence."""
 
 
@@ -60,10 +61,16 @@ def evidence_in_context(context: str, start: int, end: int) -> Text:
     return text
 
 
-def _claim_lines(item: AuditedSample, claim: ClaimVerdict) -> list[Text]:
-    lines = [Text.assemble("  ", (f"[{claim.index}] ", "bold"), _label_text(claim.label), "  ", claim.text)]
+def _indented(text: Text, columns: int) -> Padding:
+    """``text`` indented by ``columns``, its wrapped lines too."""
+    return Padding(text, (0, 0, 0, columns), expand=False)
+
+
+def _claim_lines(item: AuditedSample, claim: ClaimVerdict) -> list[RenderableType]:
+    heading = Text.assemble((f"[{claim.index}] ", "bold"), _label_text(claim.label), "  ", claim.text)
+    details: list[Text] = []
     if claim.rationale:
-        lines.append(Text(f"      why: {claim.rationale}", style="italic"))
+        details.append(Text(f"why: {claim.rationale}", style="italic"))
     context = item.context_text
     for evidence in claim.evidence:
         quote = (
@@ -71,14 +78,14 @@ def _claim_lines(item: AuditedSample, claim: ClaimVerdict) -> list[Text]:
             if context is not None and context[evidence.start : evidence.end] == evidence.text
             else Text(f'"{evidence.text}"', style="reverse")
         )
-        lines.append(Text.assemble("      evidence: ", quote))
+        details.append(Text.assemble("evidence: ", quote))
     if not claim.grounded:
-        lines.append(Text("      evidence not found in the context", style="magenta"))
-    lines.extend(Text(f"      error: {error}", style="red") for error in claim.errors)
-    return lines
+        details.append(Text("evidence not found in the context", style="magenta"))
+    details.extend(Text(f"error: {error}", style="red") for error in claim.errors)
+    return [_indented(heading, 2), *(_indented(detail, 6) for detail in details)]
 
 
-def sample_view(item: AuditedSample) -> list[Text]:
+def sample_view(item: AuditedSample) -> list[RenderableType]:
     """The lines that show one audited sample."""
     report = item.report
     heading = Text.assemble(
@@ -86,16 +93,16 @@ def sample_view(item: AuditedSample) -> list[Text]:
     )
     if report.judge:
         heading.append(f"  judge {report.judge}", style="dim")
-    lines = [heading]
+    lines: list[RenderableType] = [heading]
     if item.sample is not None:
         if item.sample.question:
             lines.append(Text(f"Q: {item.sample.question}", style="dim"))
         lines.append(Text.assemble("A: ", answer_text(item.sample.answer, report.claims)))
     for claim in report.claims:
         lines.extend(_claim_lines(item, claim))
-    lines.extend(Text(f"  error: {error}", style="red") for error in report.errors)
+    lines.extend(_indented(Text(f"error: {error}", style="red"), 2) for error in report.errors)
     for key, value in item.extra.items():
-        lines.append(Text(f"  {key}: {json.dumps(value, ensure_ascii=False)[:400]}", style="cyan"))
+        lines.append(_indented(Text(f"{key}: {json.dumps(value, ensure_ascii=False)[:400]}", style="cyan"), 2))
     return lines
 
 

@@ -61,7 +61,9 @@ def _unescape(text: str) -> str:
     return text.replace("%0A", "\n").replace("%0D", "\r").replace("%3A", ":").replace("%2C", ",").replace("%25", "%")
 
 
-ANNOTATION = re.compile(r"^::(?P<level>error|warning) file=(?P<file>[^,]+),line=(?P<line>\d+),title=(?P<title>[^:]*)::(?P<message>.*)$")
+ANNOTATION = re.compile(
+    r"^::(?P<level>error|warning) file=(?P<file>[^,]+),line=(?P<line>\d+),title=(?P<title>[^:]*)::(?P<message>.*)$"
+)
 
 
 def test_github_annotations_point_at_the_offending_input_lines(tmp_path: Path) -> None:

@@ -92,7 +92,9 @@ def test_the_page_loads_cleanly_offline_and_shows_the_counts_of_the_input(opened
     assert opened.requests == [(audited / "report.html").as_uri()]  # nothing fetched besides the file itself
 
 
-def test_clicking_a_claim_reveals_its_evidence_in_the_context(opened: OpenedReport, audited: Path, tmp_path: Path) -> None:
+def test_clicking_a_claim_reveals_its_evidence_in_the_context(
+    opened: OpenedReport, audited: Path, tmp_path: Path
+) -> None:
     card = opened.page.locator(opened.card("berlin-wrong"))
     assert card.locator(".detail").is_hidden()
     card.locator('.chip[data-claim="1"]').click()
@@ -167,7 +169,9 @@ def _scaled_copy(audited: Path, directory: Path, copies: int) -> tuple[Path, Pat
     return answers, results
 
 
-def test_a_5000_sample_report_becomes_interactive_in_bounded_time(audited: Path, browser: Browser, tmp_path: Path) -> None:
+def test_a_5000_sample_report_becomes_interactive_in_bounded_time(
+    audited: Path, browser: Browser, tmp_path: Path
+) -> None:
     answers, results = _scaled_copy(audited, tmp_path, 5000)
     completed = rt4("report", str(results), "--input", str(answers), "--html", "big.html", cwd=tmp_path)
     assert completed.returncode == 2, completed.stderr  # a quarter of the copies are the invalid line

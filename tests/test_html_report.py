@@ -194,3 +194,39 @@ def test_a_5000_sample_report_becomes_interactive_in_bounded_time(
     assert opened.page.locator("section.sample").first.get_attribute("data-id") == second_page_first
     assert opened.errors == []
     opened.page.close()
+
+
+def test_other_judges_signals_judge_errors_and_ungrounded_claims_are_shown(
+    audited: Path, browser: Browser, tmp_path: Path
+) -> None:
+    records = read_records(audited / "results.jsonl")
+    paris = records[0]
+    usage = paris["usage"]
+    # What a cascade and a signals tool add to a record: usage by two judges, a field rt4chart does not model.
+    paris["usage_by_judge"] = {"embedded#1": usage, "gpt-4o-mini": {**usage, "calls": 2, "cost_usd": 0.0021}}
+    paris["signals"] = {"csr": 0.42, "attention_over_context": [0.1, 0.9]}
+    paris["claims"][0]["errors"] = ["chunk 0: judge timed out"]
+    paris["claims"][0]["grounded"] = False
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    completed = rt4("report", str(results), "--input", str(audited / "answers.jsonl"), "--html", "r.html", cwd=tmp_path)
+    assert completed.returncode == 2, completed.stderr
+    opened = OpenedReport(browser, tmp_path / "r.html")
+    side = opened.page.locator(f'{opened.card("paris")} .side > div')
+    assert side.count() == 3
+    assert side.nth(0).locator("b").inner_text() == "embedded#1"
+    assert side.nth(1).inner_text().startswith("gpt-4o-mini\n2 calls, $0.0021")
+    assert side.nth(2).locator("b").inner_text() == "signals"
+    assert json.loads(side.nth(2).locator("pre").inner_text()) == paris["signals"]
+    boxes = side.evaluate_all("boxes => boxes.map(b => b.getBoundingClientRect().top)")
+    assert len(set(boxes)) == 1  # side by side, on one row
+    assert opened.page.inner_text('[data-count="judge_errors"]') == "1"
+    assert opened.page.inner_text('[data-count="ungrounded_claims"]') == "1"
+    opened.page.check("#f-ungrounded")
+    assert opened.page.locator("section.sample").evaluate_all("cards => cards.map(c => c.dataset.id)") == ["paris"]
+    opened.page.uncheck("#f-ungrounded")
+    opened.page.check("#f-errors")
+    shown = opened.page.locator("section.sample").evaluate_all("cards => cards.map(c => c.dataset.id)")
+    assert shown == ["paris", "no-answer"]
+    assert opened.errors == []
+    opened.page.close()

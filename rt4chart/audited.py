@@ -101,6 +101,9 @@ def read_results(path: Path, items: list[InputLine] | None = None) -> list[Audit
                 reason = error.msg if isinstance(error, json.JSONDecodeError) else "not an rt4chart output record"
                 raise ResultsError(f"{path} line {number}: {reason}") from None
             sample = samples.get(report.line)
+            if items is not None and report.line not in samples:
+                raise ResultsError(f"{path} line {number}: record {report.id!r} names input line {report.line}, "
+                                   "which the input file does not have")
             if items is not None and sample is not None and sample.id != report.id:
                 raise ResultsError(
                     f"{path} line {number}: record {report.id!r} does not match input line {report.line} "

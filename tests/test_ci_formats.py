@@ -119,5 +119,10 @@ def test_report_rejects_results_that_are_not_records_or_belong_to_another_input(
     completed = rt4("report", "results.jsonl", "--input", "other.jsonl", "--junit", "j.xml", cwd=audited)
     assert completed.returncode == EXIT_USAGE
     assert "does not match input line 1" in completed.stderr
+    first_line = (audited / "answers.jsonl").read_text(encoding="utf-8").splitlines()[0]
+    (audited / "short.jsonl").write_text(first_line + "\n", encoding="utf-8")
+    completed = rt4("report", "results.jsonl", "--input", "short.jsonl", "--junit", "j.xml", cwd=audited)
+    assert completed.returncode == EXIT_USAGE
+    assert "names input line 2, which the input file does not have" in completed.stderr
     completed = rt4("report", "results.jsonl", cwd=audited)
     assert completed.returncode == EXIT_USAGE and "nothing to write" in completed.stderr

@@ -2,7 +2,8 @@
 
 JUnit: one test suite per run, one test case per input line. A sample that fails the policy
 (``--fail-on``) is a ``<failure>`` whose text lists its unfaithful claims with their evidence; an
-input line that could not be audited, or a sample whose judging met errors, is an ``<error>``.
+input line that could not be audited, or a sample whose judging met errors, is an ``<error>``
+(and only that when the sole unfaithful claims are ones a judge error left without a verdict).
 
 GitHub: one workflow command per sample that needs attention, pointing at its input line, so the
 annotation appears on that line of the answers file in the pull request.
@@ -63,6 +64,13 @@ def _problem(item: AuditedSample) -> str | None:
     return None
 
 
+def _judged_failure(item: AuditedSample, policy: FailOn) -> bool:
+    """Whether a judge's verdict on some claim fails the sample; a claim left unjudged by a judge
+    error makes the answer baseless, but that is the judge's error, not a verdict to report."""
+    failing = (Label.CONTRADICTED,) if policy is FailOn.CONTRADICTED else (Label.CONTRADICTED, Label.BASELESS)
+    return item.fails(policy) and any(claim.label in failing for claim in item.report.claims)
+
+
 def _failure_policy(fail_on: FailOn) -> FailOn:
     # `--fail-on never` keeps the exit code at 0, yet the report should still show what is wrong.
     return FailOn.HALLUCINATED if fail_on is FailOn.NEVER else fail_on
@@ -71,7 +79,7 @@ def _failure_policy(fail_on: FailOn) -> FailOn:
 def junit_xml(audited: list[AuditedSample], suite_name: str, fail_on: FailOn = FailOn.HALLUCINATED) -> str:
     """The run as JUnit XML (the Ant/Surefire format Jenkins, GitLab and GitHub tools read)."""
     policy = _failure_policy(fail_on)
-    failures = sum(item.fails(policy) for item in audited)
+    failures = sum(_judged_failure(item, policy) for item in audited)
     errors = sum(_problem(item) is not None for item in audited)
     counts = {"tests": str(len(audited)), "failures": str(failures), "errors": str(errors)}
     root = ElementTree.Element("testsuites", {"name": "rt4chart", **counts})
@@ -100,7 +108,7 @@ def junit_xml(audited: list[AuditedSample], suite_name: str, fail_on: FailOn = F
             kind = "invalid input" if report.label is None else "judge error"
             error = ElementTree.SubElement(case, "error", {"type": kind, "message": f"line {report.line}: {problem}"})
             error.text = problem
-        if item.fails(policy):
+        if _judged_failure(item, policy):
             bad = sum(claim.label is not Label.ENTAILED for claim in report.claims)
             message = f"line {report.line}: {report.label}, {bad} of {len(report.claims)} claims not entailed"
             failure = ElementTree.SubElement(case, "failure", {"type": str(report.label), "message": message})

@@ -4,12 +4,13 @@ JUnit schema, GitHub Actions annotations on the offending input lines, and the e
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 import xmlschema
-from fixtures.reports.runs import JUNIT_SCHEMA, read_records, rt4, verify
+from fixtures.reports.runs import ANSWERS, JUNIT_SCHEMA, read_records, rt4, verify
 from junitparser import Error, Failure, JUnitXml
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -126,3 +127,24 @@ def test_report_rejects_results_that_are_not_records_or_belong_to_another_input(
     assert "names input line 2, which the input file does not have" in completed.stderr
     completed = rt4("report", "results.jsonl", cwd=audited)
     assert completed.returncode == EXIT_USAGE and "nothing to write" in completed.stderr
+
+
+def test_a_claim_left_unjudged_by_a_judge_error_is_an_error_not_a_failure(audited: Path, tmp_path: Path) -> None:
+    records = read_records(audited / "results.jsonl")
+    paris, berlin = records[0], records[1]
+    # A failed judge call: the claim keeps no label, the answer counts as baseless (see README, Output).
+    paris["claims"][0].update(label=None, evidence=[], errors=["chunk 0: judge call failed: timed out"])
+    paris.update(label="baseless", hallucinated=True)
+    berlin["claims"][0]["errors"] = ["chunk 1: judge call failed: timed out"]  # its contradicted claim stands
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    completed = rt4("report", "results.jsonl", "--input", str(ANSWERS), "--junit", "junit.xml", cwd=tmp_path)
+    assert completed.returncode == EXIT_FAIL, completed.stderr
+    xmlschema.XMLSchema(JUNIT_SCHEMA).validate(tmp_path / "junit.xml")
+    [suite] = list(JUnitXml.fromfile(str(tmp_path / "junit.xml")))
+    results = {case.name: [(type(r).__name__, r.type) for r in case.result] for case in suite}
+    assert results == {
+        "paris": [("Error", "judge error")],
+        "berlin-wrong": [("Error", "judge error"), ("Failure", "contradicted")],
+        "script-injection": [("Failure", "baseless")],
+    }
+    assert (suite.tests, suite.failures, suite.errors) == (3, 2, 2)

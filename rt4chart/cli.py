@@ -36,7 +36,7 @@ from rt4chart.evaluation import (
 )
 from rt4chart.io import InputLine, read_jsonl
 from rt4chart.judges import JudgeConfigError, profile_statuses, resolve_judge
-from rt4chart.outputs import OutputFormat, PublishOptions, publish, readable_stdout
+from rt4chart.outputs import OutputFormat, PublishOptions, publish, readable_stdout, unwritable_output
 from rt4chart.pipeline import Pipeline, PipelineOptions, estimate_audit, run_audit
 from rt4chart.report import AuditProgress, RunSummary, print_estimate, print_metrics, print_summary
 from rt4chart.terminal_view import print_samples
@@ -176,9 +176,13 @@ def verify(
     ledger = Ledger(limit_usd=budget)
     cache = None if no_cache else JudgeCache(cache_dir)
     backend = _resolve_metered(judge, api_base, concurrency, ledger, cache)
+    outputs = PublishOptions(html=html_report, junit=junit, github=github, input_file=str(input_path),
+                             text_view=readable_stdout(output_format, out, sys.stdout.isatty()),
+                             title=f"rt4chart audit of {input_path.name}", fail_on=fail_on, max_rate=max_rate)
+    if problem := unwritable_output(outputs):
+        raise fail(problem)
     summary = RunSummary()
     reports: list[Report] = []
-    text_view = readable_stdout(output_format, out, sys.stdout.isatty())
     with AuditProgress(len(items), ledger, stderr, enabled=not quiet) as progress:
 
         def on_report(report: Report) -> None:
@@ -188,11 +192,8 @@ def verify(
 
         result = asyncio.run(
             run_audit(Pipeline(backend, options), items, out, on_report, resume=resume,
-                      stdout=None if text_view else sys.stdout)
+                      stdout=None if outputs.text_view else sys.stdout)
         )
-    outputs = PublishOptions(html=html_report, junit=junit, github=github, text_view=text_view,
-                             input_file=str(input_path), title=f"rt4chart audit of {input_path.name}",
-                             fail_on=fail_on, max_rate=max_rate)
     fails = publish(outputs, pair_with_inputs(reports, items), Console())
     summary.remaining = result.remaining
     summary.stopped_by_budget = result.stopped_by_budget
@@ -465,6 +466,8 @@ def report(
     audited = _read_audited(results, input_path)
     outputs = PublishOptions(html=html, junit=junit, github=github, input_file=str(input_path) if input_path else None,
                              title=f"rt4chart audit of {(input_path or results).name}", fail_on=fail_on, max_rate=max_rate)
+    if problem := unwritable_output(outputs):
+        raise fail(problem)
     fails = publish(outputs, audited, Console())
     written = [str(path) for path in (html, junit) if path is not None]
     if written:

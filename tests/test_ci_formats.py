@@ -148,3 +148,11 @@ def test_a_claim_left_unjudged_by_a_judge_error_is_an_error_not_a_failure(audite
         "script-injection": [("Failure", "baseless")],
     }
     assert (suite.tests, suite.failures, suite.errors) == (3, 2, 2)
+
+
+@pytest.mark.parametrize("flag", ["--report", "--junit"])
+def test_an_unwritable_report_path_stops_verify_before_any_judge_call(tmp_path: Path, flag: str) -> None:
+    completed = verify(tmp_path, flag, "missing-folder/out.file")
+    assert completed.returncode == EXIT_USAGE
+    assert "missing-folder/out.file" in completed.stderr and "Traceback" not in completed.stderr
+    assert not (tmp_path / "results.jsonl").exists()  # nothing was audited

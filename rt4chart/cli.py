@@ -485,6 +485,8 @@ def show(
     only: Annotated[FailOn | None, typer.Option(help="Only contradicted or hallucinated samples.")] = None,
 ) -> None:
     """Print results readably: each answer with its claims coloured by label, and their evidence."""
+    if only is FailOn.NEVER:
+        raise fail("--only must be contradicted or hallucinated")
     audited = _read_audited(results, input_path)
     if sample_id is not None:
         audited = [item for item in audited if item.report.id == sample_id]

@@ -81,6 +81,8 @@ def test_show_filters_by_id_and_by_verdict(audited: Path, monkeypatch: pytest.Mo
     assert one.startswith("paris  line 1  entailed") and "berlin" not in one
     missing = rt4("show", "results.jsonl", "--id", "nope", cwd=audited)
     assert missing.returncode == 2 and "no sample with id 'nope'" in missing.stderr
+    never = rt4("show", "results.jsonl", "--only", "never", cwd=audited)
+    assert never.returncode == 2 and "--only must be contradicted or hallucinated" in never.stderr
 
 
 def _verify_on_a_terminal(directory: Path, *args: str) -> str:

@@ -1,8 +1,9 @@
 """The ``rt4`` command: a thin shell over the library. Only this module and ``report.py`` print.
 
-Exit codes of ``rt4 verify`` (the first that applies): 2 bad input or usage (any invalid input
-line, unknown judge, missing key, bad flags); 3 stopped early by the budget; 4 audit incomplete
-(judge errors left a verdict open); 1 at least one answer hallucinated; 0 every answer entailed.
+Exit codes of ``rt4 verify`` and ``rt4 report`` (the first that applies): 3 stopped early by the
+budget; 2 bad input or usage (any invalid input line, unknown judge, missing key, bad flags);
+4 audit incomplete (judge errors left a verdict open); 1 the answers fail ``--fail-on`` (default:
+at least one answer hallucinated; with ``--max-rate R``, more than a share R of them); 0 they pass.
 
 The options of an audit are declared once, as fields of :class:`rt4chart.options.AuditOptions`;
 :func:`audit_options` gives every audit command a flag per field (``--window``, ``--batch-claims``,
@@ -28,8 +29,11 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from rt4chart.audited import AuditedSample, FailOn, ResultsError, pair_with_inputs, read_results
 from rt4chart.datasets import DATASET_NAMES
 from rt4chart.options import AuditOptions
+from rt4chart.outputs import OutputFormat, PublishOptions, publish, readable_stdout, unwritable_output
+from rt4chart.terminal_view import print_samples
 
 if TYPE_CHECKING:
     from rt4chart.io import InputLine
@@ -151,6 +155,11 @@ JudgeOption = Annotated[str | None, typer.Option(help="Judge: profile name, lite
 ApiBaseOption = Annotated[str | None, typer.Option(help="Base URL of an OpenAI-compatible or vLLM server.")]
 ConcurrencyOption = Annotated[int | None, typer.Option(min=1, help="Judge calls in flight (default: the judge profile's).")]
 CacheDirOption = Annotated[Path | None, typer.Option(help="Judge-call cache directory (default: per-user cache).")]
+HtmlReportOption = Annotated[Path | None, typer.Option("--report", help="Also write a self-contained HTML report here.")]
+JunitOption = Annotated[Path | None, typer.Option(help="Also write JUnit XML here (one test case per sample).")]
+GithubOption = Annotated[bool, typer.Option("--github", help="Print GitHub Actions annotations on the offending input lines.")]
+FailOnOption = Annotated[FailOn, typer.Option(help="Which answers fail the run (exit 1).")]
+MaxRateOption = Annotated[float, typer.Option(min=0.0, max=1.0, help="Fail only when the share of failing answers exceeds R.")]
 
 
 @app.command()
@@ -166,6 +175,12 @@ def verify(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Keep records already complete in --out; audit the rest.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary on stderr.")] = False,
+    output_format: Annotated[OutputFormat, typer.Option("--format", help="stdout without --out: auto = readable on a terminal, JSONL elsewhere.")] = OutputFormat.AUTO,
+    html_report: HtmlReportOption = None,
+    junit: JunitOption = None,
+    github: GithubOption = False,
+    fail_on: FailOnOption = FailOn.HALLUCINATED,
+    max_rate: MaxRateOption = 0.0,
     *,
     options: AuditOptions,
 ) -> None:
@@ -175,26 +190,35 @@ def verify(
     if resume and out is None:
         raise fail("--resume needs --out FILE")
     items = _read_input(input_path)
+    outputs = PublishOptions(html=html_report, junit=junit, github=github, input_file=str(input_path),
+                             text_view=readable_stdout(output_format, out, sys.stdout.isatty()),
+                             title=f"rt4chart audit of {input_path.name}", fail_on=fail_on, max_rate=max_rate)
+    if problem := unwritable_output(outputs):
+        raise fail(problem)
     stack = _judge_stack(judge, api_base, concurrency, None if no_cache else _cache_dir(cache_dir), budget)
     from rt4chart.pipeline import Pipeline, run_audit
     from rt4chart.report import AuditProgress, RunSummary, print_summary
 
     summary = RunSummary()
+    reports: list[Report] = []
     with AuditProgress(len(items), stack.ledger, stderr, enabled=not quiet) as progress:
 
         def on_report(report: Report) -> None:
             summary.add(report)
+            reports.append(report)
             progress.advance(summary)
 
         async def audit() -> Any:
             try:
                 return await run_audit(
-                    Pipeline(stack, options), items, out, on_report, resume=resume, stdout=sys.stdout
+                    Pipeline(stack, options), items, out, on_report, resume=resume,
+                    stdout=None if outputs.text_view else sys.stdout,
                 )
             finally:
                 await stack.aclose()
 
         result = asyncio.run(audit())
+    fails = publish(outputs, pair_with_inputs(reports, items), Console())
     summary.remaining = result.remaining
     summary.stopped_by_budget = result.stopped_by_budget
     summary.spent_usd, summary.budget_usd = stack.ledger.spent_usd, stack.ledger.limit_usd
@@ -206,7 +230,7 @@ def verify(
         raise typer.Exit(EXIT_USAGE)
     if summary.incomplete:
         raise typer.Exit(EXIT_INCOMPLETE)
-    raise typer.Exit(EXIT_HALLUCINATED if summary.hallucinated else EXIT_OK)
+    raise typer.Exit(EXIT_HALLUCINATED if fails else EXIT_OK)
 
 
 @app.command()
@@ -610,3 +634,67 @@ def compare(
     console = Console()
     for build in (answer_table, claim_table):
         print_agreement(agreement_report(build(loaded, gold_labels, "hallucinated"), resamples=resamples, seed=seed), console)
+
+
+ResultsArgument = Annotated[Path, typer.Argument(metavar="RESULTS.jsonl", help="Output of rt4 verify.")]
+ResultsInputOption = Annotated[
+    Path | None,
+    typer.Option("--input", help="The input file the results audit: shows answers and contexts, and lets annotations point at its lines."),
+]
+
+
+def _read_audited(results: Path, input_path: Path | None) -> list[AuditedSample]:
+    items = _read_input(input_path) if input_path is not None else None
+    try:
+        return read_results(results, items)
+    except ResultsError as error:
+        raise fail(str(error)) from None
+
+
+@app.command()
+def report(
+    results: ResultsArgument,
+    input_path: ResultsInputOption = None,
+    html: Annotated[Path | None, typer.Option(help="Write the self-contained HTML report here.")] = None,
+    junit: JunitOption = None,
+    github: GithubOption = False,
+    fail_on: FailOnOption = FailOn.HALLUCINATED,
+    max_rate: MaxRateOption = 0.0,
+) -> None:
+    """Turn existing results into an HTML report, JUnit XML or GitHub annotations; exit as rt4 verify would."""
+    if html is None and junit is None and not github:
+        raise fail("nothing to write: give --html FILE, --junit FILE or --github")
+    audited = _read_audited(results, input_path)
+    outputs = PublishOptions(html=html, junit=junit, github=github, input_file=str(input_path) if input_path else None,
+                             title=f"rt4chart audit of {(input_path or results).name}", fail_on=fail_on, max_rate=max_rate)
+    if problem := unwritable_output(outputs):
+        raise fail(problem)
+    fails = publish(outputs, audited, Console())
+    written = [str(path) for path in (html, junit) if path is not None]
+    if written:
+        stderr.print("wrote " + ", ".join(written), highlight=False)
+    if any(item.report.label is None and not item.report.incomplete for item in audited):
+        raise typer.Exit(EXIT_USAGE)
+    if any(item.report.incomplete for item in audited):
+        raise typer.Exit(EXIT_INCOMPLETE)
+    raise typer.Exit(EXIT_HALLUCINATED if fails else EXIT_OK)
+
+
+@app.command()
+def show(
+    results: ResultsArgument,
+    input_path: ResultsInputOption = None,
+    sample_id: Annotated[str | None, typer.Option("--id", help="Only the sample with this id.")] = None,
+    only: Annotated[FailOn | None, typer.Option(help="Only contradicted or hallucinated samples.")] = None,
+) -> None:
+    """Print results readably: each answer with its claims coloured by label, and their evidence."""
+    if only is FailOn.NEVER:
+        raise fail("--only must be contradicted or hallucinated")
+    audited = _read_audited(results, input_path)
+    if sample_id is not None:
+        audited = [item for item in audited if item.report.id == sample_id]
+        if not audited:
+            raise fail(f"no sample with id {sample_id!r} in {results}")
+    if only is not None:
+        audited = [item for item in audited if item.fails(only)]
+    print_samples(audited, Console())

@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from functools import cache, lru_cache
-
-import punkt
-from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+from typing import TYPE_CHECKING
 
 from rt4chart.types import Chunk, Sentence
+
+if TYPE_CHECKING:
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
 
 PASSAGE_SEPARATOR = "\n\n"
 """Placed between passages when a context arrives as a list; offsets refer to the joined text."""
@@ -27,6 +28,11 @@ _LIST_MARKER = re.compile(r"\s*(?:\d{1,3}[.)]|[-*\u2022]|[a-zA-Z][.)](?=\s)(?!\s
 
 @cache
 def _tokenizer() -> PunktSentenceTokenizer:
+    # nltk's package init pulls scipy and scikit-learn (a second of start-up): imported on the
+    # first split, not when a command that never splits (rt4 --help, rt4 judges) loads this module.
+    import punkt
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
     bundled = punkt.load_model("english")
     params = PunktParameters()
     params.abbrev_types = set(bundled.abbrev_types)

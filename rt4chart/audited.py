@@ -1,0 +1,114 @@
+"""Output records paired with the input they audit: what every human- and CI-facing view reads.
+
+An output record (:class:`~rt4chart.types.Report`) holds offsets, not text: the answer its claim
+spans point into and the context its evidence points into live in the input file. The views
+(HTML report, terminal view, JUnit, GitHub annotations) need both, so this module joins them by
+input line, and keeps any record fields that :class:`Report` does not model (signals, several
+judges' verdicts added by other tools) so those views can show them as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from rt4chart.io import InputLine
+from rt4chart.text import join_passages
+from rt4chart.types import Label, Report, Sample
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read, or that does not belong to the given input."""
+
+
+class FailOn(StrEnum):
+    """Which answers fail a run (exit code 1, JUnit failures)."""
+
+    CONTRADICTED = "contradicted"
+    HALLUCINATED = "hallucinated"
+    NEVER = "never"
+
+
+@dataclass(frozen=True)
+class AuditedSample:
+    """One output record with the input sample it audits, when that input is known."""
+
+    report: Report
+    """The output record."""
+    sample: Sample | None = None
+    """The audited input; ``None`` for an invalid input line or when no input file was given."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Record fields :class:`Report` does not model (e.g. signals, other judges' verdicts)."""
+
+    @property
+    def context_text(self) -> str | None:
+        """The joined context that evidence offsets refer to."""
+        return None if self.sample is None else join_passages(self.sample.context)[0]
+
+    @property
+    def judge_errors(self) -> list[str]:
+        """Problems met while judging a readable sample (record- and claim-level)."""
+        if self.report.label is None:
+            return []
+        return [*self.report.errors, *(e for claim in self.report.claims for e in claim.errors)]
+
+    @property
+    def ungrounded(self) -> bool:
+        """Whether any claim's evidence could not be anchored in the context."""
+        return any(not claim.grounded for claim in self.report.claims)
+
+    def fails(self, fail_on: FailOn) -> bool:
+        """Whether this sample counts against the run under the ``fail_on`` policy."""
+        label = self.report.label
+        if fail_on is FailOn.CONTRADICTED:
+            return label is Label.CONTRADICTED
+        if fail_on is FailOn.HALLUCINATED:
+            return label in (Label.CONTRADICTED, Label.BASELESS)
+        return False
+
+
+def pair_with_inputs(reports: Iterable[Report], items: Iterable[InputLine]) -> list[AuditedSample]:
+    """Join records to the input lines they audit, in input order (records the pipeline just made)."""
+    samples = {item.line: item.sample for item in items}
+    ordered = sorted(reports, key=lambda report: report.line)
+    return [AuditedSample(report, samples.get(report.line)) for report in ordered]
+
+
+def read_results(path: Path, items: list[InputLine] | None = None) -> list[AuditedSample]:
+    """Read a results file (``rt4 verify`` output), joined to ``items`` when an input file is given.
+
+    Raises :class:`ResultsError` naming the first bad line, or the first record whose id differs
+    from its input line's (the results of some other input file).
+    """
+    if not path.is_file():
+        raise ResultsError(f"results file not found: {path}")
+    samples = {item.line: item.sample for item in items or []}
+    audited: list[AuditedSample] = []
+    with open(path, encoding="utf-8") as handle:
+        for number, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            try:
+                raw = json.loads(text)
+                report = Report.model_validate(raw)
+            except (json.JSONDecodeError, ValidationError) as error:
+                reason = error.msg if isinstance(error, json.JSONDecodeError) else "not an rt4chart output record"
+                raise ResultsError(f"{path} line {number}: {reason}") from None
+            sample = samples.get(report.line)
+            if items is not None and report.line not in samples:
+                raise ResultsError(f"{path} line {number}: record {report.id!r} names input line {report.line}, "
+                                   "which the input file does not have")
+            if items is not None and sample is not None and sample.id != report.id:
+                raise ResultsError(
+                    f"{path} line {number}: record {report.id!r} does not match input line {report.line} "
+                    f"(id {sample.id!r}); were these results made from another input file?"
+                )
+            extra = {key: value for key, value in raw.items() if key not in Report.model_fields}
+            audited.append(AuditedSample(report, sample, extra))
+    return audited

@@ -1,0 +1,155 @@
+"""What CI systems read: JUnit XML, GitHub Actions annotations, and the pass/fail policy of a run.
+
+JUnit: one test suite per run, one test case per input line. A sample that fails the policy
+(``--fail-on``) is a ``<failure>`` whose text lists its unfaithful claims with their evidence; an
+input line that could not be audited, or a sample whose judging met errors, is an ``<error>``
+(and only that when the sole unfaithful claims are ones a judge error left without a verdict).
+
+GitHub: one workflow command per sample that needs attention, pointing at its input line, so the
+annotation appears on that line of the answers file in the pull request.
+"""
+
+from __future__ import annotations
+
+import socket
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rt4chart.audited import AuditedSample, FailOn
+from rt4chart.types import Label
+
+
+def failing_share(audited: list[AuditedSample], fail_on: FailOn) -> float:
+    """Share of judged samples (invalid lines excluded) that fail under ``fail_on``."""
+    judged = [item for item in audited if item.report.label is not None]
+    if not judged:
+        return 0.0
+    return sum(item.fails(fail_on) for item in judged) / len(judged)
+
+
+def run_fails(audited: list[AuditedSample], fail_on: FailOn, max_rate: float) -> bool:
+    """The run fails when the share of failing samples exceeds ``max_rate`` (0: any one fails it)."""
+    return fail_on is not FailOn.NEVER and failing_share(audited, fail_on) > max_rate
+
+
+def _quote(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def finding_lines(item: AuditedSample) -> list[str]:
+    """The sample's unfaithful claims, each with its rationale and evidence, as plain lines."""
+    lines: list[str] = []
+    for claim in item.report.claims:
+        if claim.label is Label.ENTAILED:
+            continue
+        lines.append(f"[{claim.label or 'unjudged'}] claim {claim.index}: {claim.text}")
+        if claim.rationale:
+            lines.append(f"  why: {claim.rationale}")
+        for evidence in claim.evidence:
+            lines.append(f'  evidence (context {evidence.start}-{evidence.end}): "{_quote(evidence.text)}"')
+        if not claim.grounded:
+            lines.append("  (the judge's evidence was not found in the context)")
+    return lines
+
+
+def _problem(item: AuditedSample) -> str | None:
+    """Why a sample is an error rather than a verdict: unreadable input or judge errors."""
+    report = item.report
+    if report.label is None:
+        return "; ".join(report.errors) or "no verdict"
+    if item.judge_errors:
+        return "; ".join(item.judge_errors)
+    return None
+
+
+def _judged_failure(item: AuditedSample, policy: FailOn) -> bool:
+    """Whether a judge's verdict on some claim fails the sample; a claim left unjudged by a judge
+    error makes the answer baseless, but that is the judge's error, not a verdict to report."""
+    failing = (Label.CONTRADICTED,) if policy is FailOn.CONTRADICTED else (Label.CONTRADICTED, Label.BASELESS)
+    return item.fails(policy) and any(claim.label in failing for claim in item.report.claims)
+
+
+def _failure_policy(fail_on: FailOn) -> FailOn:
+    # `--fail-on never` keeps the exit code at 0, yet the report should still show what is wrong.
+    return FailOn.HALLUCINATED if fail_on is FailOn.NEVER else fail_on
+
+
+def junit_xml(audited: list[AuditedSample], suite_name: str, fail_on: FailOn = FailOn.HALLUCINATED) -> str:
+    """The run as JUnit XML (the Ant/Surefire format Jenkins, GitLab and GitHub tools read)."""
+    policy = _failure_policy(fail_on)
+    failures = sum(_judged_failure(item, policy) for item in audited)
+    errors = sum(_problem(item) is not None for item in audited)
+    counts = {"tests": str(len(audited)), "failures": str(failures), "errors": str(errors)}
+    root = ElementTree.Element("testsuites", {"name": "rt4chart", **counts})
+    suite = ElementTree.SubElement(
+        root,
+        "testsuite",
+        {
+            "name": suite_name,
+            **counts,
+            "skipped": "0",
+            "timestamp": datetime.now(UTC).replace(microsecond=0, tzinfo=None).isoformat(),
+            "hostname": socket.gethostname(),
+        },
+    )
+    properties = ElementTree.SubElement(suite, "properties")
+    judges = sorted({item.report.judge for item in audited if item.report.judge})
+    prompts = sorted({item.report.prompt_version for item in audited if item.report.prompt_version})
+    for name, value in (("judge", ", ".join(judges)), ("prompt_version", ", ".join(prompts)), ("fail_on", policy)):
+        ElementTree.SubElement(properties, "property", {"name": name, "value": value})
+    for item in audited:
+        report = item.report
+        name = report.id if report.id is not None else f"line-{report.line}"
+        case = ElementTree.SubElement(suite, "testcase", {"name": name, "classname": "rt4chart.audit"})
+        problem = _problem(item)
+        if problem is not None:
+            kind = "invalid input" if report.label is None else "judge error"
+            error = ElementTree.SubElement(case, "error", {"type": kind, "message": f"line {report.line}: {problem}"})
+            error.text = problem
+        if _judged_failure(item, policy):
+            bad = sum(claim.label is not Label.ENTAILED for claim in report.claims)
+            message = f"line {report.line}: {report.label}, {bad} of {len(report.claims)} claims not entailed"
+            failure = ElementTree.SubElement(case, "failure", {"type": str(report.label), "message": message})
+            failure.text = "\n".join(finding_lines(item))
+    ElementTree.indent(root)
+    return ElementTree.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def write_junit(path: Path, audited: list[AuditedSample], suite_name: str, fail_on: FailOn) -> None:
+    path.write_text(junit_xml(audited, suite_name, fail_on), encoding="utf-8")
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(
+    audited: Iterable[AuditedSample], input_file: str | None, fail_on: FailOn = FailOn.HALLUCINATED
+) -> list[str]:
+    """GitHub Actions workflow commands (``::error file=F,line=N,title=T::message``), one per sample.
+
+    Samples that fail the policy and samples that could not be judged are errors; hallucinated
+    samples the policy lets pass are warnings; entailed samples get none.
+    """
+    policy = _failure_policy(fail_on)
+    commands: list[str] = []
+    for item in audited:
+        report = item.report
+        problem = _problem(item)
+        if problem is not None:
+            level, title, lines = "error", "rt4chart: not judged", [problem]
+        elif report.hallucinated:
+            level = "error" if item.fails(policy) else "warning"
+            title, lines = f"rt4chart: {report.label}", finding_lines(item)
+        else:
+            continue
+        where = [f"file={_escape_property(input_file)}", f"line={report.line}"] if input_file else []
+        where.append(f"title={_escape_property(f'{title} ({report.id})')}")
+        commands.append(f"::{level} {','.join(where)}::{_escape_data(chr(10).join(lines))}")
+    return commands

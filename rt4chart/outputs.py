@@ -1,0 +1,80 @@
+"""Everything a finished run writes besides its JSONL records: the readable terminal view, the HTML
+report, JUnit XML, GitHub annotations, and the pass/fail decision (``--fail-on``, ``--max-rate``).
+
+``rt4 verify`` (after its audit) and ``rt4 report`` (over an existing results file) both end in
+:func:`publish`, so the two commands write the same files and decide failure the same way.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from rich.console import Console
+
+from rt4chart.audited import AuditedSample, FailOn
+from rt4chart.ci_formats import github_annotations, run_fails, write_junit
+from rt4chart.html_report import write_html
+from rt4chart.terminal_view import print_samples
+
+
+class OutputFormat(StrEnum):
+    """What ``rt4 verify`` writes to stdout when no ``--out`` is given."""
+
+    AUTO = "auto"
+    """The readable view on a terminal, JSONL anywhere else (pipes, files, CI logs)."""
+    JSONL = "jsonl"
+    """One JSON record per line, always."""
+    TEXT = "text"
+    """The readable view, always."""
+
+
+def readable_stdout(output_format: OutputFormat, out: Path | None, stdout_is_terminal: bool) -> bool:
+    """Whether stdout gets the readable view instead of JSONL records."""
+    if out is not None or output_format is OutputFormat.JSONL:
+        return False
+    return output_format is OutputFormat.TEXT or stdout_is_terminal
+
+
+class PublishOptions(BaseModel):
+    """The outputs a run asked for, and how it decides failure."""
+
+    html: Path | None = None
+    """Write the self-contained HTML report here."""
+    junit: Path | None = None
+    """Write JUnit XML here."""
+    github: bool = False
+    """Print GitHub Actions annotations (workflow commands) on stdout."""
+    text_view: bool = False
+    """Print the readable view of every sample on stdout."""
+    input_file: str | None = None
+    """The input file as the user named it: what annotations point at."""
+    title: str = "rt4chart audit"
+    """Title of the HTML report and name of the JUnit test suite."""
+    fail_on: FailOn = FailOn.HALLUCINATED
+    """Which answers fail the run."""
+    max_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    """The run fails only when the share of failing answers exceeds this (0: any one)."""
+
+
+def unwritable_output(options: PublishOptions) -> str | None:
+    """Why a requested report file cannot be written (checked before an audit spends anything)."""
+    for flag, path in (("HTML report", options.html), ("JUnit", options.junit)):
+        if path is not None and (not path.parent.is_dir() or path.is_dir()):
+            return f"cannot write the {flag} to {path}: its folder does not exist or it is a folder"
+    return None
+
+
+def publish(options: PublishOptions, audited: list[AuditedSample], stdout: Console) -> bool:
+    """Write what ``options`` asks for; return whether the run fails its policy."""
+    if options.text_view:
+        print_samples(audited, stdout)
+    if options.html is not None:
+        write_html(options.html, audited, options.title)
+    if options.junit is not None:
+        write_junit(options.junit, audited, options.title, options.fail_on)
+    if options.github:
+        for command in github_annotations(audited, options.input_file, options.fail_on):
+            stdout.print(command, markup=False, highlight=False, emoji=False, soft_wrap=True)
+    return run_fails(audited, options.fail_on, options.max_rate)

@@ -1,0 +1,115 @@
+"""The readable terminal view of audited samples (``rt4 show``; ``rt4 verify`` on a terminal).
+
+Per sample: a heading with id, input line and verdict; the answer with each claim's sentence
+coloured by its worst final label; then every claim with its label, rationale and evidence shown
+inside its surrounding context. A reporting module: it prints, to the console it is given.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console, RenderableType
+from rich.padding import Padding
+from rich.text import Text
+
+from rt4chart.audited import AuditedSample
+from rt4chart.types import ClaimVerdict, Label
+
+LABEL_STYLES: dict[Label | None, str] = {
+    Label.ENTAILED: "green",
+    Label.CONTRADICTED: "bold red",
+    Label.BASELESS: "yellow",
+    None: "magenta",
+}
+"""Colour of each final label; ``None`` = a claim or record without a verdict."""
+
+_SEVERITY: dict[Label | None, int] = {Label.ENTAILED: 0, None: 1, Label.BASELESS: 2, Label.CONTRADICTED: 3}
+"""Which label a sentence shows when its claims disagree: the AND-join order, unjudged above entailed."""
+
+CONTEXT_MARGIN = 60
+"""Characters of context shown on each side of a piece of evidence."""
+
+
+def _label_text(label: Label | None) -> Text:
+    return Text(str(label) if label is not None else "no verdict", style=LABEL_STYLES[label])
+
+
+def answer_text(answer: str, claims: list[ClaimVerdict]) -> Text:
+    """The answer with each claim's sentence styled by the most severe label of its claims."""
+    text = Text(answer)
+    worst: dict[tuple[int, int], Label | None] = {}
+    for claim in claims:
+        if claim.answer_span is None:
+            continue
+        key = (claim.answer_span.start, claim.answer_span.end)
+        if key not in worst or _SEVERITY[claim.label] > _SEVERITY[worst[key]]:
+            worst[key] = claim.label
+    for (start, end), label in worst.items():
+        text.stylize(f"{LABEL_STYLES[label]} underline", start, end)
+    return text
+
+
+def evidence_in_context(context: str, start: int, end: int) -> Text:
+    """The evidence quote, highlighted, inside up to ``CONTEXT_MARGIN`` characters of its context."""
+    left, right = max(0, start - CONTEXT_MARGIN), min(len(context), end + CONTEXT_MARGIN)
+    text = Text("…" if left else "", style="dim")
+    text.append(context[left:start].replace("\n", " "), style="dim")
+    text.append(context[start:end].replace("\n", " "), style="reverse")
+    text.append(context[end:right].replace("\n", " "), style="dim")
+    text.append("…" if right < len(context) else "", style="dim")
+    return text
+
+
+def _indented(text: Text, columns: int) -> Padding:
+    """``text`` indented by ``columns``, its wrapped lines too."""
+    return Padding(text, (0, 0, 0, columns), expand=False)
+
+
+def _claim_lines(item: AuditedSample, claim: ClaimVerdict) -> list[RenderableType]:
+    heading = Text.assemble((f"[{claim.index}] ", "bold"), _label_text(claim.label), "  ", claim.text)
+    details: list[Text] = []
+    if claim.rationale:
+        details.append(Text(f"why: {claim.rationale}", style="italic"))
+    context = item.context_text
+    for evidence in claim.evidence:
+        quote = (
+            evidence_in_context(context, evidence.start, evidence.end)
+            if context is not None and context[evidence.start : evidence.end] == evidence.text
+            else Text(f'"{evidence.text}"', style="reverse")
+        )
+        details.append(Text.assemble("evidence: ", quote))
+    if not claim.grounded:
+        details.append(Text("evidence not found in the context", style="magenta"))
+    details.extend(Text(f"error: {error}", style="red") for error in claim.errors)
+    return [_indented(heading, 2), *(_indented(detail, 6) for detail in details)]
+
+
+def sample_view(item: AuditedSample) -> list[RenderableType]:
+    """The lines that show one audited sample."""
+    report = item.report
+    heading = Text.assemble(
+        (report.id or "(no id)", "bold"), f"  line {report.line}  ", _label_text(report.label)
+    )
+    if report.judge:
+        heading.append(f"  judge {report.judge}", style="dim")
+    lines: list[RenderableType] = [heading]
+    if item.sample is not None:
+        if item.sample.question:
+            lines.append(Text(f"Q: {item.sample.question}", style="dim"))
+        lines.append(Text.assemble("A: ", answer_text(item.sample.answer, report.claims)))
+    for claim in report.claims:
+        lines.extend(_claim_lines(item, claim))
+    lines.extend(_indented(Text(f"error: {error}", style="red"), 2) for error in report.errors)
+    for key, value in item.extra.items():
+        lines.append(_indented(Text(f"{key}: {json.dumps(value, ensure_ascii=False)[:400]}", style="cyan"), 2))
+    return lines
+
+
+def print_samples(audited: list[AuditedSample], console: Console) -> None:
+    """Print each sample's view, separated by blank lines."""
+    for position, item in enumerate(audited):
+        if position:
+            console.print()
+        for line in sample_view(item):
+            console.print(line, highlight=False)

@@ -2,7 +2,7 @@
 
 Exit codes of ``rt4 verify``: 0 every answer entailed; 1 at least one answer hallucinated;
 2 bad input or usage (any invalid input line, unknown judge, missing key, bad flags);
-3 stopped early by the budget.
+3 stopped early by the budget; 4 audit incomplete: judge errors / judge unreachable.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rt4chart.backends.base import DEFAULT_MAX_TOKENS, Backend, GenerationParams
+from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.budget import Ledger, MeteredBackend
 from rt4chart.cache import CachedBackend, JudgeCache
 from rt4chart.datasets import DATASET_NAMES, DatasetError, load_dataset
@@ -38,7 +39,7 @@ from rt4chart.pipeline import Pipeline, PipelineOptions, estimate_audit, run_aud
 from rt4chart.report import AuditProgress, RunSummary, print_estimate, print_metrics, print_summary
 from rt4chart.types import Report
 
-EXIT_OK, EXIT_HALLUCINATED, EXIT_USAGE, EXIT_BUDGET = 0, 1, 2, 3
+EXIT_OK, EXIT_HALLUCINATED, EXIT_USAGE, EXIT_BUDGET, EXIT_JUDGE_FAILED = 0, 1, 2, 3, 4
 
 app = typer.Typer(
     name="rt4",
@@ -178,6 +179,13 @@ def verify(
         print_summary(summary, stderr)
     if result.stopped_by_budget:
         raise typer.Exit(EXIT_BUDGET)
+    if result.judge_unavailable is not None:
+        stderr.print(
+            f"[red]stopped:[/red] {result.judge_unavailable}; {result.remaining} samples not audited "
+            "(records already written are kept; rerun with --resume once the judge is reachable)",
+            highlight=False, soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_JUDGE_FAILED)
     if summary.invalid:
         raise typer.Exit(EXIT_USAGE)
     raise typer.Exit(EXIT_HALLUCINATED if summary.hallucinated else EXIT_OK)
@@ -293,7 +301,11 @@ def eval_command(
             summary.add(report)
             progress.advance(summary)
 
-        result, reports = evaluate(config, samples, backend, on_report)
+        try:
+            result, reports = evaluate(config, samples, backend, on_report)
+        except JudgeUnavailable as error:
+            stderr.print(f"[red]stopped:[/red] {error}", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_JUDGE_FAILED) from None
     title = f"{dataset} {split or 'all'}: {result.judge}, {config.variant}"
     print_metrics(result.metrics, Console(), title, result_details(result))
     written = write_result(result, results_dir, reports if save_predictions else None)

@@ -12,6 +12,7 @@ from typing import TextIO
 from pydantic import Field
 
 from rt4chart.backends.base import Backend, CostEstimator, GenerationParams, JudgeRequest, prompt_tokens
+from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.budget import BudgetExhausted
 from rt4chart.cache import JudgeCache, request_key
 from rt4chart.decompose import (
@@ -183,6 +184,8 @@ class AuditResult:
     """Input lines left without a record because the budget stopped the run."""
     stopped_by_budget: bool = False
     """True when a call was refused by the budget."""
+    judge_unavailable: str | None = None
+    """Why the run stopped when the judge's circuit opened (endpoint and last error)."""
 
 
 async def run_audit(
@@ -197,8 +200,9 @@ async def run_audit(
     """Audit ``items`` into ``out`` (or ``stdout``), one record per line, in input order.
 
     With ``resume``, records already complete in ``out`` are kept and their inputs skipped. When
-    the budget refuses a call, every record finished before it is written completely, nothing
-    half-done is, and the result says how many inputs remain. The file ends in input order.
+    the budget refuses a call or the judge's circuit opens, every record finished before it is
+    written completely, nothing half-done is, and the result says how many inputs remain. The file
+    ends in input order.
     """
     result = AuditResult()
     completed = read_completed(out, items) if resume and out else {}
@@ -221,6 +225,9 @@ async def run_audit(
             on_report(report)
     except BudgetExhausted:
         result.stopped_by_budget = True
+        result.remaining = len(todo) - result.written
+    except JudgeUnavailable as error:
+        result.judge_unavailable = str(error)
         result.remaining = len(todo) - result.written
     finally:
         if appender is not None:

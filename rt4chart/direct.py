@@ -1,9 +1,12 @@
 """The direct baseline (an ablation, as in the paper): one judge call over the whole context and
-the whole answer that returns the hallucinated answer spans. No claims, no chunks, no global pass.
+the whole answer that returns the hallucinated answer spans and, for contradicted ones, the
+refuting context evidence. No claims, no chunks, no global pass.
 
 Each returned span becomes one claim-like verdict whose answer span is where the quote was found
 in the answer; a quote that is not in the answer keeps its label (the judge did flag something)
-but has no span and is reported as an error, the way ungrounded evidence is.
+but has no span and is reported as an error, the way ungrounded evidence is. Refuting quotes are
+anchored in the context by the same retromorphic check as the pipeline's evidence; a contradicted
+span with a quote that is not in the context is marked ungrounded.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rt4chart.backends.base import DirectInput, DirectOutput, JudgeRequest
-from rt4chart.grounding import ContextIndex
+from rt4chart.grounding import ContextIndex, anchor_quotes
 from rt4chart.pipeline import Pipeline
 from rt4chart.session import JudgeSession
 from rt4chart.text import segment_context, split_sentences
@@ -53,11 +56,16 @@ class DirectPipeline(Pipeline):
             report.errors.append(f"direct judge failed: {response.error}")
             return report
         answer = ContextIndex(sample.answer, split_sentences(sample.answer))
+        context = ContextIndex(*segment_context(sample.context))
         verdicts: list[ClaimVerdict] = []
         for span in response.parsed.spans:
             if span.label == Label.ENTAILED:
                 continue
             found = answer.anchor(span.text)
+            evidence, missing = anchor_quotes(context, span.evidence if span.label == Label.CONTRADICTED else [])
+            problems = ([] if found else ["the quoted span is not in the answer"]) + [
+                f"evidence not found in the context: {quote!r}" for quote in missing
+            ]
             verdicts.append(
                 ClaimVerdict(
                     index=len(verdicts),
@@ -65,11 +73,12 @@ class DirectPipeline(Pipeline):
                     sentence_index=None,
                     answer_span=Span(start=found.start, end=found.end) if found else None,
                     label=span.label,
+                    evidence=evidence,
                     rationale=span.rationale,
                     confidence=span.confidence,
-                    grounded=found is not None,
+                    grounded=found is not None and not missing,
                     judge=response.judge or self.backend.name,
-                    errors=[] if found else ["the quoted span is not in the answer"],
+                    errors=problems,
                 )
             )
         label = and_join(v.label for v in verdicts)
@@ -77,5 +86,5 @@ class DirectPipeline(Pipeline):
         report.hallucinated = label != Label.ENTAILED
         report.claims = verdicts
         report.spans = hallucinated_spans(verdicts)
-        report.errors.extend(f"span {v.text!r} is not in the answer" for v in verdicts if not v.grounded)
+        report.errors.extend(f"span {v.text!r} is not in the answer" for v in verdicts if v.answer_span is None)
         return report

@@ -179,6 +179,10 @@ HEADLINE_NAMES = {
     "span_f1": "span F1 (chars)",
     "mean_iou": "mean IoU",
     "evidence_f1": "evidence F1 (chars)",
+    "contradiction_precision": "contradiction precision",
+    "contradiction_recall": "contradiction recall",
+    "contradiction_f1": "contradiction F1",
+    "baseless_f1": "baseless F1",
 }
 """Display names of the headline metrics, in display order."""
 
@@ -214,7 +218,13 @@ def metric_rows(metrics: EvaluationMetrics) -> list[tuple[str, str, str]]:
             rows.append((name, _figure(estimate.value), _interval(estimate)))
     answer, span = metrics.answer, metrics.span
     rows.append(("answer TP / FP / FN", f"{answer.tp} / {answer.fp} / {answer.fn}", ""))
-    rows.append(("span chars TP / FP / FN", f"{span.tp} / {span.fp} / {span.fn}", ""))
+    rows.append(("span chars TP / FP / FN", f"{span.tp} / {span.fp} / {span.fn}" if span else "n/a",
+                 "" if span else "claims are not mapped to answer spans (holistic decomposition)"))
+    for name, typed in (("contradiction", metrics.contradiction), ("baseless", metrics.baseless)):
+        rows.append((f"{name} TP / FP / FN", f"{typed.tp} / {typed.fp} / {typed.fn}" if typed else "n/a",
+                     f"over {metrics.typed} samples with typed gold"))
+    rows.append(("evidence samples", str(metrics.evidence_samples),
+                 "correctly detected contradictions with alignable gold evidence"))
     if len(metrics.by_task_type) > 1:
         for task, result in metrics.by_task_type.items():
             rows.append((f"answer F1 [{task}]", _figure(result.f1), f"P {result.precision:.3f}, R {result.recall:.3f}"))

@@ -42,8 +42,8 @@ class GenerationParams(BaseModel):
 
     temperature: float = 0.0
     """Sampling temperature; 0 for reproducible verdicts."""
-    seed: int | None = 0
-    """Sampling seed, for providers that honour one."""
+    seed: int | None = 42
+    """Sampling seed, for providers that honour one (the paper's 42)."""
     max_tokens: int = DEFAULT_MAX_TOKENS
     """Upper bound on completion tokens (also the worst case a budget reserves)."""
 
@@ -146,6 +146,9 @@ class DirectSpan(BaseModel):
     """Verbatim quote of the answer."""
     label: Label
     """contradicted or baseless (a span labelled entailed is not a hallucination and is ignored)."""
+    evidence: list[str] = Field(default_factory=list)
+    """Verbatim context quotes that refute a contradicted span (the paper's direct baseline asks
+    for them); empty for baseless spans."""
     rationale: str = ""
     """One sentence explaining the label."""
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)

@@ -29,8 +29,8 @@ def summary_table() -> str:
     ]
     lines = [
         "| dataset | split | n | judge | method | answer F1 | balanced acc. | AUROC | span F1 (chars) "
-        "| mean IoU | claim AUROC | date | result |",
-        "|---|---|---:|---|---|---|---|---|---|---|---|---|---|",
+        "| mean IoU | contradiction F1 | baseless F1 | evidence F1 (chars) | claim AUROC | date | result |",
+        "|---|---|---:|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for result, path in results:
         headline = result.metrics.headline
@@ -40,6 +40,8 @@ def summary_table() -> str:
             f"| {result.judge} | {result.config.variant} | {format_estimate(headline.get('answer_f1'))} "
             f"| {format_estimate(headline.get('balanced_accuracy'))} | {format_estimate(headline.get('auroc'))} "
             f"| {format_estimate(headline.get('span_f1'))} | {format_estimate(headline.get('mean_iou'))} "
+            f"| {format_estimate(headline.get('contradiction_f1'))} | {format_estimate(headline.get('baseless_f1'))} "
+            f"| {format_estimate(headline.get('evidence_f1'))} "
             f"| {'n/a' if claim_auroc is None else f'{claim_auroc:.3f}'} | {result.date[:10]} "
             f"| [{path.stem}](results/{path.with_suffix('.md').name}) |"
         )

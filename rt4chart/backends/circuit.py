@@ -20,6 +20,11 @@ NON_TRANSIENT_ATTEMPTS = 2
 server that is just starting may refuse one connection)."""
 
 
+NON_TRANSIENT_WAIT_S = 0.5
+"""Longest wait before that one retry: enough for a server that is just starting, and a dead
+endpoint costs at most this per request."""
+
+
 class JudgeUnavailable(Exception):
     """The judge's endpoint failed non-transiently on several requests in a row; the run stops.
 

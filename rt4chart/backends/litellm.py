@@ -43,7 +43,12 @@ from tenacity import (
 )
 
 from rt4chart.backends.base import JudgeOutput, JudgeRequest, JudgeResponse, Message, output_json_schema
-from rt4chart.backends.circuit import NON_TRANSIENT_ATTEMPTS, CircuitBreaker, JudgeUnavailable
+from rt4chart.backends.circuit import (
+    NON_TRANSIENT_ATTEMPTS,
+    NON_TRANSIENT_WAIT_S,
+    CircuitBreaker,
+    JudgeUnavailable,
+)
 from rt4chart.judges import JudgeProfile
 from rt4chart.types import Usage
 
@@ -353,6 +358,8 @@ class LiteLLMBackend:
     def _wait(self, state: RetryCallState) -> float:
         backoff = self._backoff(state)
         error = state.outcome.exception() if state.outcome else None
+        if error is not None and non_transient_reason(error) is not None:
+            return min(backoff, NON_TRANSIENT_WAIT_S)
         asked = retry_after_s(error)
         return min(max(backoff, asked or 0.0), self.profile.backoff_max_s)
 

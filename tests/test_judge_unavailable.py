@@ -129,3 +129,14 @@ def test_verify_against_a_401_makes_three_calls_and_exits_4(tmp_path: Path) -> N
     # decomposition, the local batch, the global batch: three 401s, no retry, then the circuit opens
     assert len(server.requests) == CIRCUIT_THRESHOLD
     assert code == EXIT_JUDGE_FAILED and "HTTP401" in stderr and out.read_text() == ""
+
+
+def test_eval_against_a_closed_port_exits_4_without_writing_a_result(tmp_path: Path) -> None:
+    fixtures = Path(__file__).parent / "fixtures" / "datasets" / "ragtruth-qa"
+    result = CliRunner().invoke(app, [
+        "eval", "ragtruth-qa", "--path", str(fixtures), "--split", "dev", "--judge", "openai/fault",
+        "--api-base", closed_port_url(), "--results-dir", str(tmp_path), "-q",
+    ], catch_exceptions=False)
+    assert result.exit_code == EXIT_JUDGE_FAILED
+    assert "connectionrefused" in "".join(result.stderr.split()).lower()
+    assert list(tmp_path.iterdir()) == []  # an incomplete evaluation is not a result

@@ -94,9 +94,11 @@ def pad(sample: Sample, pool: list[Passage], target: int, rng: random.Random) ->
     return record
 
 
-def build(dataset: str, split: str, samples: int | None, seed: int, sizes: list[int], out: Path) -> list[Path]:
+def build(
+    dataset: str, split: str, samples: int | None, seed: int, sizes: list[int], out: Path, path: Path | None = None
+) -> list[Path]:
     """Write ``size-0.jsonl`` (originals) and one ``size-<T>.jsonl`` per target size."""
-    every = load_dataset(dataset, None, split)
+    every = load_dataset(dataset, path, split)
     chosen = sorted(random.Random(seed).sample(range(len(every)), samples)) if samples else range(len(every))
     subset = [every[i] for i in chosen]
     pool = [
@@ -124,12 +126,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--sizes", type=int, nargs="+", default=[50, 100, 200])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--path", type=Path, default=None, help="dataset location (default: the shared data)")
     arguments = parser.parse_args()
     if arguments.split == "test":
         parser.error("long-context variants are built from dev splits only")
-    for path in build(arguments.dataset, arguments.split, arguments.samples, arguments.seed, arguments.sizes,
-                      arguments.out):
-        print(path)
+    for written in build(arguments.dataset, arguments.split, arguments.samples, arguments.seed, arguments.sizes,
+                         arguments.out, arguments.path):
+        print(written)
 
 
 if __name__ == "__main__":

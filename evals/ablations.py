@@ -22,20 +22,47 @@ from pathlib import Path
 
 from rt4chart.evaluation import EvalConfig, EvaluationResult, evaluate, load_samples, write_result
 from rt4chart.metrics import format_estimate
-from rt4chart.types import Sample
+from rt4chart.types import Report, Sample
 
 GRID = ((10, 3), (15, 5), (25, 10), (35, 15))
 """(W, O) pairs of the grid; (25, 10) is the default and is the full pipeline's row."""
 
-COLUMNS = ("answer_f1", "balanced_accuracy", "auroc", "span_f1", "mean_iou")
+COLUMNS = ("answer_f1", "balanced_accuracy", "auroc", "span_f1", "mean_iou", "contradiction_f1", "baseless_f1")
 """Headline metrics shown per variant."""
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+_LABELS: dict[str, list[list[str | None]]] = {}
+"""Claim labels per sample of each variant run, to tell which variants this judge ignores."""
+
+
+def _labels(reports: list[Report]) -> list[list[str | None]]:
+    return [[c.label.value if c.label else None for c in r.claims] for r in reports]
+
+
+def _shown(result: EvaluationResult) -> str:
+    """What this judge cannot show about a variant: it cannot run the step, or the step does not
+    change a single claim label (so only calls and time move)."""
+    metrics = result.metrics
+    if metrics.invalid == metrics.samples:
+        return "not shown: the judge cannot run this step"
+    if result.samples_with_errors == metrics.samples:
+        return "not shown: the judge failed this step on every sample"
+    full = _LABELS.get("run-1")
+    if full is not None and result.config.tag != "run-1" and _LABELS.get(_key(result)) == full:
+        return "not shown: claim labels identical to the full run"
+    return "shown"
+
+
+def _key(result: EvaluationResult) -> str:
+    return result.config.tag or result.config.variant
+
+
 def _run(base: EvalConfig, samples: list[Sample], tag: str | None = None, **changes: object) -> EvaluationResult:
     config = base.model_copy(update={"tag": tag, "options": base.options.model_copy(update=changes)})
-    result, _ = evaluate(config, samples)
+    result, reports = evaluate(config, samples)
+    _LABELS[_key(result)] = _labels(reports)
     write_result(result, RESULTS / "ablations")
     print(f"  {config.variant}{' ' + config.tag if config.tag else ''}: done in {result.wall_seconds:.1f} s",
           file=sys.stderr)
@@ -46,7 +73,8 @@ def _row(name: str, result: EvaluationResult) -> str:
     cells = [format_estimate(result.metrics.headline.get(key)) for key in COLUMNS]
     metrics = result.metrics
     health = f"{metrics.invalid} / {result.samples_with_errors}"
-    return f"| {name} | " + " | ".join(cells) + f" | {health} | {result.usage.calls} | {result.wall_seconds:.1f} |"
+    return (f"| {name} | " + " | ".join(cells)
+            + f" | {health} | {result.usage.calls} | {result.wall_seconds:.1f} | {_shown(result)} |")
 
 
 def ablation_table(base: EvalConfig, samples: list[Sample], repeats: int) -> str:
@@ -80,12 +108,17 @@ def ablation_table(base: EvalConfig, samples: list[Sample], repeats: int) -> str
         "with errors (a failed decomposition falls back to one claim per sentence)",
         f"- command: `python evals/ablations.py {_command_args(base, repeats)}`",
         "",
-        "| variant | answer F1 | balanced accuracy | AUROC | span F1 (chars) | mean IoU "
-        "| invalid / with errors | judge calls | wall s |",
-        "|---|---|---|---|---|---|---:|---:|---:|",
+        "- last column: what this judge cannot show. A variant is \"not shown\" when the judge cannot run "
+        "the step, fails it on every sample, or gives every claim the label it gives in the full run "
+        "(the embedded verifier scores each claim alone against its best-matching sentences, so "
+        "windows and the global pass do not reach its labels; an LLM judge is needed to measure them)",
+        "",
+        "| variant | answer F1 | balanced accuracy | AUROC | span F1 (chars) | mean IoU | contradiction F1 "
+        "| baseless F1 | invalid / with errors | judge calls | wall s | what it shows |",
+        "|---|---|---|---|---|---|---|---|---:|---:|---:|---|",
     ]
     footer = [
-        f"| full, {len(runs)} runs (mean ± sd) | " + " | ".join(spread) + " | | | |",
+        f"| full, {len(runs)} runs (mean ± sd) | " + " | ".join(spread) + " | | | | |",
         "",
     ]
     return "\n".join(header + rows + footer)

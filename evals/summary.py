@@ -29,17 +29,24 @@ def summary_table() -> str:
     ]
     lines = [
         "| dataset | split | n | judge | method | answer F1 | balanced acc. | AUROC | span F1 (chars) "
-        "| mean IoU | claim AUROC | date | result |",
-        "|---|---|---:|---|---|---|---|---|---|---|---|---|---|",
+        "| mean IoU | contradiction F1 | baseless F1 | evidence F1 (chars) | claim AUROC | date | result |",
+        "|---|---|---:|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for result, path in results:
         headline = result.metrics.headline
         claim_auroc = result.metrics.claims.auroc
+        # Results written before the per-type metrics existed scored evidence another way.
+        typed_cells = (
+            f"| {format_estimate(headline.get('contradiction_f1'))} | {format_estimate(headline.get('baseless_f1'))} "
+            f"| {format_estimate(headline.get('evidence_f1'))} "
+            if "contradiction_f1" in headline else "| not scored | not scored | not scored "
+        )
         lines.append(
             f"| {result.config.dataset} | {result.config.split or 'all'} | {result.metrics.scored} "
             f"| {result.judge} | {result.config.variant} | {format_estimate(headline.get('answer_f1'))} "
             f"| {format_estimate(headline.get('balanced_accuracy'))} | {format_estimate(headline.get('auroc'))} "
             f"| {format_estimate(headline.get('span_f1'))} | {format_estimate(headline.get('mean_iou'))} "
+            f"{typed_cells}"
             f"| {'n/a' if claim_auroc is None else f'{claim_auroc:.3f}'} | {result.date[:10]} "
             f"| [{path.stem}](results/{path.with_suffix('.md').name}) |"
         )

@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rt4chart.audited import AuditedSample, FailOn, ResultsError, pair_with_inputs, read_results
+from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.datasets import DATASET_NAMES
 from rt4chart.options import AuditOptions
 from rt4chart.outputs import OutputFormat, PublishOptions, publish, readable_stdout, unwritable_output
@@ -226,6 +227,13 @@ def verify(
         print_summary(summary, stderr)
     if result.stopped_by_budget:
         raise typer.Exit(EXIT_BUDGET)
+    if result.judge_unavailable is not None:
+        stderr.print(
+            f"[red]stopped:[/red] {result.judge_unavailable}; {result.remaining} samples not audited "
+            "(records already written are kept; rerun with --resume once the judge is reachable)",
+            highlight=False, soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_INCOMPLETE)
     if summary.invalid:
         raise typer.Exit(EXIT_USAGE)
     if summary.incomplete:
@@ -354,6 +362,9 @@ def eval_command(
                 progress.advance(summary)
 
             result, reports = evaluate(config, samples, stack, on_report)
+    except JudgeUnavailable as error:
+        stderr.print(f"[red]stopped:[/red] {error}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INCOMPLETE) from None
     finally:
         asyncio.run(stack.aclose())
     title = f"{dataset} {split or 'all'}: {result.judge}, {config.variant}"

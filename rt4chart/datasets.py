@@ -41,7 +41,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from rt4chart.io import read_json_lines
-from rt4chart.types import Gold, Label, Sample, Span, merge_spans
+from rt4chart.types import Gold, GoldAnnotation, GoldKind, Label, Sample, Span, merge_spans
 
 DATA_DIR_ENV = "RT4_DATA_DIR"
 """Environment variable naming the folder that holds ``ragtruth-qa/``, ``faithbench/``, ..."""
@@ -175,16 +175,38 @@ def _ragtruth_labels(labels: list[dict[str, Any]], answer: str, where: str) -> l
     return merge_spans([_span(label.get("start"), label.get("end"), answer, where) for label in labels])
 
 
+def _ragtruth_kind(label_type: str) -> GoldKind | None:
+    """RAGTruth's Evident/Subtle Conflict contradicts the context, Evident/Subtle Baseless Info is
+    not in it; other types (none in the QA split) are left untyped."""
+    if "Conflict" in label_type:
+        return "contradiction"
+    if "Baseless" in label_type:
+        return "baseless"
+    return None
+
+
+def _ragtruth_gold(labels: list[dict[str, Any]], answer: str, where: str, task_type: str) -> Gold:
+    spans = _ragtruth_labels(labels, answer, where)
+    annotations = [
+        GoldAnnotation(
+            span=_span(label.get("start"), label.get("end"), answer, where),
+            label=str(label.get("label_type", "")),
+            kind=_ragtruth_kind(str(label.get("label_type", ""))),
+        )
+        for label in labels
+    ]
+    return Gold(hallucinated=bool(spans), spans=spans, task_type=task_type, typed=True, annotations=annotations)
+
+
 def _ragtruth_qa(record: dict[str, Any], where: str) -> Sample:
     answer = _field(record, "d2", where)
-    spans = _ragtruth_labels(_field(record, "labels", where), answer, where)
     return _sample(
         where,
         id=str(_field(record, "id", where)),
         context=_field(record, "d1", where),
         question=record.get("query"),
         answer=answer,
-        gold=Gold(hallucinated=bool(spans), spans=spans, task_type="QA"),
+        gold=_ragtruth_gold(_field(record, "labels", where), answer, where, "QA"),
     )
 
 
@@ -211,7 +233,6 @@ def _ragtruth(responses: Path, sources: Path, split: str | None) -> list[Sample]
             # Data2txt sources are structured records; the generator saw them as JSON, so does the judge.
             context = json.dumps(info, ensure_ascii=False, indent=2)
         answer = _field(record, "response", where)
-        spans = _ragtruth_labels(_field(record, "labels", where), answer, where)
         samples.append(
             _sample(
                 where,
@@ -219,7 +240,7 @@ def _ragtruth(responses: Path, sources: Path, split: str | None) -> list[Sample]
                 context=context,
                 question=question,
                 answer=answer,
-                gold=Gold(hallucinated=bool(spans), spans=spans, task_type=task_type),
+                gold=_ragtruth_gold(_field(record, "labels", where), answer, where, task_type),
             )
         )
     return samples
@@ -247,6 +268,23 @@ def _is_unwanted(annotation: dict[str, Any]) -> bool:
     return bool(labels) and str(labels[0]).startswith("Unwanted")
 
 
+def _faithbench_kind(annotation: dict[str, Any]) -> GoldKind | None:
+    """Unwanted.Intrinsic contradicts the source, Unwanted.Extrinsic adds what it lacks; a plain
+    ``Unwanted`` (or both subtypes at once) has no type."""
+    labels = {str(label) for label in annotation.get("label") or []}
+    intrinsic, extrinsic = "Unwanted.Intrinsic" in labels, "Unwanted.Extrinsic" in labels
+    if intrinsic != extrinsic:
+        return "contradiction" if intrinsic else "baseless"
+    return None
+
+
+def _source_span(annotation: dict[str, Any], source: str) -> Span | None:
+    start, end = annotation.get("source_start"), annotation.get("source_end")
+    if isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= len(source):
+        return Span(start=start, end=end)
+    return None
+
+
 def _faithbench(files: list[Path], split: str | None) -> list[Sample]:
     samples = []
     for file in files:
@@ -266,11 +304,16 @@ def _faithbench(files: list[Path], split: str | None) -> list[Sample]:
                 _span(a.get("summary_start"), a.get("summary_end"), answer, where)
                 for a in unwanted if a.get("summary_start") is not None
             ]
-            evidence = [
-                Span(start=a["source_start"], end=a["source_end"])
+            evidence = [span for a in unwanted if (span := _source_span(a, source)) is not None]
+            annotations = [
+                GoldAnnotation(
+                    span=_span(a.get("summary_start"), a.get("summary_end"), answer, where)
+                    if a.get("summary_start") is not None else None,
+                    label=".".join(str(label) for label in a.get("label") or []),
+                    kind=_faithbench_kind(a),
+                    evidence=_source_span(a, source),
+                )
                 for a in unwanted
-                if isinstance(a.get("source_start"), int) and isinstance(a.get("source_end"), int)
-                and 0 <= a["source_start"] < a["source_end"] <= len(source)
             ]
             samples.append(
                 _sample(
@@ -283,6 +326,8 @@ def _faithbench(files: list[Path], split: str | None) -> list[Sample]:
                         spans=merge_spans(spans),
                         task_type="Summary",
                         evidence=merge_spans(evidence),
+                        typed=True,
+                        annotations=annotations,
                     ),
                 )
             )

@@ -8,7 +8,7 @@ but has no span and is reported as an error, the way ungrounded evidence is.
 
 from __future__ import annotations
 
-from rt4chart.grounding import ContextIndex
+from rt4chart.grounding import ContextIndex, anchor_quotes
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import DirectInput, DirectOutput
 from rt4chart.text import segment_context, split_sentences
@@ -30,11 +30,17 @@ async def audit_directly(session: JudgeSession, sample: Sample) -> Report:
         report.incomplete = True
         return report
     answer = ContextIndex(sample.answer, answer_sentences)
+    context_index = ContextIndex(context, sentences)
     verdicts: list[ClaimVerdict] = []
     for span in response.parsed.spans:
         if span.label == Label.ENTAILED:
             continue
         found = answer.anchor(span.text)
+        # As in the paper, a contradicted span comes with the context that refutes it.
+        evidence, missing = anchor_quotes(context_index, span.evidence if span.label == Label.CONTRADICTED else [])
+        problems = ([] if found else ["the quoted span is not in the answer"]) + [
+            f"evidence not found in the context: {quote!r}" for quote in missing
+        ]
         verdicts.append(
             ClaimVerdict(
                 index=len(verdicts),
@@ -42,11 +48,12 @@ async def audit_directly(session: JudgeSession, sample: Sample) -> Report:
                 sentence_index=None,
                 answer_span=Span(start=found.start, end=found.end) if found else None,
                 label=span.label,
+                evidence=evidence,
                 rationale=span.rationale,
                 confidence=span.confidence,
-                grounded=found is not None,
+                grounded=found is not None and not missing,
                 judge=response.judge or session.backend.name,
-                errors=[] if found else ["the quoted span is not in the answer"],
+                errors=problems,
             )
         )
     label = and_join(v.label for v in verdicts)
@@ -54,5 +61,5 @@ async def audit_directly(session: JudgeSession, sample: Sample) -> Report:
     report.hallucinated = label != Label.ENTAILED
     report.claims = verdicts
     report.spans = hallucinated_spans(verdicts)
-    report.errors.extend(f"span {v.text!r} is not in the answer" for v in verdicts if not v.grounded)
+    report.errors.extend(f"span {v.text!r} is not in the answer" for v in verdicts if v.answer_span is None)
     return report

@@ -230,7 +230,9 @@ def evaluate(
         wall_seconds=round(wall, 3),
         usage=sum((r.usage for r in reports), Usage()),
         samples_with_errors=sum(bool(r.errors) or any(c.errors for c in r.claims) for r in reports),
-        metrics=score_reports(reports, resamples=config.resamples, seed=config.seed),
+        metrics=score_reports(
+            reports, resamples=config.resamples, seed=config.seed, spans=config.options.decomposer != "holistic"
+        ),
     )
     return result, reports
 

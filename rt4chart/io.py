@@ -117,6 +117,13 @@ def error_report(item: InputLine) -> Report:
     return Report(id=item.raw_id, line=item.line, errors=[item.error or "invalid input"])
 
 
+def unaudited_report(item: InputLine, reason: str) -> Report:
+    """The record of an input line the judge could not audit: verdict open, ``incomplete``."""
+    if item.sample is None:
+        return error_report(item)
+    return Report(id=item.sample.id, line=item.line, errors=[reason], incomplete=True, gold=item.sample.gold)
+
+
 def dump_report(report: Report) -> str:
     """One output line (no trailing newline)."""
     return report.model_dump_json(exclude_none=False)
@@ -125,8 +132,9 @@ def dump_report(report: Report) -> str:
 def read_completed(path: Path, items: list[InputLine]) -> dict[int, Report]:
     """Records already complete in an output file, by input line number.
 
-    A record counts only if it parses as a whole :class:`Report` and names an input line with the
-    same id; a torn last line left by a killed run, or a record of some other input, does not.
+    A record counts only if it parses as a whole :class:`Report`, names an input line with the same
+    id and is not ``incomplete``; a torn last line left by a killed run, a record of some other
+    input, or one whose verdict judge failures left open, does not.
     """
     expected = {item.line: item.sample.id if item.sample else item.raw_id for item in items}
     completed: dict[int, Report] = {}
@@ -140,7 +148,8 @@ def read_completed(path: Path, items: list[InputLine]) -> dict[int, Report]:
                 report = Report.model_validate_json(text)
             except ValidationError:
                 continue
-            if report.line in expected and expected[report.line] == report.id:
+            # A record the judge left incomplete is audited again.
+            if report.line in expected and expected[report.line] == report.id and not report.incomplete:
                 completed.setdefault(report.line, report)
     return completed
 

@@ -8,8 +8,14 @@ Positive = hallucinated, everywhere. Definitions follow the benchmarks' referenc
 - IoU (Mu-SHROOM): per sample |G and P| / |G or P| over characters, 1 when both are empty,
   averaged over samples;
 - AUROC of a detector score (Mann-Whitney, ties counted half);
-- evidence grounding: for gold-hallucinated samples whose gold has context evidence, the context
-  characters cited by contradicted claims against the gold evidence characters, micro-summed;
+- contradiction / baseless detection (the paper's per-type figures, on datasets that type their
+  annotations): a sample is gold positive for a type when annotators marked a hallucination of
+  that type, predicted positive when any claim got that label; precision / recall / F1 over the
+  samples whose type labels are known;
+- evidence grounding (as the paper scores it): only on correctly detected contradictions with
+  alignable gold evidence, i.e. contradicted claims whose answer span overlaps a gold contradiction
+  annotation that cites a context span; their quoted context characters against those cited
+  spans, micro-summed;
 - claim level (verifier validation): a claim whose answer span overlaps a gold hallucination span
   is gold-unsupported; precision / recall of "not entailed" and AUROC of the judge's score.
 
@@ -26,7 +32,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from rt4chart.types import ClaimVerdict, Gold, Label, Report, Span
+from rt4chart.types import ClaimVerdict, Gold, GoldKind, Label, Report, Span
 
 T = TypeVar("T")
 
@@ -99,10 +105,19 @@ class EvaluationMetrics(BaseModel):
     """Answer-level precision / recall / F1."""
     by_task_type: dict[str, PRF]
     """Answer-level precision / recall / F1 per gold task type."""
-    span: PRF
-    """Character-level micro precision / recall / F1 over hallucinated spans."""
+    span: PRF | None
+    """Character-level micro precision / recall / F1 over hallucinated spans; ``None`` (n/a) when
+    the claims have no answer spans (holistic decomposition)."""
+    typed: int = 0
+    """Scored samples whose gold types every annotation (contradiction vs baseless)."""
+    contradiction: PRF | None = None
+    """Contradiction detection over the typed samples; ``None`` when there are none."""
+    baseless: PRF | None = None
+    """Baseless-information detection over the typed samples; ``None`` when there are none."""
+    evidence_samples: int = 0
+    """Samples with a correctly detected contradiction that has alignable gold evidence."""
     evidence: PRF | None
-    """Evidence grounding against gold context evidence; ``None`` when the gold has none."""
+    """Evidence grounding on those samples (see the module docstring); ``None`` when there are none."""
     claims: ClaimValidation
     """Claim-level validation of the verifier."""
     bootstrap_resamples: int
@@ -264,18 +279,40 @@ class ScoredSample:
     span_fn: int
     iou: float
     evidence: tuple[int, int, int] | None
+    contradiction: tuple[bool, bool] | None
+    """(gold, predicted) contradiction detection; ``None`` when the gold type is unknown."""
+    baseless: tuple[bool, bool] | None
+    """(gold, predicted) baseless detection; ``None`` when the gold type is unknown."""
+
+
+def _overlaps(first: Span, second: Span) -> bool:
+    return first.start < second.end and second.start < first.end
 
 
 def evidence_counts(report: Report, gold: Gold) -> tuple[int, int, int] | None:
-    """Character TP, FP, FN of contradiction evidence against gold evidence (``None`` if not applicable)."""
-    if not gold.evidence or not gold.hallucinated:
-        return None
-    cited = [
-        Span(start=e.start, end=e.end)
-        for claim in report.claims if claim.label == Label.CONTRADICTED
-        for e in claim.evidence
+    """Character TP, FP, FN of the evidence of correctly detected contradictions against the gold
+    evidence they align with; ``None`` when the sample has no such contradiction."""
+    alignable = [
+        a for a in gold.annotations
+        if a.kind == "contradiction" and a.span is not None and a.evidence is not None
     ]
-    return span_counts(gold.evidence, cited)
+    cited: list[Span] = []
+    expected: list[Span] = []
+    for claim in report.claims:
+        if claim.label != Label.CONTRADICTED or claim.answer_span is None:
+            continue
+        matched = [a for a in alignable if a.span is not None and _overlaps(a.span, claim.answer_span)]
+        if matched:
+            cited.extend(Span(start=e.start, end=e.end) for e in claim.evidence)
+            expected.extend(a.evidence for a in matched if a.evidence is not None)
+    return span_counts(expected, cited) if expected else None
+
+
+def _detection(report: Report, gold: Gold, kind: GoldKind, label: Label) -> tuple[bool, bool] | None:
+    expected = gold.has_kind(kind)
+    if expected is None:
+        return None
+    return expected, any(claim.label == label for claim in report.claims)
 
 
 def score_sample(report: Report, gold: Gold) -> ScoredSample | None:
@@ -293,6 +330,8 @@ def score_sample(report: Report, gold: Gold) -> ScoredSample | None:
         span_fn=fn,
         iou=iou(gold.spans, report.spans),
         evidence=evidence_counts(report, gold),
+        contradiction=_detection(report, gold, "contradiction", Label.CONTRADICTED),
+        baseless=_detection(report, gold, "baseless", Label.BASELESS),
     )
 
 
@@ -313,6 +352,14 @@ def _evidence(samples: Sequence[ScoredSample]) -> PRF | None:
     return prf(sum(c[0] for c in counts), sum(c[1] for c in counts), sum(c[2] for c in counts))
 
 
+def _typed_prf(samples: Sequence[ScoredSample], kind: GoldKind) -> PRF | None:
+    pairs = [s.contradiction if kind == "contradiction" else s.baseless for s in samples]
+    known = [pair for pair in pairs if pair is not None]
+    if not known:
+        return None
+    return binary_prf([gold for gold, _ in known], [predicted for _, predicted in known])
+
+
 def _auroc(samples: Sequence[ScoredSample]) -> float | None:
     if any(s.score is None for s in samples):
         return None
@@ -327,6 +374,18 @@ def _optional_f1(result: PRF | None) -> float | None:
     return result.f1 if result is not None else None
 
 
+def _optional_precision(result: PRF | None) -> float | None:
+    return result.precision if result is not None else None
+
+
+def _optional_recall(result: PRF | None) -> float | None:
+    return result.recall if result is not None else None
+
+
+SPAN_STATISTICS = frozenset({"span_precision", "span_recall", "span_f1", "mean_iou", "evidence_f1"})
+"""Headline figures that need claims mapped to answer spans: n/a for holistic decomposition."""
+
+
 HEADLINE_STATISTICS: dict[str, Callable[[Sequence[ScoredSample]], float | None]] = {
     "answer_precision": lambda s: _answer(s).precision,
     "answer_recall": lambda s: _answer(s).recall,
@@ -338,6 +397,10 @@ HEADLINE_STATISTICS: dict[str, Callable[[Sequence[ScoredSample]], float | None]]
     "span_f1": lambda s: _span(s).f1,
     "mean_iou": _mean_iou,
     "evidence_f1": lambda s: _optional_f1(_evidence(s)),
+    "contradiction_precision": lambda s: _optional_precision(_typed_prf(s, "contradiction")),
+    "contradiction_recall": lambda s: _optional_recall(_typed_prf(s, "contradiction")),
+    "contradiction_f1": lambda s: _optional_f1(_typed_prf(s, "contradiction")),
+    "baseless_f1": lambda s: _optional_f1(_typed_prf(s, "baseless")),
 }
 """Headline metric name -> statistic over scored samples (what the bootstrap recomputes)."""
 
@@ -390,10 +453,13 @@ def score_reports(
     *,
     resamples: int = 1000,
     seed: int = 0,
+    spans: bool = True,
 ) -> EvaluationMetrics:
     """Score predictions against gold: from ``gold`` keyed by sample id, else each report's own gold.
 
     With a ``gold`` mapping, every gold sample counts: one without a prediction is ``missing``.
+    ``spans=False`` (holistic decomposition: claims are not tied to answer sentences) reports the
+    span figures as n/a instead of scoring spans no method step produced.
     """
     by_id = {r.id: r for r in reports if r.id is not None}
     if gold is None:
@@ -423,12 +489,17 @@ def score_reports(
         predicted_positive=sum(s.predicted for s in scored),
         headline={
             name: bootstrap(scored, statistic, resamples, seed)
+            if spans or name not in SPAN_STATISTICS else Estimate(value=None)
             for name, statistic in HEADLINE_STATISTICS.items()
         },
         answer=_answer(scored),
         by_task_type={task: _answer(members) for task, members in sorted(by_task.items())},
-        span=_span(scored),
-        evidence=_evidence(scored),
+        span=_span(scored) if spans else None,
+        typed=sum(s.contradiction is not None for s in scored),
+        contradiction=_typed_prf(scored, "contradiction"),
+        baseless=_typed_prf(scored, "baseless"),
+        evidence_samples=sum(s.evidence is not None for s in scored) if spans else 0,
+        evidence=_evidence(scored) if spans else None,
         claims=validate_claims((r, g) for r, g in pairs if r.hallucinated is not None),
         bootstrap_resamples=resamples,
         seed=seed,
@@ -453,6 +524,10 @@ HEADLINE_NAMES = {
     "span_f1": "span F1 (chars)",
     "mean_iou": "mean IoU",
     "evidence_f1": "evidence F1 (chars)",
+    "contradiction_precision": "contradiction precision",
+    "contradiction_recall": "contradiction recall",
+    "contradiction_f1": "contradiction F1",
+    "baseless_f1": "baseless F1",
 }
 """Display names of the headline metrics, in display order."""
 
@@ -488,7 +563,13 @@ def metric_rows(metrics: EvaluationMetrics) -> list[tuple[str, str, str]]:
             rows.append((name, _figure(estimate.value), _interval(estimate)))
     answer, span = metrics.answer, metrics.span
     rows.append(("answer TP / FP / FN", f"{answer.tp} / {answer.fp} / {answer.fn}", ""))
-    rows.append(("span chars TP / FP / FN", f"{span.tp} / {span.fp} / {span.fn}", ""))
+    rows.append(("span chars TP / FP / FN", f"{span.tp} / {span.fp} / {span.fn}" if span else "n/a",
+                 "" if span else "claims are not mapped to answer spans (holistic decomposition)"))
+    for name, typed in (("contradiction", metrics.contradiction), ("baseless", metrics.baseless)):
+        rows.append((f"{name} TP / FP / FN", f"{typed.tp} / {typed.fp} / {typed.fn}" if typed else "n/a",
+                     f"over {metrics.typed} samples with typed gold"))
+    rows.append(("evidence samples", str(metrics.evidence_samples),
+                 "correctly detected contradictions with alignable gold evidence"))
     if len(metrics.by_task_type) > 1:
         for task, result in metrics.by_task_type.items():
             rows.append((f"answer F1 [{task}]", _figure(result.f1), f"P {result.precision:.3f}, R {result.recall:.3f}"))

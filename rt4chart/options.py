@@ -66,8 +66,8 @@ class AuditOptions(BaseModel):
     """Most completion tokens per judge call (what a budget reserves for each)."""
     temperature: float = Field(default=0.0, ge=0.0)
     """Sampling temperature of judge calls; 0 for reproducible verdicts."""
-    sampling_seed: int | None = 0
-    """Sampling seed of judge calls, for providers that honour one."""
+    sampling_seed: int | None = 42
+    """Sampling seed of judge calls, for providers that honour one (the paper's 42)."""
     samples_in_flight: int = Field(default=16, ge=1)
     """Samples audited at once (fewer finish sooner under a budget)."""
 

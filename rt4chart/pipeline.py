@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from rt4chart.backends.base import Backend
+from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.budget import BudgetExhausted
 from rt4chart.decompose import Decomposition, decompose_by_judge, decompose_holistically, rule_decomposition
 from rt4chart.direct import audit_directly
@@ -20,6 +21,7 @@ from rt4chart.io import (
     dump_report,
     error_report,
     read_completed,
+    unaudited_report,
     write_reports_atomically,
 )
 from rt4chart.options import AuditOptions
@@ -165,6 +167,8 @@ class AuditResult:
     """Input lines left without a record because the budget stopped the run."""
     stopped_by_budget: bool = False
     """True when a call was refused by the budget."""
+    judge_unavailable: str | None = None
+    """Why the run stopped when the judge's circuit opened (endpoint and last error)."""
 
 
 async def run_audit(
@@ -180,7 +184,10 @@ async def run_audit(
 
     With ``resume``, records already complete in ``out`` are kept and their inputs skipped. When
     the budget refuses a call, every record finished before it is written completely, nothing
-    half-done is, and the result says how many inputs remain. The file ends in input order.
+    half-done is, and the result says how many inputs remain. When the judge's circuit opens (it
+    cannot be reached, or refuses every call), every input line still gets its record: the lines
+    not audited get ``label: null``, ``incomplete: true`` and the reason, and ``--resume`` audits
+    them again. The file ends in input order.
     """
     result = AuditResult()
     completed = read_completed(out, items) if resume and out else {}
@@ -192,18 +199,27 @@ async def run_audit(
         on_report(report)
     todo = [item for item in items if item.line not in completed]
     appender = ReportAppender(out) if out is not None else None
+
+    def emit(report: Report) -> None:
+        if appender is not None:
+            appender.append(report)
+        elif stdout is not None:
+            stdout.write(dump_report(report) + "\n")
+            stdout.flush()
+        result.written += 1
+        on_report(report)
+
     try:
         async for report in pipeline.run(todo):
-            if appender is not None:
-                appender.append(report)
-            elif stdout is not None:
-                stdout.write(dump_report(report) + "\n")
-                stdout.flush()
-            result.written += 1
-            on_report(report)
+            emit(report)
     except BudgetExhausted:
         result.stopped_by_budget = True
         result.remaining = len(todo) - result.written
+    except JudgeUnavailable as error:
+        result.judge_unavailable = str(error)
+        result.remaining = len(todo) - result.written
+        for item in todo[result.written :]:
+            emit(unaudited_report(item, f"not audited: {error}"))
     finally:
         if appender is not None:
             appender.close()

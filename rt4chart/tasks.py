@@ -154,6 +154,9 @@ class DirectSpan(BaseModel):
     """Verbatim quote of the answer."""
     label: Label
     """contradicted or baseless (a span labelled entailed is not a hallucination and is ignored)."""
+    evidence: list[str] = Field(default_factory=list)
+    """Verbatim context quotes that refute a contradicted span (the paper's direct baseline asks
+    for them); empty for baseless spans."""
     rationale: str = ""
     """One sentence explaining the label."""
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)

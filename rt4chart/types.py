@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +42,25 @@ def merge_spans(spans: Iterable[Span]) -> list[Span]:
     return merged
 
 
+GoldKind = Literal["contradiction", "baseless"]
+"""The paper's two kinds of hallucination: conflicts with the context, or information it lacks."""
+
+
+class GoldAnnotation(BaseModel):
+    """One annotated hallucination with the type the benchmark gives it."""
+
+    span: Span | None = None
+    """Where it is in the answer; ``None`` when the annotator gave no offsets."""
+    label: str
+    """The benchmark's own label (``Evident Conflict``, ``Subtle Baseless Info``,
+    ``Unwanted.Intrinsic``, ...)."""
+    kind: GoldKind | None = None
+    """``contradiction`` (RAGTruth Conflict, FaithBench intrinsic) or ``baseless`` (RAGTruth
+    Baseless Info, FaithBench extrinsic); ``None`` when the benchmark gives no such type."""
+    evidence: Span | None = None
+    """The context span the annotator cited for it, when there is one."""
+
+
 class Gold(BaseModel):
     """Human labels that come with a benchmark sample; never shown to a judge."""
 
@@ -53,6 +72,18 @@ class Gold(BaseModel):
     """Task family of the sample (e.g. ``QA``, ``Summary``), for per-task metrics."""
     evidence: list[Span] = Field(default_factory=list)
     """Context spans that annotators cite as evidence, when the dataset has them."""
+    typed: bool = False
+    """Whether the dataset types its annotations (contradiction vs baseless); the
+    contradiction and baseless detection metrics count only such samples."""
+    annotations: list[GoldAnnotation] = Field(default_factory=list)
+    """The hallucination annotations behind ``spans`` with their types (typed datasets only)."""
+
+    def has_kind(self, kind: GoldKind) -> bool | None:
+        """Whether annotators marked a ``kind`` hallucination; ``None`` when unknown (an untyped
+        dataset, or an annotation of this sample without a type)."""
+        if not self.typed or self.hallucinated is None or any(a.kind is None for a in self.annotations):
+            return None
+        return any(a.kind == kind for a in self.annotations)
 
 
 class Sample(BaseModel):

@@ -179,3 +179,29 @@ def test_real_data_sizes_match_the_data_readme() -> None:
     assert sum(bool(s.gold and s.gold.hallucinated) for s in faithbench) == 436
     if (REAL_DATA / "mu-shroom").is_dir():
         assert len(load_dataset("mu-shroom", split="dev")) == 499
+
+
+def test_gold_keeps_the_benchmarks_label_types() -> None:
+    dev = {s.id: s.gold for s in load_dataset("ragtruth-qa", FIXTURES / "ragtruth-qa", split="dev")}
+    conflict, clean, baseless = dev["qa-1"], dev["qa-2"], dev["qa-3"]
+    assert conflict is not None and clean is not None and baseless is not None
+    assert [(a.label, a.kind) for a in conflict.annotations] == [("Evident Conflict", "contradiction")]
+    assert (conflict.has_kind("contradiction"), conflict.has_kind("baseless")) == (True, False)
+    assert (clean.has_kind("contradiction"), clean.has_kind("baseless")) == (False, False)
+    assert [a.kind for a in baseless.annotations] == ["baseless", "baseless"]  # Evident and Subtle
+    faithbench = {s.id: s for s in load_dataset("faithbench", FIXTURES / "faithbench")}
+    intrinsic = faithbench["faithbench-1-2"]
+    assert intrinsic.gold is not None and isinstance(intrinsic.context, str)
+    [annotation] = intrinsic.gold.annotations
+    assert annotation.kind == "contradiction" and annotation.span == Span(start=17, end=20)
+    assert annotation.evidence is not None
+    assert intrinsic.context[annotation.evidence.start : annotation.evidence.end] == "300 loaves"
+    extrinsic = faithbench["faithbench-2-3"].gold
+    assert extrinsic is not None and [a.kind for a in extrinsic.annotations] == ["baseless"]
+    # Questionable annotations are not hallucinations, so they carry no type either.
+    questionable = faithbench["faithbench-1-1"].gold
+    assert questionable is not None and questionable.annotations == []
+    assert questionable.has_kind("contradiction") is False
+    # Untyped datasets answer "unknown", never "no".
+    shroom = load_dataset("mu-shroom", FIXTURES / "mu-shroom")[0].gold
+    assert shroom is not None and shroom.has_kind("contradiction") is None

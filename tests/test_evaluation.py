@@ -66,7 +66,8 @@ def test_eval_prints_the_metrics_table(tmp_path: Path) -> None:
         "--results-dir", str(tmp_path), "--resamples", "50", "-q",
     )
     assert outcome.exit_code == 0, outcome.output
-    for name in ("answer F1", "span F1 (chars)", "mean IoU", "balanced accuracy", "claim AUROC"):
+    for name in ("answer F1", "span F1 (chars)", "mean IoU", "balanced accuracy", "claim AUROC",
+                 "contradiction F1", "baseless F1", "evidence samples"):
         assert name in outcome.output
 
 
@@ -79,8 +80,9 @@ def test_direct_baseline_and_ablation_variants(tmp_path: Path) -> None:
     holistic = _eval(tmp_path / "holistic", "--decomposer", "holistic")
     assert holistic.config.variant == "rt4chart-holistic"
     assert holistic.metrics.headline["answer_f1"].value == 1.0
-    # Holistic claims map to no answer span: no predicted spans and no claim alignment.
-    assert holistic.metrics.span.tp == 0 and holistic.metrics.claims.aligned == 0
+    # Holistic claims map to no answer span: span figures are n/a and no claim aligns.
+    assert holistic.metrics.span is None and holistic.metrics.headline["span_f1"].value is None
+    assert holistic.metrics.claims.aligned == 0
     assert holistic.metrics.claims.unaligned == 6
     local_only = _eval(tmp_path / "grid", "--no-global", "--window", "10", "--overlap", "3", "--limit", "2")
     assert local_only.config.variant == "rt4chart-no-global-W10-O3"
@@ -182,3 +184,23 @@ def test_result_files_written_before_options_were_grouped_still_read() -> None:
     assert (config.options.window, config.options.overlap, config.options.max_tokens) == (10, 3, 256)
     assert config.variant == "rt4chart-no-global-W10-O3"
     assert EvalConfig.model_validate_json(config.model_dump_json()) == config
+
+
+@pytest.mark.parametrize("method", ["rt4chart", "direct"])
+def test_typed_detection_and_evidence_grounding_on_faithbench(tmp_path: Path, method: str) -> None:
+    result = _eval(tmp_path, "--method", method, "--save-predictions", dataset="faithbench", split="test")
+    metrics = result.metrics
+    # faithbench-1-2 (intrinsic "500" against "300 loaves") and faithbench-2-3 (extrinsic).
+    assert metrics.typed == 2
+    assert metrics.contradiction is not None and metrics.baseless is not None
+    assert (metrics.contradiction.tp, metrics.contradiction.fp, metrics.contradiction.fn) == (1, 0, 0)
+    assert (metrics.baseless.tp, metrics.baseless.fp, metrics.baseless.fn) == (1, 0, 0)
+    # The judge quotes the whole sentence "The bakery sold 300 loaves on Friday." (37 characters);
+    # the annotator cited "300 loaves" (10) inside it.
+    assert metrics.evidence_samples == 1 and metrics.evidence is not None
+    assert (metrics.evidence.tp, metrics.evidence.fp, metrics.evidence.fn) == (10, 27, 0)
+    predictions = next(tmp_path.glob("*.predictions.jsonl")).read_text(encoding="utf-8").splitlines()
+    reports = {r.id: r for r in map(Report.model_validate_json, predictions)}
+    [contradicted] = [c for c in reports["faithbench-1-2"].claims if c.label == "contradicted"]
+    assert [e.text for e in contradicted.evidence] == ["The bakery sold 300 loaves on Friday."]
+    assert contradicted.grounded

@@ -26,7 +26,7 @@ from rt4chart.metrics import (
     span_prf,
     validate_claims,
 )
-from rt4chart.types import ClaimVerdict, Evidence, Gold, Label, Report, Span
+from rt4chart.types import ClaimVerdict, Evidence, Gold, GoldAnnotation, Label, Report, Span
 
 
 def _spans(*pairs: tuple[int, int]) -> list[Span]:
@@ -179,7 +179,8 @@ def test_score_reports_end_to_end() -> None:
     contradicted = _claim(0, (0, 10), Label.CONTRADICTED, 0.9).model_copy(update={"evidence": [evidence]})
     reports = [
         _report("tp", True, _spans((0, 10)),
-                Gold(hallucinated=True, spans=_spans((5, 10)), task_type="QA", evidence=_spans((0, 10))),
+                Gold(hallucinated=True, spans=_spans((5, 10)), task_type="QA", evidence=_spans((0, 10)),
+                     typed=True, annotations=[_annotation((5, 10), "contradiction", evidence=(0, 10))]),
                 [contradicted]),
         _report("tn", False, [], Gold(hallucinated=False, task_type="QA"),
                 [_claim(0, (0, 8), Label.ENTAILED, 0.7)]),
@@ -209,3 +210,73 @@ def test_score_reports_with_separate_gold_counts_missing_predictions() -> None:
     assert metrics.answer.f1 == 1.0
     # An answer without claims has nothing unsupported: score 0, not "unknown".
     assert metrics.headline["auroc"].value is None  # only one gold class scored
+
+
+def _annotation(span: tuple[int, int], kind: str, evidence: tuple[int, int] | None = None) -> GoldAnnotation:
+    return GoldAnnotation.model_validate({
+        "span": {"start": span[0], "end": span[1]}, "label": kind, "kind": kind,
+        "evidence": {"start": evidence[0], "end": evidence[1]} if evidence else None,
+    })
+
+
+def _typed_report(id_: str, labels: list[Label], annotations: list[GoldAnnotation]) -> Report:
+    gold = Gold(hallucinated=bool(annotations), spans=[a.span for a in annotations if a.span], typed=True,
+                annotations=annotations)
+    claims = [_claim(i, (10 * i, 10 * i + 10), label, 0.8) for i, label in enumerate(labels)]
+    return _report(id_, any(label != Label.ENTAILED for label in labels), [], gold, claims)
+
+
+def test_contradiction_and_baseless_detection_count_samples_by_gold_type() -> None:
+    reports = [
+        _typed_report("contradiction found", [Label.CONTRADICTED], [_annotation((0, 5), "contradiction")]),
+        _typed_report("contradiction called baseless", [Label.BASELESS], [_annotation((0, 5), "contradiction")]),
+        _typed_report("baseless found", [Label.ENTAILED, Label.BASELESS], [_annotation((12, 15), "baseless")]),
+        _typed_report("clean, flagged contradicted", [Label.CONTRADICTED], []),
+        _typed_report("clean", [Label.ENTAILED], []),
+        # An annotation without a type: this sample's type figures are unknown, not negative.
+        _typed_report("untyped", [Label.BASELESS], [GoldAnnotation(label="Unwanted")]),
+    ]
+    metrics = score_reports(reports, resamples=20)
+    assert metrics.typed == 5
+    assert metrics.contradiction is not None and metrics.baseless is not None
+    assert (metrics.contradiction.tp, metrics.contradiction.fp, metrics.contradiction.fn) == (1, 1, 1)
+    assert (metrics.baseless.tp, metrics.baseless.fp, metrics.baseless.fn) == (1, 1, 0)
+    assert metrics.headline["contradiction_f1"].value == pytest.approx(0.5)
+    assert metrics.headline["baseless_f1"].value == pytest.approx(2 / 3)
+    untyped = score_reports([_report("x", True, [], Gold(hallucinated=True), [])], resamples=0)
+    assert untyped.contradiction is None and untyped.headline["contradiction_f1"].value is None
+
+
+def test_evidence_is_scored_only_on_correctly_detected_alignable_contradictions() -> None:
+    cited = Evidence(start=0, end=6, text="abcdef", sentence_ids=[0])
+    claim = _claim(0, (0, 10), Label.CONTRADICTED, 0.9).model_copy(update={"evidence": [cited]})
+    elsewhere = claim.model_copy(update={"answer_span": Span(start=20, end=30)})
+    baseless_claim = claim.model_copy(update={"label": Label.BASELESS})
+
+    def gold(*annotations: GoldAnnotation) -> Gold:
+        return Gold(hallucinated=True, spans=[a.span for a in annotations if a.span], typed=True,
+                    annotations=list(annotations))
+
+    reports = [
+        _report("aligned", True, [], gold(_annotation((2, 8), "contradiction", evidence=(3, 9))), [claim]),
+        # A contradiction flagged on another part of the answer is not a correct detection.
+        _report("misplaced", True, [], gold(_annotation((2, 8), "contradiction", evidence=(3, 9))), [elsewhere]),
+        # The right part, but called baseless: not a detected contradiction.
+        _report("mislabelled", True, [], gold(_annotation((2, 8), "contradiction", evidence=(3, 9))),
+                [baseless_claim]),
+        # A detected contradiction whose gold cites no context: not alignable.
+        _report("no gold evidence", True, [], gold(_annotation((2, 8), "contradiction")), [claim]),
+    ]
+    metrics = score_reports(reports, resamples=0)
+    assert metrics.evidence_samples == 1
+    assert metrics.evidence is not None
+    assert (metrics.evidence.tp, metrics.evidence.fp, metrics.evidence.fn) == (3, 3, 3)
+
+
+def test_holistic_decomposition_reports_span_metrics_as_not_applicable() -> None:
+    report = _typed_report("a", [Label.CONTRADICTED], [_annotation((0, 5), "contradiction", evidence=(0, 4))])
+    metrics = score_reports([report], resamples=0, spans=False)
+    assert metrics.span is None and metrics.evidence is None and metrics.evidence_samples == 0
+    for name in ("span_precision", "span_recall", "span_f1", "mean_iou", "evidence_f1"):
+        assert metrics.headline[name].value is None
+    assert metrics.headline["answer_f1"].value == 1.0 and metrics.headline["contradiction_f1"].value == 1.0

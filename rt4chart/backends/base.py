@@ -40,8 +40,8 @@ class GenerationParams(BaseModel):
 
     temperature: float = 0.0
     """Sampling temperature; 0 for reproducible verdicts."""
-    seed: int | None = 0
-    """Sampling seed, for providers that honour one."""
+    seed: int | None = 42
+    """Sampling seed, for providers that honour one (the paper's 42)."""
     max_tokens: int = DEFAULT_MAX_TOKENS
     """Upper bound on completion tokens (also the worst case a budget reserves)."""
 

@@ -6,10 +6,13 @@ never read, so a verdict-shaped string that a model merely thinks about, or quot
 or context under audit, is never taken as the verdict.
 
 Retries (tenacity, exponential backoff with jitter): 429 (Retry-After honoured), 5xx, timeouts,
-connection errors, and replies that do not validate (re-asked with the validation error, at most
+dropped connections, and replies that do not validate (re-asked with the validation error, at most
 ``max_reasks`` times). Every attempt that reached the server is counted in the usage. A request
-that still fails returns a response with ``error``; nothing here raises for a judge failure. API
-keys never appear in errors.
+that still fails returns a response with ``error``. Failures that waiting will not cure (connection
+refused, a host name that does not resolve, 401/403, 404) get at most one retry and feed the
+backend's circuit breaker (:mod:`rt4chart.backends.circuit`): once it opens, ``complete`` raises
+:class:`~rt4chart.backends.circuit.JudgeUnavailable`, the one exception that stops a run. API keys
+never appear in errors.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import time
 import weakref
 from collections.abc import Iterable
@@ -35,11 +39,16 @@ from tenacity import (
     AsyncRetrying,
     RetryCallState,
     retry_if_exception,
-    stop_after_attempt,
     wait_exponential_jitter,
 )
 
 from rt4chart.backends.base import JudgeRequest, JudgeResponse, Message, output_json_schema
+from rt4chart.backends.circuit import (
+    NON_TRANSIENT_ATTEMPTS,
+    NON_TRANSIENT_WAIT_S,
+    CircuitBreaker,
+    JudgeUnavailable,
+)
 from rt4chart.types import Usage
 
 litellm.suppress_debug_info = True
@@ -166,6 +175,29 @@ def _retryable(error: BaseException) -> bool:
     return status is not None and (status in _RETRYABLE_STATUS or status >= 500)
 
 
+def non_transient_reason(error: BaseException) -> str | None:
+    """Why ``error`` will not go away by waiting, or ``None`` for a failure worth backing off on.
+
+    litellm reports a refused connection or an unresolvable host as a 500 "Connection error", so
+    the cause is read from the exception chain (aiohttp or httpx underneath, then the OS error).
+    """
+    status = _status(error)
+    if status in (401, 403):
+        return f"the server refused the credentials (HTTP {status})"
+    if status == 404:
+        return "the server knows no such model or endpoint (HTTP 404)"
+    cause: BaseException | None = error
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, socket.gaierror):
+            return f"the host name does not resolve ({cause})"
+        if isinstance(cause, ConnectionRefusedError):
+            return f"connection refused ({cause})"
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def retry_after_s(error: BaseException | None) -> float | None:
     """Seconds the server asked the client to wait (Retry-After as seconds or an HTTP date)."""
     response = getattr(error, "response", None)
@@ -242,6 +274,10 @@ class LiteLLMBackend:
         """The ``response_format`` mode used: json_schema, json_object or none."""
         self._prices, self._priced_by_litellm = self._per_token_prices()
         self._secrets = secrets_in_environment() | ({api_key} if api_key else set())
+        self.circuit = CircuitBreaker(
+            self.name if api_base else f"{self.name} (the default endpoint of provider {self.provider})"
+        )
+        """Opens after consecutive non-transient failures; then every call raises."""
 
     def __repr__(self) -> str:
         return f"LiteLLMBackend(model={self.model!r}, api_base={self.api_base!r})"
@@ -349,8 +385,16 @@ class LiteLLMBackend:
     def _wait(self, state: RetryCallState) -> float:
         backoff = self._backoff(state)
         error = state.outcome.exception() if state.outcome else None
+        if error is not None and non_transient_reason(error) is not None:
+            return min(backoff, NON_TRANSIENT_WAIT_S)
         asked = retry_after_s(error)
         return min(max(backoff, asked or 0.0), self.settings.backoff_max_s)
+
+    def _stop(self, state: RetryCallState) -> bool:
+        error = state.outcome.exception() if state.outcome else None
+        if error is not None and non_transient_reason(error) is not None:
+            return state.attempt_number >= min(NON_TRANSIENT_ATTEMPTS, self.settings.max_attempts)
+        return state.attempt_number >= self.settings.max_attempts
 
     def _cost(self, response: Any, prompt_tokens: int, completion_tokens: int) -> float:
         # litellm's own price (it knows cached-token discounts) unless the prices it used are ours.
@@ -366,6 +410,8 @@ class LiteLLMBackend:
         if slots is None:
             slots = self._slots[loop] = asyncio.Semaphore(self.concurrency)
         async with slots:
+            # Another request may have opened the circuit while this one waited for a slot.
+            self.circuit.check()
             usage.append(Usage(calls=1))
             response = await litellm.acompletion(messages=messages, **arguments)
         counts = getattr(response, "usage", None)
@@ -380,6 +426,7 @@ class LiteLLMBackend:
         return response
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
+        self.circuit.check()
         started = time.perf_counter()
         arguments = self._call_arguments(request)
         messages = [m.model_dump() for m in request.messages]
@@ -389,8 +436,9 @@ class LiteLLMBackend:
         parsed: BaseModel | None = None
         error: str | None = None
         invalid_replies = 0
+        unreachable: str | None = None
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.settings.max_attempts),
+            stop=self._stop,
             wait=self._wait,
             retry=retry_if_exception(_retryable),
             reraise=True,
@@ -406,10 +454,18 @@ class LiteLLMBackend:
                         messages = self._reask(request.messages, raw, reason or "invalid reply")
                         final = invalid_replies > self.settings.max_reasks
                         raise InvalidReply(reason or "invalid reply", raw, final=final)
+        except JudgeUnavailable:
+            raise
         except InvalidReply as invalid:
             error = f"no valid reply after {len(usage)} attempts: {invalid.reason}"
         except Exception as failure:  # any provider, network or litellm failure becomes data
             error = f"{type(failure).__name__} after {len(usage)} attempts: {failure}"
+            unreachable = non_transient_reason(failure)
+        if unreachable is None:
+            self.circuit.record_success()
+        else:
+            # Raises once this failure opens the circuit.
+            self.circuit.record_failure(scrub(f"{unreachable}; {error}"[:_REPLY_LIMIT], self._secrets))
         secrets = self._secrets
         total = sum(usage, Usage())
         return JudgeResponse(

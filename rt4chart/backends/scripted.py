@@ -160,7 +160,8 @@ class ScriptedBackend:
         return DirectOutput(
             spans=[
                 DirectSpan(
-                    text=sentences[j.claim], label=j.label, rationale=j.rationale, confidence=j.confidence
+                    text=sentences[j.claim], label=j.label, evidence=j.evidence, rationale=j.rationale,
+                    confidence=j.confidence,
                 )
                 for j in verdicts.judgements if j.label != Label.ENTAILED
             ]

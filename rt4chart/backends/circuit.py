@@ -1,0 +1,75 @@
+"""Fail fast when a judge's endpoint cannot be reached or refuses every call.
+
+A refused connection, a host name that does not resolve, a rejected key (401/403) or a model the
+server does not know (404) will not go away by waiting: retrying them with backoff only makes an
+audit that cannot succeed slow to say so. A backend counts such failures per request; after
+:data:`CIRCUIT_THRESHOLD` requests in a row end in one, its circuit opens and every further call
+raises :class:`JudgeUnavailable`, which stops the run (like a budget stop: records finished before
+it are kept, the interrupted samples are left for ``--resume``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CIRCUIT_THRESHOLD = 3
+"""Consecutive requests ending in a non-transient failure that open a backend's circuit."""
+
+NON_TRANSIENT_ATTEMPTS = 2
+"""Attempts a request gets when its failure is non-transient: the first and at most one retry (a
+server that is just starting may refuse one connection)."""
+
+
+NON_TRANSIENT_WAIT_S = 0.5
+"""Longest wait before that one retry: enough for a server that is just starting, and a dead
+endpoint costs at most this per request."""
+
+
+class JudgeUnavailable(Exception):
+    """The judge's endpoint failed non-transiently on several requests in a row; the run stops.
+
+    The message names the judge and its endpoint (base URL or provider, never a key) and the last
+    error.
+    """
+
+    def __init__(self, endpoint: str, failures: int, last_error: str) -> None:
+        super().__init__(
+            f"judge unreachable or refusing: {endpoint}: {failures} requests in a row failed "
+            f"non-transiently; last error: {last_error}"
+        )
+        self.endpoint = endpoint
+        self.failures = failures
+        self.last_error = last_error
+
+
+@dataclass
+class CircuitBreaker:
+    """Consecutive non-transient failures of one backend; open at ``threshold``."""
+
+    endpoint: str
+    """The judge and where it is called, for the error message."""
+    threshold: int = CIRCUIT_THRESHOLD
+    """Consecutive non-transient failures that open the circuit."""
+    consecutive: int = 0
+    """Requests in a row that ended in a non-transient failure."""
+    last_error: str = ""
+    """The last of those failures, already free of secrets."""
+
+    @property
+    def is_open(self) -> bool:
+        return self.consecutive >= self.threshold
+
+    def check(self) -> None:
+        """Raise :class:`JudgeUnavailable` when the circuit is open."""
+        if self.is_open:
+            raise JudgeUnavailable(self.endpoint, self.consecutive, self.last_error)
+
+    def record_success(self) -> None:
+        """A request reached a server that answered (even with a transient error or a bad reply)."""
+        self.consecutive = 0
+
+    def record_failure(self, error: str) -> None:
+        """A request ended in a non-transient failure; raises once that opens the circuit."""
+        self.consecutive += 1
+        self.last_error = error
+        self.check()

@@ -1,0 +1,142 @@
+"""Failing fast when the judge cannot be reached or refuses (issue 11, item 5).
+
+Real sockets on 127.0.0.1: a port that was bound and closed again (nothing listens, so every
+connection is refused) and the fault server of ``tests/faults.py`` answering 401. Call counts are
+exact: a refused connection gets one retry, a 401 none, and the third request in a row that fails
+this way opens the backend's circuit, after which no call leaves the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES, VerifyRequestFactory
+from faults import Fault, fault_server, judge_every_claim
+from typer.testing import CliRunner
+
+from rt4chart.backends.circuit import CIRCUIT_THRESHOLD, JudgeUnavailable
+from rt4chart.backends.litellm import LiteLLMBackend
+from rt4chart.cli import app
+from rt4chart.judges import JudgeProfile
+
+EXIT_JUDGE_FAILED = 4
+CLAIM = ["The trial lasts 14 days."]
+
+
+def closed_port_url() -> str:
+    """The base URL of a port nothing listens on (bound, then closed)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def backend_at(api_base: str, **profile: float) -> LiteLLMBackend:
+    settings = {"timeout_s": 5.0, "max_attempts": 5, "backoff_s": 0.01, "backoff_max_s": 0.05, **profile}
+    return LiteLLMBackend(JudgeProfile(name="fault", model="openai/fault", **settings),  # type: ignore[arg-type]
+                          api_key="no-key", api_base=api_base)
+
+
+def test_a_refused_connection_is_retried_once_then_the_circuit_opens(
+    verify_request: VerifyRequestFactory,
+) -> None:
+    url = closed_port_url()
+    backend = backend_at(url)
+
+    async def four_requests() -> tuple[list[int], JudgeUnavailable, JudgeUnavailable]:
+        calls = []
+        for _ in range(CIRCUIT_THRESHOLD - 1):
+            response = await backend.complete(verify_request(CLAIM))
+            assert response.parsed is None and response.error is not None
+            calls.append(response.usage.calls)
+        with pytest.raises(JudgeUnavailable) as opened:
+            await backend.complete(verify_request(CLAIM))
+        with pytest.raises(JudgeUnavailable) as still_open:
+            await backend.complete(verify_request(CLAIM))
+        return calls, opened.value, still_open.value
+
+    calls, opened, still_open = asyncio.run(four_requests())
+    assert calls == [2] * (CIRCUIT_THRESHOLD - 1)  # one retry each, not max_attempts=5
+    assert opened.failures == CIRCUIT_THRESHOLD == still_open.failures
+    assert url in str(opened) and "connection refused" in str(opened)
+
+
+def test_a_401_is_not_retried_and_opens_the_circuit_after_three_requests(
+    verify_request: VerifyRequestFactory,
+) -> None:
+    with fault_server("{}", default=Fault("echo_key")) as server:
+        backend = backend_at(server.base_url)
+
+        async def requests() -> JudgeUnavailable:
+            for _ in range(CIRCUIT_THRESHOLD - 1):
+                assert (await backend.complete(verify_request(CLAIM))).usage.calls == 1
+            with pytest.raises(JudgeUnavailable) as opened:
+                await backend.complete(verify_request(CLAIM))
+            with pytest.raises(JudgeUnavailable):
+                await backend.complete(verify_request(CLAIM))
+            return opened.value
+
+        opened = asyncio.run(requests())
+    assert len(server.requests) == CIRCUIT_THRESHOLD  # the fourth request never left the client
+    assert "HTTP 401" in str(opened) and server.base_url in str(opened)
+    assert "no-key" not in str(opened)  # the key the server echoed back is scrubbed
+
+
+def test_a_server_that_answers_resets_the_count(verify_request: VerifyRequestFactory) -> None:
+    faults = [Fault("echo_key"), Fault("echo_key"), Fault("server_error"), Fault("echo_key"), Fault("echo_key")]
+    with fault_server(judge_every_claim("entailed"), *faults) as server:
+        backend = backend_at(server.base_url, max_attempts=1)
+
+        async def five_requests() -> list[str | None]:
+            return [(await backend.complete(verify_request(CLAIM))).error for _ in range(5)]
+
+        errors = asyncio.run(five_requests())
+    assert all(error is not None for error in errors)  # five failed requests, none opened the circuit
+    assert len(server.requests) == 5 and not backend.circuit.is_open
+
+
+def rt4_verify(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["verify", *args, "--no-cache"], catch_exceptions=False)
+    return result.exit_code, "".join(result.stderr.split())
+
+
+def test_verify_against_a_closed_port_stops_with_exit_4_and_resume_continues(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    url = closed_port_url()
+    sample = EXAMPLES / "free_trial.jsonl"
+    code, stderr = rt4_verify(str(sample), "--judge", "openai/fault", "--api-base", url, "--out", str(out))
+    assert code == EXIT_JUDGE_FAILED
+    assert "".join(url.split()) in stderr and "connectionrefused" in stderr.lower()
+    assert "1samplesnotaudited" in stderr and "--resume" in stderr
+    assert out.read_text() == ""  # nothing half-done is written; the sample is left for --resume
+
+    with fault_server(judge_every_claim("entailed")) as server:
+        code, _ = rt4_verify(str(sample), "--judge", "openai/fault", "--api-base", server.base_url,
+                             "--out", str(out), "--resume")
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert code == 0 and [r["id"] for r in records] == ["free-trial"] and records[0]["label"] == "entailed"
+
+
+def test_verify_against_a_401_makes_three_calls_and_exits_4(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    with fault_server("{}", default=Fault("echo_key")) as server:
+        code, stderr = rt4_verify(str(EXAMPLES / "free_trial.jsonl"), "--judge", "openai/fault",
+                                  "--api-base", server.base_url, "--out", str(out))
+    # decomposition, the local batch, the global batch: three 401s, no retry, then the circuit opens
+    assert len(server.requests) == CIRCUIT_THRESHOLD
+    assert code == EXIT_JUDGE_FAILED and "HTTP401" in stderr and out.read_text() == ""
+
+
+def test_eval_against_a_closed_port_exits_4_without_writing_a_result(tmp_path: Path) -> None:
+    fixtures = Path(__file__).parent / "fixtures" / "datasets" / "ragtruth-qa"
+    result = CliRunner().invoke(app, [
+        "eval", "ragtruth-qa", "--path", str(fixtures), "--split", "dev", "--judge", "openai/fault",
+        "--api-base", closed_port_url(), "--results-dir", str(tmp_path), "-q",
+    ], catch_exceptions=False)
+    assert result.exit_code == EXIT_JUDGE_FAILED
+    assert "connectionrefused" in "".join(result.stderr.split()).lower()
+    assert list(tmp_path.iterdir()) == []  # an incomplete evaluation is not a result

@@ -97,6 +97,12 @@ async def decompose_by_judge(
     found: dict[int, list[str]] = {}
     if not per_sentence:
         response = await session.send(decompose_request(session, sentences, question))
+        if not isinstance(response.parsed, DecomposeOutput) and not response.raw:
+            # No reply at all (a transport failure): asking sentence by sentence would only
+            # multiply failing calls.
+            stats.rule_fallback = len(sentences)
+            errors.append(f"decomposition failed ({response.error}); used the answer's clauses as claims")
+            return Decomposition(decompose_by_rules(sentences), errors, stats)
         if isinstance(response.parsed, DecomposeOutput):
             found, problem = _trusted_entries(response.parsed, len(sentences))
         else:

@@ -112,11 +112,15 @@ def test_verify_against_a_closed_port_stops_with_exit_4_and_resume_continues(tmp
     assert code == EXIT_JUDGE_FAILED
     assert "".join(url.split()) in stderr and "connectionrefused" in stderr.lower()
     assert "1samplesnotaudited" in stderr and "--resume" in stderr
-    assert out.read_text() == ""  # nothing half-done is written; the sample is left for --resume
+    # Every input line gets its record: the verdict open, the reason kept, for --resume to redo.
+    [unaudited] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert unaudited["label"] is None and unaudited["hallucinated"] is None and unaudited["incomplete"] is True
+    assert "not audited" in unaudited["errors"][0] and "connection refused" in unaudited["errors"][0]
 
     with fault_server(judge_every_claim("entailed")) as server:
+        # The fault server quotes no evidence: keep its ungrounded verdicts to see the resumed label.
         code, _ = rt4_verify(str(sample), "--judge", "openai/fault", "--api-base", server.base_url,
-                             "--out", str(out), "--resume")
+                             "--out", str(out), "--resume", "--ungrounded", "keep")
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert code == 0 and [r["id"] for r in records] == ["free-trial"] and records[0]["label"] == "entailed"
 
@@ -128,7 +132,8 @@ def test_verify_against_a_401_makes_three_calls_and_exits_4(tmp_path: Path) -> N
                                   "--api-base", server.base_url, "--out", str(out))
     # decomposition, the local batch, the global batch: three 401s, no retry, then the circuit opens
     assert len(server.requests) == CIRCUIT_THRESHOLD
-    assert code == EXIT_JUDGE_FAILED and "HTTP401" in stderr and out.read_text() == ""
+    [record] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert code == EXIT_JUDGE_FAILED and "HTTP401" in stderr and record["incomplete"] and record["label"] is None
 
 
 def test_eval_against_a_closed_port_exits_4_without_writing_a_result(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from rt4chart.evaluation import (
 from rt4chart.io import InputLine, read_jsonl
 from rt4chart.judges import JudgeConfigError, profile_statuses, resolve_judge
 from rt4chart.pipeline import Pipeline, PipelineOptions, estimate_audit, run_audit
+from rt4chart.repair import STRATEGIES, Repairer, RepairRecord, RepairSummary, summarize, verify_repairs
 from rt4chart.report import AuditProgress, RunSummary, print_estimate, print_metrics, print_summary
 from rt4chart.types import Report
 
@@ -409,3 +410,131 @@ def serve(
             time.sleep(3600)
     except KeyboardInterrupt:
         server.stop()
+
+
+def _read_verify_records(path: Path) -> list[Report | str]:
+    """Each non-blank line of a file of ``rt4 verify`` records: the record, or why it is not one."""
+    from pydantic import ValidationError
+
+    records: list[Report | str] = []
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                records.append(Report.model_validate_json(raw))
+            except ValidationError as error:
+                problem = error.errors()[0]
+                records.append(f"{path.name} line {number}: not an rt4 verify record ({problem['msg']})")
+    return records
+
+
+def _print_repair_summary(summary: RepairSummary, verify_judge: str | None) -> None:
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    table = Table("answers", "edited", "empty", "text retention", "claim retention", "residual flagged",
+                  "residual claims", "gold-clean edited", title=f"rt4 repair --strategy {summary.strategy}")
+    table.add_row(
+        f"{summary.answers - summary.invalid} (+{summary.invalid} invalid)" if summary.invalid else str(summary.answers),
+        str(summary.edited),
+        str(summary.empty),
+        share(summary.text_retention),
+        share(summary.claim_retention),
+        f"{summary.residual_hallucinated}/{summary.reverified} = {share(summary.residual_rate)}"
+        if summary.reverified else "-",
+        share(summary.residual_claim_rate),
+        f"{summary.gold_clean_edited}/{summary.gold_clean}" if summary.gold_clean else "-",
+    )
+    stderr.print(table)
+    if verify_judge:
+        stderr.print(f"re-audited by {verify_judge}; empty repairs are not re-audited", highlight=False)
+
+
+@app.command()
+def repair(
+    verified: Annotated[Path, typer.Argument(metavar="VERIFIED.jsonl", help="Output records of rt4 verify.")],
+    strategy: Annotated[str, typer.Option(help="remove, extract or rewrite (rewrite needs --judge).")] = "remove",
+    input_path: Annotated[Path | None, typer.Option("--input", help="The samples JSONL that was verified: verify records hold neither the answer nor the context.")] = None,
+    judge: Annotated[str | None, typer.Option(help="Judge that rewrites sentences (rewrite; remove/extract: sentences whose claims are not clauses). Must write text: not the embedded verifier.")] = None,
+    api_base: ApiBaseOption = None,
+    concurrency: ConcurrencyOption = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
+    verify_after: Annotated[bool, typer.Option("--verify-after", help="Re-audit the repaired answers and report the residual hallucination rate.")] = False,
+    verify_judge: Annotated[str | None, typer.Option(help="Judge of the re-audit (default: --judge, else the embedded verifier).")] = None,
+    window: WindowOption = 25,
+    overlap: OverlapOption = 10,
+    cache_dir: CacheDirOption = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
+) -> None:
+    """Repair the flagged answers of VERIFIED.jsonl; one record per verify record: original, repaired, edits.
+
+    Exit codes: 0 done; 1 with --verify-after, some repaired answer is still flagged; 2 bad input or usage.
+    """
+    if strategy not in STRATEGIES:
+        raise fail(f"--strategy must be one of {', '.join(STRATEGIES)} (got {strategy!r})")
+    chosen = STRATEGIES[STRATEGIES.index(strategy)]  # the same string, typed as a strategy
+    if strategy == "rewrite" and judge is None:
+        raise fail("--strategy rewrite needs --judge: a judge that writes text")
+    if input_path is None:
+        raise fail("--input SAMPLES.jsonl is required: rt4 verify records hold neither the answer nor the context")
+    if not verified.is_file():
+        raise fail(f"verify records not found: {verified}")
+    options = _pipeline_options(window, overlap, 8, True, "auto", DEFAULT_MAX_TOKENS)
+    samples = {item.line: item for item in _read_input(input_path)}
+    records = _read_verify_records(verified)
+    cache = None if no_cache else JudgeCache(cache_dir)
+    ledger = Ledger()
+    repairing = _resolve_metered(judge, api_base, concurrency, ledger, cache) if judge else None
+    if repairing is not None and not repairing.supports_decompose:
+        raise fail(f"judge {repairing.name} cannot write text; repair needs a language-model or scripted judge")
+
+    async def run() -> list[RepairRecord]:
+        repairer = Repairer(chosen, repairing)
+        results: list[RepairRecord | None] = []
+        jobs = []
+        for position, record in enumerate(records, start=1):
+            if isinstance(record, str):
+                results.append(RepairRecord(id=None, line=position, strategy=chosen, original=None,
+                                            repaired=None, errors=[record]))
+                continue
+            item = samples.get(record.line)
+            if item is None or item.sample is None or item.sample.id != record.id:
+                results.append(RepairRecord(
+                    id=record.id, line=record.line, strategy=chosen, original=None, repaired=None,
+                    errors=[f"no valid sample with id {record.id!r} on line {record.line} of {input_path.name}"],
+                ))
+                continue
+            results.append(None)
+            jobs.append((len(results) - 1, repairer.repair(record, item.sample)))
+        for (slot, _), done in zip(jobs, await asyncio.gather(*(job for _, job in jobs)), strict=True):
+            results[slot] = done
+        finished = [r for r in results if r is not None]
+        if verify_after:
+            backend = _resolve_metered(verify_judge or judge, api_base, concurrency, ledger, cache)
+            by_line = {line: item.sample for line, item in samples.items() if item.sample is not None}
+            try:
+                await verify_repairs(finished, by_line, backend, **options.model_dump(exclude={"params"}))
+            finally:
+                await backend.aclose()
+        if repairing is not None:
+            await repairing.aclose()
+        return finished
+
+    results = asyncio.run(run())
+    lines = "".join(r.model_dump_json() + "\n" for r in results)
+    if out is None:
+        sys.stdout.write(lines)
+    else:
+        out.write_text(lines, encoding="utf-8")
+    summary = summarize(chosen, results)
+    if not quiet:
+        judged_by = next((r.verified_after.judge for r in results if r.verified_after), None)
+        _print_repair_summary(summary, judged_by)
+    if summary.invalid:
+        for result in results:
+            if result.repaired is None:
+                stderr.print(f"[red]error:[/red] {'; '.join(result.errors)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE)
+    raise typer.Exit(EXIT_HALLUCINATED if summary.residual_hallucinated else EXIT_OK)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rt4chart.types import Label, Sentence, Usage
 
-Task = Literal["decompose", "verify", "decompose_holistic", "direct"]
+Task = Literal["decompose", "verify", "decompose_holistic", "direct", "repair"]
 
 
 class Message(BaseModel):
@@ -159,9 +159,51 @@ class DirectOutput(BaseModel):
     """Hallucinated answer spans."""
 
 
-JudgePayload = DecomposeInput | VerifyInput | HolisticDecomposeInput | DirectInput
+class RepairItem(BaseModel):
+    """One answer sentence to repair (issue 18): which of its claims stay, and which go or get fixed."""
+
+    sentence: int = Field(ge=0)
+    """Position of the item in the request."""
+    text: str
+    """The answer sentence as it stands."""
+    keep: list[str] = Field(default_factory=list)
+    """Supported claims of the sentence: the rewrite must still state them."""
+    fix: list[str] = Field(default_factory=list)
+    """Unsupported claims to rewrite so that the context supports them (or leave out if it cannot)."""
+    drop: list[str] = Field(default_factory=list)
+    """Unsupported claims the rewrite must no longer state."""
+
+
+class RepairInput(BaseModel):
+    """What a repairing judge sees: the context and the flagged sentences of one answer."""
+
+    question: str | None
+    """The user question, if any."""
+    context: list[Sentence]
+    """All context sentences (a fix may draw on any of them)."""
+    items: list[RepairItem]
+    """The sentences to rewrite, in answer order."""
+
+
+class RepairedSentence(BaseModel):
+    """Judge reply for one sentence to repair."""
+
+    sentence: int = Field(ge=0)
+    """Position of the item in the request."""
+    text: str
+    """The rewritten sentence; empty to delete the sentence."""
+
+
+class RepairOutput(BaseModel):
+    """Judge reply schema for repair: one rewritten sentence per item of the request."""
+
+    sentences: list[RepairedSentence]
+    """Rewritten sentences."""
+
+
+JudgePayload = DecomposeInput | VerifyInput | HolisticDecomposeInput | DirectInput | RepairInput
 """Every structured input a request can carry."""
-JudgeOutput = DecomposeOutput | VerifyOutput | HolisticDecomposeOutput | DirectOutput
+JudgeOutput = DecomposeOutput | VerifyOutput | HolisticDecomposeOutput | DirectOutput | RepairOutput
 """Every parsed reply a response can carry."""
 
 
@@ -170,6 +212,7 @@ OUTPUT_SCHEMAS: dict[Task, type[BaseModel]] = {
     "verify": VerifyOutput,
     "decompose_holistic": HolisticDecomposeOutput,
     "direct": DirectOutput,
+    "repair": RepairOutput,
 }
 
 

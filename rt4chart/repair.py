@@ -59,6 +59,9 @@ CLAIM_COVERAGE = 0.8
 of its characters, in order (difflib matching blocks): a verbatim clause covers all of it, a claim
 the decomposer reworded ("it" for "the trial") still covers most of it, a removed one next to none."""
 
+_BARE_MARKER = re.compile(r"\s*(?:\d{1,3}[.)]|[-*\u2022]|[a-zA-Z][.)])?\s*")
+"""What may be left of a line once its sentences are gone: whitespace and a list marker."""
+
 _TERMINAL = re.compile(r"[.!?\u2026]+[\"'\u201d\u2019)\]]*$")
 """The punctuation that closes a sentence (with any closing quote or bracket)."""
 
@@ -376,6 +379,31 @@ GROUPS = ("keep", "fix", "drop")
 """The claim groups of a repair item, in the order the prompt names them."""
 
 
+def _tidy(answer: str, edits: list[Edit]) -> list[Edit]:
+    """Widen deletions that end a line so that no space, or bare list marker, is left before the
+    line break: sentences deleted one by one each took only their own whitespace."""
+    tidied: list[Edit] = []
+    for edit in edits:
+        if edit.inserted or not (edit.end == len(answer) or answer[edit.end] == "\n"):
+            tidied.append(edit)
+            continue
+        line_start = answer.rfind("\n", 0, edit.start) + 1
+        floor = max(line_start, tidied[-1].end if tidied else 0)
+        start = edit.start
+        if floor == line_start and _BARE_MARKER.fullmatch(answer[line_start : edit.start]):
+            start = line_start  # nothing but a list marker is left of the line: it goes too
+            end = edit.end + 1 if edit.end < len(answer) else edit.end
+            if end == edit.end and start > 0:
+                start -= 1  # the last line: take the line break before it instead
+            edit = edit.model_copy(update={"start": start, "end": end, "removed": answer[start:end]})
+        else:
+            while start > floor and answer[start - 1] in " \t":
+                start -= 1
+            edit = edit.model_copy(update={"start": start, "removed": answer[start : edit.end]})
+        tidied.append(edit)
+    return _merge(tidied)
+
+
 def _render_items(items: list[RepairItem]) -> str:
     def group(name: str, claims: list[str]) -> str:
         lines = "".join(f"\n  - {claim}" for claim in claims)
@@ -452,7 +480,7 @@ class Repairer:
         edits: list[Edit] = []
         for item in flagged:
             edits.extend(self._sentence_edits(answer, item, sentences, rewrites.get(id(item))))
-        return _merge(edits)
+        return _tidy(answer, _merge(edits))
 
     def _flagged_sentences(
         self, report: Report, sentences: list[Sentence], record: RepairRecord

@@ -9,17 +9,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import LLAMA_MAX_TOKENS
 from fixtures.spine.judges import RecordingBackend
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import rt4chart
-from rt4chart.backends.base import JudgeRequest, JudgeResponse, RepairInput, RepairOutput
-from rt4chart.backends.scripted import ScriptedBackend, ScriptedRules
+from rt4chart.backends.base import GenerationParams, JudgeRequest, JudgeResponse, RepairInput, RepairOutput
+from rt4chart.backends.litellm import LiteLLMBackend
+from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.cli import app
 from rt4chart.decompose import decompose_by_rules
+from rt4chart.judges import JudgeProfile
 from rt4chart.repair import Edit, Repairer, RepairRecord, RepairStrategy, apply_edits, repair_prompt, summarize
+from rt4chart.serve import LocalServer
 from rt4chart.text import join_passages, segment_context, split_sentences
 from rt4chart.types import ClaimVerdict, Evidence, Gold, Label, Report, Sample
 
@@ -28,6 +32,8 @@ CONTEXT = [
     "The owner is Ana Müller. The café closes on Mondays. 店は駅の近くにあります。",
 ]
 OPENED = "Café Zürich opened in 1998 in Geneva."
+CLAUSES = "Café Zürich opened in 2005; it serves crème brûlée daily. The owner is Ana Müller."
+"""Two sentences, the first of two clauses (the rule-based decomposer's claims), one contradicted."""
 MONDAYS = "The café closes on Mondays."
 
 RULES: dict[str, Any] = {
@@ -101,7 +107,7 @@ def check_invents_nothing(record: RepairRecord, sample: Sample) -> None:
 
 
 def test_remove_cuts_only_the_unsupported_clause_of_a_rule_decomposed_sentence(scripted: ScriptedBackend) -> None:
-    report, sample = audit("Café Zürich opened in 2005; it serves crème brûlée daily. The owner is Ana Müller.", scripted)
+    report, sample = audit(CLAUSES, scripted)
     assert [c.label for c in report.claims] == [Label.CONTRADICTED, Label.ENTAILED, Label.ENTAILED]
     record = repair("remove", report, sample)
     assert record.repaired == "it serves crème brûlée daily. The owner is Ana Müller."
@@ -113,7 +119,8 @@ def test_remove_cuts_only_the_unsupported_clause_of_a_rule_decomposed_sentence(s
 
 
 def test_remove_keeps_the_closing_punctuation_when_the_last_clause_goes(scripted: ScriptedBackend) -> None:
-    report, sample = audit("Café Zürich serves crème brûlée daily; it opened in 2005; the owner is Ana Müller!", scripted)
+    answer = "Café Zürich serves crème brûlée daily; it opened in 2005; the owner is Ana Müller!"
+    report, sample = audit(answer, scripted)
     record = repair("remove", report, sample)
     assert record.repaired == "Café Zürich serves crème brûlée daily; the owner is Ana Müller!"
     report, sample = audit("Ana Müller owns it; it serves crème brûlée daily; it opened in 2005.", scripted)
@@ -142,16 +149,16 @@ def test_mixed_sentence_of_judge_claims_is_dropped_without_a_judge_and_rewritten
 
 
 def test_extract_puts_the_contradicting_context_after_a_shortened_sentence(scripted: ScriptedBackend) -> None:
-    report, sample = audit("Café Zürich opened in 2005; it serves crème brûlée daily. The owner is Ana Müller.", scripted)
+    report, sample = audit(CLAUSES, scripted)
     record = repair("extract", report, sample)
     assert record.repaired == f"it serves crème brûlée daily. {OPENED} The owner is Ana Müller."
-    cut, inserted = record.edits
+    _, inserted = record.edits
     assert inserted.start == inserted.end and inserted.evidence[0].sentence_ids == [0]
     check_invents_nothing(record, sample)
 
 
 def test_rewrite_changes_only_what_the_judge_rewrote(scripted: ScriptedBackend) -> None:
-    report, sample = audit("Café Zürich opened in 2005; it serves crème brûlée daily. The owner is Ana Müller.", scripted)
+    report, sample = audit(CLAUSES, scripted)
     record = repair("rewrite", report, sample, judge=scripted)
     assert record.repaired == "Café Zürich opened in 1998; it serves crème brûlée daily. The owner is Ana Müller."
     [edit] = record.edits
@@ -263,6 +270,28 @@ def test_a_record_of_another_answer_is_an_error_not_a_crash(scripted: ScriptedBa
     assert record.repaired is None and "does not belong to this sample" in record.errors[0]
 
 
+def test_smollm2_rewrites_through_llamacpp_into_a_consistent_record(
+    llamacpp: LocalServer, scripted: ScriptedBackend
+) -> None:
+    """Plumbing with a real model: the repair prompt and schema go through llama.cpp and litellm;
+    whatever SmolLM2-135M writes (or fails to), the record's edits apply back exactly."""
+    profile = JudgeProfile(name="openai/smollm2", model="openai/smollm2", max_attempts=2, backoff_s=0.01)
+    backend = LiteLLMBackend(profile, api_key="no-key", api_base=llamacpp.api_base)
+    report, sample = audit(CLAUSES, scripted)
+    repairer = Repairer("rewrite", backend, GenerationParams(max_tokens=LLAMA_MAX_TOKENS))
+    try:
+        record = asyncio.run(repairer.repair(report, sample))
+    finally:
+        asyncio.run(backend.aclose())
+    check_edits(record, sample)
+    assert record.judge == backend.name and record.prompt_version == repair_prompt().version
+    assert record.usage.calls >= 1 and record.usage.prompt_tokens > 200
+    assert record.edits, "the flagged sentence is rewritten or, when the reply is unusable, deleted"
+    assert all(e.generated for e in record.edits) or any("rewrite failed" in e for e in record.errors)
+    assert not any(e.start < len("Café Zürich opened in 2005; it serves crème brûlée daily. ") < e.end
+                   for e in record.edits if not e.generated), "the entailed sentence is never deleted"
+
+
 # --- the property: remove and extract invent nothing ------------------------------------------
 
 WORD = st.text(alphabet="abcxyzéüßж日本 ", min_size=1, max_size=8).map(lambda w: w.strip() or "w")
@@ -367,7 +396,9 @@ def test_cli_usage_errors_are_one_line_and_exit_2(tmp_path: Path, arguments: lis
 def test_cli_bad_records_each_get_an_error_record(tmp_path: Path) -> None:
     samples = _write(tmp_path / "in.jsonl", [{"id": "a", "context": "C.", "answer": "A."}])
     verified = tmp_path / "verified.jsonl"
-    verified.write_text('not json\n{"id": "zzz", "line": 1, "label": "entailed"}\n{"id": "a", "line": 1, "label": "entailed"}\n')
+    verified.write_text(
+        'not json\n{"id": "zzz", "line": 1, "label": "entailed"}\n{"id": "a", "line": 1, "label": "entailed"}\n'
+    )
     result = CliRunner().invoke(app, ["repair", str(verified), "--input", str(samples), "-q"])
     assert result.exit_code == 2
     records = [json.loads(line) for line in result.stdout.splitlines()]

@@ -462,6 +462,7 @@ def repair(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
     verify_after: Annotated[bool, typer.Option("--verify-after", help="Re-audit the repaired answers and report the residual hallucination rate.")] = False,
     verify_judge: Annotated[str | None, typer.Option(help="Judge of the re-audit (default: --judge, else the embedded verifier).")] = None,
+    decomposer: DecomposerOption = "auto",
     window: WindowOption = 25,
     overlap: OverlapOption = 10,
     cache_dir: CacheDirOption = None,
@@ -481,7 +482,7 @@ def repair(
         raise fail("--input SAMPLES.jsonl is required: rt4 verify records hold neither the answer nor the context")
     if not verified.is_file():
         raise fail(f"verify records not found: {verified}")
-    options = _pipeline_options(window, overlap, 8, True, "auto", DEFAULT_MAX_TOKENS)
+    options = _pipeline_options(window, overlap, 8, True, decomposer, DEFAULT_MAX_TOKENS)
     samples = {item.line: item for item in _read_input(input_path)}
     records = _read_verify_records(verified)
     cache = None if no_cache else JudgeCache(cache_dir)

@@ -649,7 +649,7 @@ def summarize(strategy: RepairStrategy, records: list[RepairRecord]) -> RepairSu
     valid = [r for r in records if r.repaired is not None]
     reverified = [r for r in valid if r.verified_after is not None and r.verified_after.hallucinated is not None]
     still = sum(bool(r.verified_after and r.verified_after.hallucinated) for r in reverified)
-    checked = [r for r in valid if r.empty or r in reverified]
+    checked = sum(r.empty for r in valid) + len(reverified)
     claims = sum(r.verified_after.claims for r in reverified if r.verified_after)
     unsupported = sum(r.verified_after.unsupported_claims for r in reverified if r.verified_after)
     clean = [r for r in valid if r.gold is not None and r.gold.hallucinated is False]
@@ -665,7 +665,7 @@ def summarize(strategy: RepairStrategy, records: list[RepairRecord]) -> RepairSu
         reverified=len(reverified),
         residual_hallucinated=still,
         residual_rate=still / len(reverified) if reverified else None,
-        residual_rate_with_empty=still / len(checked) if checked and reverified else None,
+        residual_rate_with_empty=still / checked if reverified else None,
         residual_claim_rate=unsupported / claims if claims else None,
         gold_clean=len(clean),
         gold_clean_edited=clean_edited,

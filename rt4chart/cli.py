@@ -433,8 +433,11 @@ def _print_repair_summary(summary: RepairSummary, verify_judge: str | None) -> N
     def share(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}"
 
-    table = Table("answers", "edited", "empty", "text retention", "claim retention", "residual flagged",
-                  "residual claims", "gold-clean edited", title=f"rt4 repair --strategy {summary.strategy}")
+    # Short headers keep the table readable in 80 columns; the caption says what they mean.
+    table = Table("answers", "edited", "empty", "text kept", "claims kept", "still flagged", "unsupported",
+                  "clean edited", title=f"rt4 repair --strategy {summary.strategy}",
+                  caption="kept: retention; still flagged / unsupported: answers / claims after re-audit; "
+                          "clean edited: gold-clean answers edited")
     table.add_row(
         f"{summary.answers - summary.invalid} (+{summary.invalid} invalid)" if summary.invalid else str(summary.answers),
         str(summary.edited),
@@ -513,7 +516,11 @@ def repair(
             results[slot] = done
         finished = [r for r in results if r is not None]
         if verify_after:
-            backend = _resolve_metered(verify_judge or judge, api_base, concurrency, ledger, cache)
+            # --api-base belongs to --judge; a separate --verify-judge is resolved on its own.
+            same = verify_judge is None
+            backend = _resolve_metered(
+                judge if same else verify_judge, api_base if same else None, concurrency, ledger, cache
+            )
             by_line = {line: item.sample for line, item in samples.items() if item.sample is not None}
             try:
                 await verify_repairs(finished, by_line, backend, **options.model_dump(exclude={"params"}))

@@ -356,11 +356,15 @@ def _rewrite_edit(answer: str, flagged: _Flagged, text: str, judge: str) -> Edit
 
 def _merge(edits: list[Edit]) -> list[Edit]:
     """Sort edits into answer order and merge those that overlap (deletions that took the same
-    whitespace)."""
+    whitespace) and deletions that touch (one gap, so a line emptied sentence by sentence is seen
+    whole)."""
     merged: list[Edit] = []
     for edit in sorted(edits, key=lambda e: (e.start, e.end)):
         last = merged[-1] if merged else None
-        if last is not None and edit.start < last.end:
+        touching_deletions = (
+            last is not None and edit.start == last.end and not (edit.inserted or last.inserted)
+        )
+        if last is not None and (edit.start < last.end or touching_deletions):
             end = max(last.end, edit.end)
             removed = last.removed + edit.removed[last.end - edit.start :] if edit.end > last.end else last.removed
             reasons = last.reason if edit.reason in last.reason else f"{last.reason}; {edit.reason}"
@@ -379,7 +383,7 @@ GROUPS = ("keep", "fix", "drop")
 """The claim groups of a repair item, in the order the prompt names them."""
 
 
-def _tidy(answer: str, edits: list[Edit]) -> list[Edit]:
+def _tidy(answer: str, edits: list[Edit], sentences: list[Sentence]) -> list[Edit]:
     """Widen deletions that end a line so that no space, or bare list marker, is left before the
     line break: sentences deleted one by one each took only their own whitespace."""
     tidied: list[Edit] = []
@@ -390,7 +394,10 @@ def _tidy(answer: str, edits: list[Edit]) -> list[Edit]:
         line_start = answer.rfind("\n", 0, edit.start) + 1
         floor = max(line_start, tidied[-1].end if tidied else 0)
         start = edit.start
-        if floor == line_start and _BARE_MARKER.fullmatch(answer[line_start : edit.start]):
+        bare = _BARE_MARKER.fullmatch(answer[line_start : edit.start]) and not any(
+            s.start < edit.start and s.end > line_start for s in sentences  # "A." may be a sentence
+        )
+        if floor == line_start and bare:
             start = line_start  # nothing but a list marker is left of the line: it goes too
             end = edit.end + 1 if edit.end < len(answer) else edit.end
             if end == edit.end and start > 0:
@@ -480,7 +487,7 @@ class Repairer:
         edits: list[Edit] = []
         for item in flagged:
             edits.extend(self._sentence_edits(answer, item, sentences, rewrites.get(id(item))))
-        return _tidy(answer, _merge(edits))
+        return _tidy(answer, _merge(edits), sentences)
 
     def _flagged_sentences(
         self, report: Report, sentences: list[Sentence], record: RepairRecord

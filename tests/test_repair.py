@@ -332,6 +332,29 @@ def test_remove_and_extract_take_every_character_from_the_answer_or_the_context(
     assert context_text  # the context the evidence was drawn from
 
 
+def _report(answer: str, labels: list[Label]) -> tuple[Report, Sample]:
+    claims = decompose_by_rules(split_sentences(answer))
+    verdicts = [ClaimVerdict(**c.model_dump(), label=label) for c, label in zip(claims, labels, strict=True)]
+    return Report(id="r", line=1, label=Label.BASELESS, hallucinated=True, claims=verdicts), Sample(
+        id="r", context=CONTEXT, answer=answer
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "labels", "repaired"),
+    [
+        # found by the property test: a line emptied sentence by sentence loses its marker too
+        ("- A. A. A.", [Label.CONTRADICTED, Label.BASELESS, Label.CONTRADICTED], ""),
+        # and a sentence that looks like a list marker ("A.") is a sentence, not a marker
+        ("A. A.", [Label.ENTAILED, Label.CONTRADICTED], "A."),
+        ("Xx.\n- Bb. Cc.\nYy.", [Label.ENTAILED, Label.BASELESS, Label.BASELESS, Label.ENTAILED], "Xx.\nYy."),
+    ],
+)
+def test_whitespace_and_markers_left_by_deleted_sentences(answer: str, labels: list[Label], repaired: str) -> None:
+    report, sample = _report(answer, labels)
+    assert repair("remove", report, sample).repaired == repaired
+
+
 # --- summary and CLI -------------------------------------------------------------------------
 
 

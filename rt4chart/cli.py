@@ -39,6 +39,7 @@ from rt4chart.terminal_view import print_samples
 if TYPE_CHECKING:
     from rt4chart.io import InputLine
     from rt4chart.judges import JudgeStack
+    from rt4chart.repair import RepairSummary
     from rt4chart.types import Report
 
 EXIT_OK, EXIT_HALLUCINATED, EXIT_USAGE, EXIT_BUDGET, EXIT_INCOMPLETE = 0, 1, 2, 3, 4
@@ -709,3 +710,147 @@ def show(
     if only is not None:
         audited = [item for item in audited if item.fails(only)]
     print_samples(audited, Console())
+
+
+def _read_verify_records(path: Path) -> list[Report | str]:
+    """Each non-blank line of a file of ``rt4 verify`` records: the record, or why it is not one."""
+    from pydantic import ValidationError
+
+    from rt4chart.io import read_json_lines
+    from rt4chart.types import Report
+
+    records: list[Report | str] = []
+    for line in read_json_lines(path):
+        if line.problem is not None:
+            records.append(f"{path.name} line {line.number}: not an rt4 verify record ({line.problem})")
+            continue
+        try:
+            records.append(Report.model_validate(line.value))
+        except ValidationError as error:
+            problem = error.errors()[0]
+            records.append(f"{path.name} line {line.number}: not an rt4 verify record ({problem['msg']})")
+    return records
+
+
+def _print_repair_summary(summary: RepairSummary, verify_judge: str | None) -> None:
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    # Short headers keep the table readable in 80 columns; the caption says what they mean.
+    table = Table("answers", "edited", "empty", "text kept", "claims kept", "still flagged", "unsupported",
+                  "clean edited", title=f"rt4 repair --strategy {summary.strategy}",
+                  caption="kept: retention; still flagged / unsupported: answers / claims after re-audit; "
+                          "clean edited: gold-clean answers edited")
+    table.add_row(
+        f"{summary.answers - summary.invalid} (+{summary.invalid} invalid)" if summary.invalid else str(summary.answers),
+        str(summary.edited),
+        str(summary.empty),
+        share(summary.text_retention),
+        share(summary.claim_retention),
+        f"{summary.residual_hallucinated}/{summary.reverified} = {share(summary.residual_rate)}"
+        if summary.reverified else "-",
+        share(summary.residual_claim_rate),
+        f"{summary.gold_clean_edited}/{summary.gold_clean}" if summary.gold_clean else "-",
+    )
+    stderr.print(table)
+    if verify_judge:
+        stderr.print(f"re-audited by {verify_judge}; empty repairs are not re-audited", highlight=False)
+
+
+@app.command()
+@audit_options
+def repair(
+    verified: Annotated[Path, typer.Argument(metavar="VERIFIED.jsonl", help="Output records of rt4 verify.")],
+    strategy: Annotated[str, typer.Option(help="remove, extract or rewrite (rewrite needs --judge).")] = "remove",
+    input_path: Annotated[Path | None, typer.Option("--input", help="The samples JSONL that was verified: verify records hold neither the answer nor the context.")] = None,
+    judge: Annotated[str | None, typer.Option(help="Judge that rewrites sentences (rewrite; remove/extract: sentences whose claims are not clauses). Must write text: not the embedded verifier.")] = None,
+    api_base: ApiBaseOption = None,
+    concurrency: ConcurrencyOption = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
+    verify_after: Annotated[bool, typer.Option("--verify-after", help="Re-audit the repaired answers (with the audit options) and report the residual hallucination rate.")] = False,
+    verify_judge: Annotated[str | None, typer.Option(help="Judge of the re-audit (default: --judge, else the embedded verifier).")] = None,
+    cache_dir: CacheDirOption = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
+    *,
+    options: AuditOptions,
+) -> None:
+    """Repair the flagged answers of VERIFIED.jsonl; one record per verify record: original, repaired, edits.
+
+    Exit codes: 0 done; 1 with --verify-after, some repaired answer is still flagged; 2 bad input or usage.
+    """
+    from rt4chart.pipeline import Pipeline
+    from rt4chart.repair import STRATEGIES, Repairer, RepairRecord, summarize, verify_repairs
+
+    if strategy not in STRATEGIES:
+        raise fail(f"--strategy must be one of {', '.join(STRATEGIES)} (got {strategy!r})")
+    chosen = STRATEGIES[STRATEGIES.index(strategy)]  # the same string, typed as a strategy
+    if strategy == "rewrite" and judge is None:
+        raise fail("--strategy rewrite needs --judge: a judge that writes text")
+    if input_path is None:
+        raise fail("--input SAMPLES.jsonl is required: rt4 verify records hold neither the answer nor the context")
+    if not verified.is_file():
+        raise fail(f"verify records not found: {verified}")
+    samples = {item.line: item for item in _read_input(input_path)}
+    records = _read_verify_records(verified)
+    cache = None if no_cache else _cache_dir(cache_dir)
+    repairing: JudgeStack | None = _judge_stack(judge, api_base, concurrency, cache) if judge else None
+    if repairing is not None and not repairing.supports_decompose:
+        raise fail(f"judge {repairing.name} cannot write text; repair needs a language-model or scripted judge")
+    # --api-base belongs to --judge; a separate --verify-judge is resolved on its own.
+    rejudging = (
+        _judge_stack(judge if verify_judge is None else verify_judge,
+                     api_base if verify_judge is None else None, concurrency, cache)
+        if verify_after else None
+    )
+
+    async def run() -> list[RepairRecord]:
+        repairer = Repairer(chosen, repairing, options.params)
+        results: list[RepairRecord | None] = []
+        jobs = []
+        for position, record in enumerate(records, start=1):
+            if isinstance(record, str):
+                results.append(RepairRecord(id=None, line=position, strategy=chosen, original=None,
+                                            repaired=None, errors=[record]))
+                continue
+            item = samples.get(record.line)
+            if item is None or item.sample is None or item.sample.id != record.id:
+                results.append(RepairRecord(
+                    id=record.id, line=record.line, strategy=chosen, original=None, repaired=None,
+                    errors=[f"no valid sample with id {record.id!r} on line {record.line} of {input_path.name}"],
+                ))
+                continue
+            results.append(None)
+            jobs.append((len(results) - 1, repairer.repair(record, item.sample)))
+        for (slot, _), done in zip(jobs, await asyncio.gather(*(job for _, job in jobs)), strict=True):
+            results[slot] = done
+        finished = [r for r in results if r is not None]
+        if rejudging is not None:
+            by_line = {line: item.sample for line, item in samples.items() if item.sample is not None}
+            await verify_repairs(finished, by_line, Pipeline(rejudging, options))
+        return finished
+
+    async def run_and_close() -> list[RepairRecord]:
+        try:
+            return await run()
+        finally:
+            for stack in (repairing, rejudging):
+                if stack is not None:
+                    await stack.aclose()
+
+    results = asyncio.run(run_and_close())
+    lines = "".join(r.model_dump_json() + "\n" for r in results)
+    if out is None:
+        sys.stdout.write(lines)
+    else:
+        out.write_text(lines, encoding="utf-8")
+    summary = summarize(chosen, results)
+    if not quiet:
+        judged_by = next((r.verified_after.judge for r in results if r.verified_after), None)
+        _print_repair_summary(summary, judged_by)
+    if summary.invalid:
+        for result in results:
+            if result.repaired is None:
+                stderr.print(f"[red]error:[/red] {'; '.join(result.errors)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE)
+    raise typer.Exit(EXIT_HALLUCINATED if summary.residual_hallucinated else EXIT_OK)

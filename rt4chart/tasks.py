@@ -170,6 +170,48 @@ class DirectOutput(BaseModel):
     """Hallucinated answer spans."""
 
 
+class RepairItem(BaseModel):
+    """One answer sentence to repair: which of its claims stay, and which go or get fixed."""
+
+    sentence: int = Field(ge=0)
+    """Position of the item in the request."""
+    text: str
+    """The answer sentence as it stands."""
+    keep: list[str] = Field(default_factory=list)
+    """Supported claims of the sentence: the rewrite must still state them."""
+    fix: list[str] = Field(default_factory=list)
+    """Unsupported claims to rewrite so that the context supports them (or leave out if it cannot)."""
+    drop: list[str] = Field(default_factory=list)
+    """Unsupported claims the rewrite must no longer state."""
+
+
+class RepairInput(BaseModel):
+    """What a repairing judge sees: the context and the flagged sentences of one answer."""
+
+    question: str | None
+    """The user question, if any."""
+    context: list[Sentence]
+    """All context sentences (a fix may draw on any of them)."""
+    items: list[RepairItem]
+    """The sentences to rewrite, in answer order."""
+
+
+class RepairedSentence(BaseModel):
+    """Judge reply for one sentence to repair."""
+
+    sentence: int = Field(ge=0)
+    """Position of the item in the request."""
+    text: str
+    """The rewritten sentence; empty to delete the sentence."""
+
+
+class RepairOutput(BaseModel):
+    """Judge reply schema for repair: one rewritten sentence per item of the request."""
+
+    sentences: list[RepairedSentence]
+    """Rewritten sentences."""
+
+
 # --- rendering ------------------------------------------------------------------------------------
 
 NO_QUESTION = "(none)"
@@ -236,6 +278,29 @@ def _direct_fields(payload: DirectInput) -> dict[str, str]:
     return {"context": payload.context, "question": _question(payload.question), "answer": payload.answer}
 
 
+REPAIR_GROUPS = ("keep", "fix", "drop")
+"""The claim groups of a repair item, in the order the prompt lists them."""
+
+
+def _repair_items(items: list[RepairItem]) -> str:
+    def group(name: str, claims: list[str]) -> str:
+        lines = "".join(f"\n  - {claim}" for claim in claims)
+        return f"  {name}:{lines or ' (none)'}"
+
+    return "\n".join(
+        "\n".join([f"[{item.sentence}] {item.text}", *(group(name, getattr(item, name)) for name in REPAIR_GROUPS)])
+        for item in items
+    )
+
+
+def _repair_fields(payload: RepairInput) -> dict[str, str]:
+    return {
+        "context": render_context(payload.context),
+        "question": _question(payload.question),
+        "items": _repair_items(payload.items),
+    }
+
+
 # --- the registry ---------------------------------------------------------------------------------
 
 
@@ -280,6 +345,7 @@ TASKS: dict[str, TaskSpec] = {
             _holistic_fields,
         ),
         TaskSpec("direct", DirectInput, DirectOutput, ("direct",), lambda _: "direct", _direct_fields),
+        TaskSpec("repair", RepairInput, RepairOutput, ("repair",), lambda _: "repair", _repair_fields),
         TaskSpec(
             "decompose_sentence",
             DecomposeSentenceInput,

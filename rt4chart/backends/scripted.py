@@ -7,12 +7,15 @@ structured payload instead of its messages), so tests and users can pin exact ve
      "verify": [{"claim": "<substring of the claim>", "stage": "local",
                  "chunk_contains": "<substring of the chunk text>", "label": "contradicted",
                  "evidence": ["<exact substring of the context>"]}],
+     "repair": [{"sentence": "<substring of the answer sentence>", "text": "its rewrite"}],
      "default": "baseless"}
 
 The first matching rule wins; an answer sentence with no decompose rule becomes one claim;
 ``stage`` and ``chunk_contains`` are optional; an unmatched claim gets ``default``. Optional
 ``cost_per_call`` (USD) and ``latency_s`` make it stand in for a paid or slow judge; token counts
-are estimated as one token per four characters of the messages and the reply.
+are estimated as one token per four characters of the messages and the reply. A repair request
+(``rt4 repair``) gets the ``text`` of the first ``repair`` rule whose ``sentence`` is in the sentence;
+with no rule, the sentence's kept claims joined by spaces (its unsupported claims left out).
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ from rt4chart.tasks import (
     DirectSpan,
     HolisticDecomposeInput,
     HolisticDecomposeOutput,
+    RepairedSentence,
+    RepairInput,
+    RepairOutput,
     VerifyInput,
     VerifyOutput,
 )
@@ -63,6 +69,17 @@ class VerifyRule(BaseModel):
     """Confidence to report."""
 
 
+class RepairRule(BaseModel):
+    """One scripted rewrite of an answer sentence."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sentence: str
+    """Substring of the answer sentence the rule applies to."""
+    text: str
+    """The rewritten sentence to return (empty deletes the sentence)."""
+
+
 class ScriptedRules(BaseModel):
     """The rules file."""
 
@@ -72,6 +89,8 @@ class ScriptedRules(BaseModel):
     """Answer-sentence substring -> claims of that sentence."""
     verify: list[VerifyRule] = Field(default_factory=list)
     """Verdict rules, first match wins."""
+    repair: list[RepairRule] = Field(default_factory=list)
+    """Sentence rewrites for repair requests, first match wins."""
     default: Label = Label.BASELESS
     """Verdict for a claim no rule matches."""
     cost_per_call: float = Field(default=0.0, ge=0.0)
@@ -142,7 +161,17 @@ class ScriptedBackend:
             return self._decompose_holistic(payload)
         if isinstance(payload, DirectInput):
             return self._direct(payload)
+        if isinstance(payload, RepairInput):
+            return self._repair(payload)
         return None
+
+    def _repair(self, payload: RepairInput) -> RepairOutput:
+        rewritten = []
+        for item in payload.items:
+            rule = next((r for r in self.rules.repair if r.sentence in item.text), None)
+            text = rule.text if rule is not None else " ".join(item.keep)
+            rewritten.append(RepairedSentence(sentence=item.sentence, text=text))
+        return RepairOutput(sentences=rewritten)
 
     def _decompose_holistic(self, payload: HolisticDecomposeInput) -> HolisticDecomposeOutput:
         """The decompose rules applied sentence by sentence, returned as one list of claims."""

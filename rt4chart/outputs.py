@@ -15,7 +15,6 @@ from rich.console import Console
 
 from rt4chart.audited import AuditedSample, FailOn
 from rt4chart.ci_formats import github_annotations, run_fails, write_junit
-from rt4chart.html_report import write_html
 from rt4chart.terminal_view import print_samples
 
 
@@ -71,6 +70,8 @@ def publish(options: PublishOptions, audited: list[AuditedSample], stdout: Conso
     if options.text_view:
         print_samples(audited, stdout)
     if options.html is not None:
+        from rt4chart.html_report import write_html  # Jinja2: loaded only when a report is asked for
+
         write_html(options.html, audited, options.title)
     if options.junit is not None:
         write_junit(options.junit, audited, options.title, options.fail_on)

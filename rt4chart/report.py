@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
@@ -13,8 +14,10 @@ from rich.table import Table
 
 from rt4chart.budget import Ledger
 from rt4chart.metrics import EvaluationMetrics, metric_rows
-from rt4chart.planning import AuditEstimate
 from rt4chart.types import Label, Report, Usage
+
+if TYPE_CHECKING:
+    from rt4chart.planning import AuditEstimate
 
 
 @dataclass

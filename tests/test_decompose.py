@@ -22,7 +22,7 @@ import rt4chart
 from rt4chart.backends.base import JudgeRequest, JudgeResponse
 from rt4chart.cli import app
 from rt4chart.decompose import decompose_by_rules
-from rt4chart.tasks import DecomposedSentence, DecomposeInput, DecomposeOutput
+from rt4chart.tasks import DecomposedSentence, DecomposeInput, DecomposeOutput, DecomposeSentenceInput
 from rt4chart.text import split_sentences
 from rt4chart.types import Claim, ClaimVerdict, Report, Sample
 
@@ -80,15 +80,18 @@ def test_judge_decomposer_claims_point_at_their_answer_sentences() -> None:
 
 
 def test_the_decomposer_never_sees_the_context() -> None:
+    # Nor the question, unless the audit allows it (the paper's decomposer sees only the answer).
     sample = running_example_sample()
     _, [request] = _decomposition(running_example_judge(), sample)
+    _, [with_question] = _decomposition(running_example_judge(), sample, decompose_with_question=True)
     payload = request.payload
-    assert isinstance(payload, DecomposeInput)
+    assert isinstance(payload, DecomposeInput) and isinstance(with_question.payload, DecomposeInput)
     assert set(DecomposeInput.model_fields) == {"question", "sentences"}
-    assert payload.question == sample.question
+    assert payload.question is None and with_question.payload.question == sample.question
     assert payload.sentences == [s.text for s in split_sentences(sample.answer)]
     rendered = "\n".join(m.content for m in request.messages)
-    assert sample.question is not None and sample.question in rendered
+    assert sample.question is not None and sample.question not in rendered
+    assert sample.question in "\n".join(m.content for m in with_question.messages)
     assert all(sentence in rendered for sentence in payload.sentences)
     context = sample.context if isinstance(sample.context, str) else " ".join(sample.context)
     for context_sentence in split_sentences(context):
@@ -107,22 +110,22 @@ def _reply_editor(edit: Callable[[DecomposeOutput], DecomposeOutput]) -> Rewrite
     return rewrite
 
 
-def test_a_sentence_missing_from_the_reply_becomes_its_own_claim_with_an_error() -> None:
+def test_a_sentence_missing_from_the_reply_is_asked_again_alone() -> None:
     backend = running_example_judge()
     backend.rewrite = _reply_editor(
         lambda reply: DecomposeOutput(sentences=[e for e in reply.sentences if e.sentence != 1])
     )
     report, _ = _decomposition(backend)
     assert [(c.text, c.sentence_index) for c in report.claims] == [
-        ("All users can start the free trial.", 0),
-        ("Existing customers can start the free trial.", 0),
-        ("The trial lasts 14 days, and a verified new user can use it for up to 21 days in total.", 1),
-        ("The trial includes priority phone support.", 2),
+        (c.text, c.sentence_index) for c in _decomposition(running_example_judge())[0].claims
     ]
-    assert report.errors == ["decomposition skipped answer sentences [1]; used them as claims"]
+    [again] = [r.payload for r in backend.requests if r.task == "decompose_sentence"]
+    assert isinstance(again, DecomposeSentenceInput) and again.target == 1
+    assert report.errors == ["the decomposition left out answer sentences [1]; asked the sentences again one by one"]
+    assert report.decomposition is not None and report.decomposition.reasked == 1
 
 
-def test_out_of_range_and_repeated_entries_of_the_reply_are_ignored() -> None:
+def test_a_reply_with_out_of_range_or_repeated_entries_is_numbered_wrongly_as_a_whole() -> None:
     backend = running_example_judge()
     backend.rewrite = _reply_editor(
         lambda reply: DecomposeOutput(
@@ -134,21 +137,40 @@ def test_out_of_range_and_repeated_entries_of_the_reply_are_ignored() -> None:
         )
     )
     report, _ = _decomposition(backend)
-    assert [c.text for c in report.claims] == [c.text for c in _decomposition(running_example_judge())[0].claims]
-    assert report.errors == []
+    # Every sentence is asked again alone; the claims are the judge's own, on the right sentences.
+    assert [(c.text, c.sentence_index) for c in report.claims] == [
+        (c.text, c.sentence_index) for c in _decomposition(running_example_judge())[0].claims
+    ]
+    assert report.decomposition is not None and report.decomposition.reasked == 3
+    assert len(report.errors) == 1 and "numbered the answer sentences [0, 1, 2, 0, 7]" in report.errors[0]
 
 
-def test_a_failed_decomposition_falls_back_to_one_claim_per_sentence() -> None:
+def test_a_decomposition_with_no_reply_falls_back_to_one_claim_per_clause() -> None:
     backend = running_example_judge()
     backend.rewrite = lambda request, response: (
-        JudgeResponse(error="reply did not validate", usage=response.usage)
+        JudgeResponse(error="connection refused", usage=response.usage)
         if request.task == "decompose" else response
     )
     sample = running_example_sample()
     report, _ = _decomposition(backend, sample)
     assert [c.text for c in report.claims] == [s.text for s in split_sentences(sample.answer)]
-    assert report.errors == ["decomposition failed (reply did not validate); used one claim per sentence"]
+    assert report.errors == ["decomposition failed (connection refused); used the answer's clauses as claims"]
+    assert [r.task for r in backend.requests].count("decompose_sentence") == 0, "no reply: no re-asks"
+    assert report.decomposition is not None and report.decomposition.rule_fallback == 3
     assert report.label is not None, "the sample is still verified"
+
+
+def test_an_unusable_decomposition_reply_asks_each_sentence_alone() -> None:
+    backend = running_example_judge()
+    backend.rewrite = lambda request, response: (
+        JudgeResponse(error="reply did not validate", raw="not json", usage=response.usage)
+        if request.task == "decompose" else response
+    )
+    report, _ = _decomposition(backend)
+    assert [r.task for r in backend.requests].count("decompose_sentence") == 3
+    assert [(c.text, c.sentence_index) for c in report.claims] == [
+        (c.text, c.sentence_index) for c in _decomposition(running_example_judge())[0].claims
+    ]
 
 
 def test_blank_claims_are_dropped_and_a_sentence_may_state_no_fact() -> None:

@@ -138,12 +138,12 @@ def test_any_slice_of_the_context_anchors_back_to_itself(context: str, data: st.
 
 
 def _example_with(
-    verify_rules: list[dict[str, Any]], rewrite: Rewrite | None = None
+    verify_rules: list[dict[str, Any]], rewrite: Rewrite | None = None, ungrounded: str = "downgrade"
 ) -> tuple[Report, RecordingBackend]:
     """The running example, decomposed as in the shipped rules, verified by ``verify_rules``."""
     backend = scripted(example_rules(verify=verify_rules))
     backend.rewrite = rewrite
-    report = rt4chart.verify(running_example_sample(), judge=backend, window=2, overlap=1)
+    report = rt4chart.verify(running_example_sample(), judge=backend, window=2, overlap=1, ungrounded=ungrounded)
     return report, backend
 
 
@@ -162,17 +162,21 @@ def test_every_evidence_item_of_the_running_example_is_anchored() -> None:
 SENTENCE_3 = "Eligible users may request one seven-day extension of the trial."
 
 
-def test_a_local_quote_from_outside_the_chunk_is_rejected_and_reasked_once() -> None:
+@pytest.mark.parametrize("ungrounded", ["downgrade", "keep"])
+def test_a_local_quote_from_outside_the_chunk_is_rejected_and_reasked_once(ungrounded: str) -> None:
     # Chunk 0 holds s0 and s1; the rule quotes s3, which only the global stage may cite.
     report, backend = _example_with([
         {"claim": "lasts 14 days", "stage": "local", "chunk_contains": "premium feature",
          "label": "entailed", "evidence": [SENTENCE_3]},
         {"claim": "lasts 14 days", "stage": "global", "label": "entailed", "evidence": [SENTENCE_3]},
-    ])
+    ], ungrounded=ungrounded)
     claim = report.claims[2]
     vote = claim.votes[0]
-    assert (vote.label, vote.grounded, vote.evidence) == (Label.ENTAILED, False, [])
+    # The paper's rule (the default): an ungrounded verdict is baseless; kept, it stands untrusted.
+    label = Label.BASELESS if ungrounded == "downgrade" else Label.ENTAILED
+    assert (vote.label, vote.grounded, vote.evidence) == (label, False, [])
     assert vote.error is not None and "not found" in vote.error and "re-ask" in vote.error
+    assert ("downgraded to baseless" in vote.error) is (ungrounded == "downgrade")
     asked = [r for r in backend.requests_for_claim(claim.text, "local") if r.payload.chunk == 0]
     assert [is_reask(r) for r in asked] == [False, True]
     # The same quote is fine against the full context: the final verdict is grounded.
@@ -180,13 +184,17 @@ def test_a_local_quote_from_outside_the_chunk_is_rejected_and_reasked_once() -> 
     assert [e.sentence_ids for e in claim.evidence] == [[3]]
 
 
-def test_an_unfound_quote_is_reasked_once_then_marked_ungrounded() -> None:
+@pytest.mark.parametrize("ungrounded", ["downgrade", "keep"])
+def test_an_unfound_quote_is_reasked_once_then_marked_ungrounded(ungrounded: str) -> None:
     report, backend = _example_with([
         {"claim": "phone support", "stage": "global", "label": "entailed",
          "evidence": ["Phone support is included."]},
-    ])
+    ], ungrounded=ungrounded)
     claim = report.claims[4]
-    assert claim.label == Label.ENTAILED, "the label stands; the output says it is not trusted"
+    if ungrounded == "keep":
+        assert claim.label == Label.ENTAILED, "the label stands; the output says it is not trusted"
+    else:
+        assert claim.label == Label.BASELESS and any("downgraded to baseless" in e for e in claim.errors)
     assert claim.grounded is False and claim.evidence == []
     assert any("not found in the context" in e and "still ungrounded after a re-ask" in e for e in claim.errors)
     assert [is_reask(r) for r in backend.requests_for_claim(claim.text, "global")] == [False, True]

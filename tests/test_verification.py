@@ -23,7 +23,7 @@ from rt4chart.options import AuditOptions
 from rt4chart.tasks import VerifyInput, VerifyOutput
 from rt4chart.text import chunk_sentences
 from rt4chart.types import ClaimVerdict, Label, Report, Sample, Span, Vote
-from rt4chart.verification import and_join, deciding_chunk, hallucinated_spans, or_join
+from rt4chart.verification import and_join, answer_hallucinated, deciding_chunk, hallucinated_spans, or_join
 
 ENT, CON, BAS = Label.ENTAILED, Label.CONTRADICTED, Label.BASELESS
 LABELS_AND_MISSING: list[Label | None] = [ENT, CON, BAS, None]
@@ -40,9 +40,11 @@ def _strongest(labels: Sequence[Label], priority: Sequence[Label], empty: Label)
     ids=str,
 )
 def test_or_join_over_every_label_combination(labels: tuple[Label | None, ...]) -> None:
-    # Missing votes (failed or skipped chunks) say nothing, so they are ignored.
+    # Missing votes (failed or skipped chunks) say nothing, so they are ignored; when votes were cast
+    # and none has a label, every judge call failed and the local label is unknown, not baseless.
     present = [label for label in labels if label is not None]
-    assert or_join(labels) == _strongest(present, [CON, ENT, BAS], empty=BAS)
+    expected = None if labels and not present else _strongest(present, [CON, ENT, BAS], empty=BAS)
+    assert or_join(labels) == expected
 
 
 @pytest.mark.parametrize(
@@ -51,9 +53,17 @@ def test_or_join_over_every_label_combination(labels: tuple[Label | None, ...]) 
     ids=str,
 )
 def test_and_join_over_every_label_combination(labels: tuple[Label | None, ...]) -> None:
-    # An unjudged claim has no established basis: it counts as baseless. No claims: nothing is wrong.
-    as_judged = [BAS if label is None else label for label in labels]
-    assert and_join(labels) == _strongest(as_judged, [CON, BAS, ENT], empty=ENT)
+    # An unjudged claim leaves the answer open unless a contradicted claim decides it; the answer is
+    # hallucinated when a known claim is contradicted or baseless, unknown when that is not known.
+    judged = [label for label in labels if label is not None]
+    if CON in judged or None not in labels:
+        assert and_join(labels) == _strongest(judged, [CON, BAS, ENT], empty=ENT)
+    else:
+        assert and_join(labels) is None
+    if CON in judged or BAS in judged:
+        assert answer_hallucinated(labels) is True
+    else:
+        assert answer_hallucinated(labels) is (None if None in labels else False)
 
 
 def _verdict(index: int, span: tuple[int, int] | None, label: Label | None) -> ClaimVerdict:
@@ -370,14 +380,16 @@ def _drop_second_judgement(request: JudgeRequest, response: JudgeResponse) -> Ju
     return response.model_copy(update={"parsed": VerifyOutput(judgements=kept)})
 
 
-def test_a_claim_left_out_of_a_batched_reply_is_asked_again_alone() -> None:
+def test_a_batched_reply_that_leaves_a_claim_out_is_not_trusted() -> None:
+    # Its judgements are not exactly the claims asked: every claim of the batch is asked alone,
+    # and each claim's errors say so.
     backend = running_example_judge()
     backend.rewrite = _drop_second_judgement
     report = _run_example(backend)
     assert [c.label for c in report.claims] == [CON, CON, ENT, ENT, BAS]
-    assert all(not claim.errors for claim in report.claims)
-    second_claim = report.claims[1].text
-    assert [len(r.payload.claims) for r in backend.requests_for_claim(second_claim, "local")] == [5, 1]
+    assert all(any("batched reply not used" in error for error in claim.errors) for claim in report.claims)
+    for claim in (report.claims[0].text, report.claims[1].text):
+        assert [len(r.payload.claims) for r in backend.requests_for_claim(claim, "local")][:2] == [5, 1]
 
 
 @pytest.mark.parametrize("context", ["", "  \n ", [], ["", " "]], ids=repr)

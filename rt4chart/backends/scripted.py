@@ -35,6 +35,7 @@ from rt4chart.tasks import (
     DecomposedSentence,
     DecomposeInput,
     DecomposeOutput,
+    DecomposeSentenceInput,
     DirectInput,
     DirectOutput,
     DirectSpan,
@@ -43,6 +44,7 @@ from rt4chart.tasks import (
     RepairedSentence,
     RepairInput,
     RepairOutput,
+    SentenceClaims,
     VerifyInput,
     VerifyOutput,
 )
@@ -163,6 +165,9 @@ class ScriptedBackend:
             return self._direct(payload)
         if isinstance(payload, RepairInput):
             return self._repair(payload)
+        if isinstance(payload, DecomposeSentenceInput):
+            target = DecomposeInput(question=payload.question, sentences=[payload.sentences[payload.target]])
+            return SentenceClaims(claims=self._decompose(target).sentences[0].claims)
         return None
 
     def _repair(self, payload: RepairInput) -> RepairOutput:

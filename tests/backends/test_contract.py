@@ -104,8 +104,11 @@ def test_worst_case_cost(backend: Backend, verify_request: VerifyRequestFactory)
 def test_audit_through_the_pipeline(backend: Backend, free_trial: Sample) -> None:
     options = AuditOptions(decomposer="rules", max_tokens=LLAMA_MAX_TOKENS)
     report = asyncio.run(Pipeline(backend, options).verify_sample(free_trial))
-    assert report.label is not None and report.hallucinated is not None
-    assert report.claims and all(claim.label is not None for claim in report.claims)
+    # Every claim has a verdict, or the judge failure that left it open (SmolLM2 may overrun its
+    # token cap); an open claim makes the record incomplete, never a finding.
+    assert report.claims and all(claim.label is not None or claim.errors for claim in report.claims)
+    assert report.incomplete == any(claim.label is None for claim in report.claims)
+    assert report.label is not None or report.incomplete
     assert report.usage.calls >= 2  # local and global verification at least
     assert sum(report.usage_by_judge.values(), Usage()).calls == report.usage.calls
 

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Protocol
 
 EXTRA_MODULES = ("torch", "transformers")
-"""What the ``signals`` extra provides (``gguf`` too, needed only to read a GGUF file)."""
+"""What the ``signals`` extra provides for any model."""
+GGUF_MODULES = ("gguf", "accelerate")
+"""Also in the extra, needed only to load a GGUF file (transformers requires both for that)."""
 
 
 class SignalError(RuntimeError):
@@ -28,10 +30,10 @@ class SignalError(RuntimeError):
 
 
 def missing_extra(model_path: Path | None = None) -> list[str]:
-    """Modules of the ``signals`` extra that are not installed (``gguf`` only for a GGUF model)."""
+    """Modules of the ``signals`` extra that are not installed (GGUF readers only for a GGUF model)."""
     needed = list(EXTRA_MODULES)
     if model_path is not None and model_path.suffix == ".gguf":
-        needed.append("gguf")
+        needed.extend(GGUF_MODULES)
     return [name for name in needed if importlib.util.find_spec(name) is None]
 
 

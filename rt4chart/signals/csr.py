@@ -194,7 +194,7 @@ def compute_csr(
         if hit is not None:
             rows[index], cached[index] = hit, True
             continue
-        prepared = _prepare(sample, backend, template)
+        prepared = prepare_requests(sample, backend, template)
         if isinstance(prepared, str):
             errors[index] = prepared
             continue
@@ -242,7 +242,7 @@ def compute_csr(
     return outcomes
 
 
-def _prepare(
+def prepare_requests(
     sample: Sample, backend: LogprobBackend, template: CsrTemplate
 ) -> tuple[AnswerTokens, ScoreRequest, ScoreRequest] | str:
     """The two teacher-forcing requests of a sample, or why it cannot be scored."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from prompt_logprobs_server import PromptLogprobsServer
 
@@ -70,7 +70,7 @@ def reference_csr(backend: TransformersBackend, sample: Sample) -> list[float]:
     per_prompt = []
     for prefix in template.prefixes(sample.context, sample.question):
         encoding = backend.encode(prefix + sample.answer)
-        answer = answer_tokens(encoding, len(prefix), len(prefix) + len(sample.answer))
+        answer = answer_tokens(encoding, backend.encode(prefix).ids, len(prefix), len(prefix) + len(sample.answer))
         with torch.inference_mode():
             logits = backend.model(input_ids=torch.tensor([encoding.ids])).logits[0].double()
         shifted = logits - logits.max(dim=-1, keepdim=True).values
@@ -106,35 +106,46 @@ def test_context_lowers_the_ratio_of_tokens_it_states(backend: TransformersBacke
     assert all(0 <= t.csr < 1 for t in fourteen)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(answer=st.text(alphabet=st.characters(exclude_categories=("Cs",)), min_size=1, max_size=40))
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    answer=st.text(alphabet=st.characters(exclude_categories=("Cs",), max_codepoint=0x3FFFF), min_size=1, max_size=40)
+)
 def test_offsets_map_tokens_to_exact_answer_characters(backend: TransformersBackend, answer: str) -> None:
+    """Every answer character is covered, and tokens grouped by shared characters decode to exactly
+    those characters (plus the prefix characters a straddling token also holds)."""
+    hf = backend.tokenizer.hf
+    # SmolLM2's vocabulary lacks a few byte tokens (U+0016, the lead byte of planes 4-7, ...); its
+    # tokenizer drops them and shifts later offsets. Those answers get an error (next test).
+    assume(all(hf.decode(backend.encode(c).ids) == c for c in answer))
     prefix, _ = load_csr_template().prefixes("Some context.", "A question?")
     text = prefix + answer
     encoding = backend.encode(text)
-    located = answer_tokens(encoding, len(prefix), len(text))
-    indices = list(range(located.first, located.first + len(located.ids)))
-    assert [encoding.ids[i] for i in indices] == located.ids
+    located = answer_tokens(encoding, backend.encode(prefix).ids, len(prefix), len(text))
+    assert encoding.ids[located.first :] == located.ids  # the prompt ends with the answer
     covered: set[int] = set()
-    # Tokens sharing characters (pieces of one multi-byte character) decode together to exactly those characters.
-    group: list[int] = []
-    for position, index in enumerate(indices):
-        start, end = located.offsets[position]
-        absolute = encoding.offsets[index]
-        assert 0 <= start <= end <= len(answer)
-        assert (start, end) == (max(absolute[0], len(prefix)) - len(prefix), min(absolute[1], len(text)) - len(prefix))
+    groups: list[list[int]] = []
+    group_end = -1
+    for position, (start, end) in enumerate(located.offsets):
+        assert 0 <= start < end <= len(answer)
         covered.update(range(start, end))
-        if group and absolute[0] >= encoding.offsets[group[-1]][1]:
-            _assert_group_decodes(backend, encoding, group, text)
-            group = []
-        group.append(index)
-    _assert_group_decodes(backend, encoding, group, text)
+        if groups and start < group_end:
+            groups[-1].append(position)
+        else:
+            groups.append([position])
+        group_end = max(group_end, end)
     assert covered == set(range(len(answer)))
+    for group in groups:
+        first_char, last_char = located.offsets[group[0]][0], max(located.offsets[p][1] for p in group)
+        token_indices = [located.first + position for position in group]
+        decoded = hf.decode([encoding.ids[i] for i in token_indices])
+        straddled = text[min(encoding.offsets[i][0] for i in token_indices) : len(prefix)]
+        assert decoded == straddled + answer[first_char:last_char]
 
 
-def _assert_group_decodes(backend: TransformersBackend, encoding, group: list[int], text: str) -> None:  # type: ignore[no-untyped-def]
-    start, end = encoding.offsets[group[0]][0], max(encoding.offsets[i][1] for i in group)
-    assert backend.tokenizer.hf.decode([encoding.ids[i] for i in group]) == text[start:end]
+def test_answer_the_vocabulary_cannot_encode_gets_an_error(backend: TransformersBackend) -> None:
+    sample = Sample(id="control", context="c", question="q", answer="Costs 5\x16: ten")
+    (outcome,) = compute_csr([sample], backend)
+    assert outcome.report is None and outcome.error is not None and "cannot encode" in outcome.error
 
 
 def test_flagged_tokens_merge_into_trimmed_spans() -> None:

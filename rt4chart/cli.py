@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -183,6 +184,10 @@ def verify(
     github: GithubOption = False,
     fail_on: FailOnOption = FailOn.HALLUCINATED,
     max_rate: MaxRateOption = 0.0,
+    signals: Annotated[str | None, typer.Option(help="Add white-box token signals to each record: csr (needs --signal-model and --out).")] = None,
+    signal_model: Annotated[Path | None, typer.Option(help="Model directory or GGUF file for --signals.")] = None,
+    signal_server: Annotated[str | None, typer.Option(help="Base URL of a vLLM server for --signals (prompt_logprobs).")] = None,
+    signal_delta: Annotated[float, typer.Option(help="CSR threshold for --signals csr.")] = 0.2,
     *,
     options: AuditOptions,
 ) -> None:
@@ -197,6 +202,7 @@ def verify(
                              title=f"rt4chart audit of {input_path.name}", fail_on=fail_on, max_rate=max_rate)
     if problem := unwritable_output(outputs):
         raise fail(problem)
+    signal_backend = _verify_signal_backend(signals, signal_model, signal_server, signal_delta, out)
     stack = _judge_stack(judge, api_base, concurrency, None if no_cache else _cache_dir(cache_dir), budget)
     from rt4chart.pipeline import Pipeline, run_audit
     from rt4chart.report import AuditProgress, RunSummary, print_summary
@@ -224,6 +230,8 @@ def verify(
     summary.remaining = result.remaining
     summary.stopped_by_budget = result.stopped_by_budget
     summary.spent_usd, summary.budget_usd = stack.ledger.spent_usd, stack.ledger.limit_usd
+    if signal_backend is not None and out is not None:
+        _attach_signals(out, items, signal_backend, signal_delta, use_cache=not no_cache)
     if not quiet:
         print_summary(summary, stderr)
     if result.stopped_by_budget:
@@ -854,3 +862,83 @@ def repair(
                 stderr.print(f"[red]error:[/red] {'; '.join(result.errors)}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE)
     raise typer.Exit(EXIT_HALLUCINATED if summary.residual_hallucinated else EXIT_OK)
+
+
+# --- rt4 signals: white-box token signals of a self-hosted model (rt4chart.signals) ---------------
+
+signals_app = typer.Typer(help="White-box token signals of a self-hosted model.", no_args_is_help=True)
+app.add_typer(signals_app, name="signals")
+
+SignalModelOption = Annotated[Path, typer.Option(help="Model directory or GGUF file (its tokenizer gives the offsets; with --server, the server must serve the same model).")]
+SignalServerOption = Annotated[str | None, typer.Option(help="Base URL of a vLLM server (prompt_logprobs) to score on instead of in process.")]
+DeltaOption = Annotated[float, typer.Option(help="Flag answer tokens with CSR >= delta.")]
+
+
+def _signal_backend(model: Path, server: str | None, delta: float, batch_size: int | None = None) -> Any:
+    """The signal backend, or a usage error (missing extra, unreadable model, unreachable server)."""
+    from rt4chart.signals import SignalError, open_backend
+
+    if not math.isfinite(delta):
+        raise fail("--delta must be a finite number")
+    if batch_size is not None and batch_size < 1:
+        raise fail("--batch-size must be at least 1")
+    try:
+        return open_backend(model, server=server, batch_size=batch_size)
+    except SignalError as error:
+        raise fail(str(error)) from None
+
+
+@signals_app.command("csr")
+def signals_csr(
+    input_path: InputArgument,
+    model: SignalModelOption,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output JSONL: per input line, token scores with answer offsets and flagged spans.")],
+    delta: DeltaOption = 0.2,
+    server: SignalServerOption = None,
+    batch_size: Annotated[int, typer.Option(help="Sequences per forward pass (in process).")] = 4,
+    cache_dir: Annotated[Path | None, typer.Option(help="Signal cache directory (default: per-user cache).")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the signal cache.")] = False,
+) -> None:
+    """REFIND's context sensitivity ratio of every answer token of INPUT.jsonl."""
+    from rt4chart.signals import SignalError
+    from rt4chart.signals.csr import SignalCache, csr_records, write_signal_records
+
+    items = _read_input(input_path)
+    backend = _signal_backend(model, server, delta, batch_size)
+    cache = None if no_cache else SignalCache(cache_dir)
+    try:
+        records = csr_records(items, backend, delta=delta, cache=cache)
+    except SignalError as error:
+        raise fail(str(error)) from None
+    write_signal_records(out, records)
+    flagged = sum(1 for record in records if record.signals and record.signals.flagged)
+    invalid = sum(1 for record in records if record.errors)
+    stderr.print(f"wrote {len(records)} records to {out}: {flagged} with flagged tokens, {invalid} with errors", highlight=False)
+    if invalid:
+        raise typer.Exit(EXIT_USAGE)
+
+
+def _verify_signal_backend(
+    signals: str | None, model: Path | None, server: str | None, delta: float, out: Path | None
+) -> Any:
+    """``rt4 verify --signals``: check the flags and open the signal model before any judge call."""
+    if signals is None:
+        return None
+    if signals != "csr":
+        raise fail(f"--signals must be csr (got {signals!r})")
+    if model is None:
+        raise fail("--signals csr needs --signal-model PATH (a model directory or a GGUF file)")
+    if out is None:
+        raise fail("--signals needs --out FILE (the signals are added to the written records)")
+    return _signal_backend(model, server, delta)
+
+
+def _attach_signals(out: Path, items: list[InputLine], backend: Any, delta: float, *, use_cache: bool) -> None:
+    """Add the signals to the records already written to ``out`` (the default signal cache, unless --no-cache)."""
+    from rt4chart.signals import SignalError
+    from rt4chart.signals.csr import SignalCache, attach_csr_to_file
+
+    try:
+        attach_csr_to_file(out, items, backend, delta=delta, cache=SignalCache() if use_cache else None)
+    except SignalError as error:
+        raise fail(f"signals: {error}") from None

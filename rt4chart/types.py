@@ -215,6 +215,11 @@ class ClaimVerdict(Verdict):
     (the answer's decomposition is not included: it is in the record's ``usage``)."""
     errors: list[str] = Field(default_factory=list)
     """Problems met while judging this claim."""
+    csr_mean: float | None = None
+    """Mean context sensitivity ratio of the answer tokens inside the claim's answer span, when
+    ``rt4 verify --signals csr`` ran and the claim has a span (see :mod:`rt4chart.signals.csr`)."""
+    csr_max: float | None = None
+    """Largest context sensitivity ratio among those tokens."""
 
 
 class Usage(BaseModel):
@@ -256,6 +261,44 @@ class DecompositionStats(BaseModel):
     """Sentences whose claims came from the rule decomposer because the judge could not decompose them."""
 
 
+class TokenSignal(BaseModel):
+    """One answer token's white-box signal values, anchored to answer characters."""
+
+    start: int
+    """Offset of the token's first answer character (clipped to the answer when the token straddles it)."""
+    end: int
+    """Offset one past the token's last answer character."""
+    logprob_with_context: float
+    """log p(token | context, question, earlier answer tokens), by teacher forcing."""
+    logprob_without_context: float
+    """log p(token | question, earlier answer tokens), by teacher forcing."""
+    csr: float
+    """Context sensitivity ratio: ``logprob_with_context / (logprob_without_context + 1e-8)``."""
+    flagged: bool
+    """True when ``csr >= delta``."""
+
+
+class SignalReport(BaseModel):
+    """A model's token-level signals for one answer."""
+
+    signal: str
+    """Which signal (``csr``)."""
+    model: str
+    """Identity of the model that produced it (name and content hash, or server and model)."""
+    template_version: str
+    """Hash of the prompt template that placed the context and question."""
+    delta: float
+    """Flagging threshold applied to the signal."""
+    tokens: list[TokenSignal] = Field(default_factory=list)
+    """Per-answer-token values, in answer order."""
+    spans: list[Span] = Field(default_factory=list)
+    """Flagged tokens merged into answer character spans (whitespace at their edges trimmed)."""
+    flagged: bool = False
+    """True when any token is flagged."""
+    cached: bool = False
+    """True when the token values came from the signal cache."""
+
+
 class Report(BaseModel):
     """The output record of one input line."""
 
@@ -295,3 +338,5 @@ class Report(BaseModel):
     """``full``, ``off``, or ``skipped: one chunk`` (``--global-auto``: the local verdicts stand)."""
     gold: Gold | None = None
     """Gold labels carried through from the input, for scoring."""
+    signals: SignalReport | None = None
+    """White-box token signals of a self-hosted model, when ``rt4 verify --signals`` asked for them."""

@@ -33,6 +33,7 @@ from rt4chart.judges import resolve_judge
 from rt4chart.metrics import EvaluationMetrics, score_reports
 from rt4chart.pipeline import Pipeline, PipelineOptions
 from rt4chart.report import metrics_markdown
+from rt4chart.settlement import StageSettlement, settlement_by_judge
 from rt4chart.types import Gold, Report, Sample, Usage
 
 Method = Literal["rt4chart", "direct"]
@@ -133,6 +134,8 @@ class EvaluationResult(BaseModel):
     """Samples whose record carries any error (judge failures are data, not crashes)."""
     metrics: EvaluationMetrics
     """Every metric with confidence intervals."""
+    settled_by_judge: dict[str, StageSettlement] = Field(default_factory=dict)
+    """Per judge, the claims whose final label it gave and their agreement with gold (cascade stages)."""
 
     @property
     def stem(self) -> str:
@@ -248,6 +251,7 @@ def evaluate(
         usage=sum((r.usage for r in reports), Usage()),
         samples_with_errors=sum(bool(r.errors) or any(c.errors for c in r.claims) for r in reports),
         metrics=score_reports(reports, resamples=config.resamples, seed=config.seed),
+        settled_by_judge=settlement_by_judge((r, r.gold) for r in reports if r.hallucinated is not None),
     )
     return result, reports
 
@@ -273,6 +277,9 @@ def result_details(result: EvaluationResult) -> dict[str, str]:
         "wall time": f"{result.wall_seconds:.1f} s",
         "judge calls": f"{result.usage.calls} ({result.usage.cache_hits} from cache), ${result.usage.cost_usd:.4f}",
         "samples with errors": str(result.samples_with_errors),
+        "claims settled by judge": "; ".join(
+            f"{judge}: {stage.describe()}" for judge, stage in result.settled_by_judge.items()
+        ) or "none",
     }
 
 

@@ -17,7 +17,8 @@ answer without span offsets have no label and are left out of the claim model (t
 in the answer-level figures). An answer is hallucinated as gold says (``gold.hallucinated``).
 
 Model selection (per head), all inside dev with 5 folds grouped by answer:
-1. the logistic regression's C by out-of-fold log loss;
+1. the logistic regression's C by out-of-fold log loss (inputs: standardised features and their
+   pairwise products, standardised again; see rt4chart/backends/embedded_model.py);
 2. a Platt map of the out-of-fold logits -> calibrated P(claim unsupported);
 3. the claim threshold maximising the answer-level target on out-of-fold probabilities (answer F1
    for QA, balanced accuracy for summaries): an answer is flagged when any claim reaches it;
@@ -42,7 +43,8 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss, roc_auc_score
 from sklearn.model_selection import GroupKFold
-from sklearn.preprocessing import StandardScaler
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 
 from rt4chart.backends import embedded
 from rt4chart.backends.base import VerifyInput
@@ -55,9 +57,12 @@ from rt4chart.text import segment_context, split_sentences
 from rt4chart.types import Sample
 
 CACHE = Path(__file__).resolve().parents[1] / "results" / "tmp"
-HEADS: dict[HeadName, tuple[str, str]] = {"question": ("ragtruth-qa", "f1"), "no_question": ("faithbench", "balanced_accuracy")}
+HEADS: dict[HeadName, tuple[str, str]] = {
+    "question": ("ragtruth-qa", "f1"),
+    "no_question": ("faithbench", "balanced_accuracy"),
+}
 """Head -> (dev dataset, answer-level target metric)."""
-C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
+C_GRID = (0.003, 0.01, 0.03, 0.1, 0.3)
 FOLDS = 5
 SEED = 0
 ECE_BINS = 10
@@ -100,7 +105,8 @@ def measure(samples: list[Sample]) -> list[AnsweredClaims]:
             )
             analyses = analyse_request(encoder, payload)
         assert sample.gold is not None
-        answered.append(AnsweredClaims(analyses, claim_labels(sample, spans[: len(analyses)]), bool(sample.gold.hallucinated)))
+        labels = claim_labels(sample, spans[: len(analyses)])
+        answered.append(AnsweredClaims(analyses, labels, bool(sample.gold.hallucinated)))
     return answered
 
 
@@ -164,13 +170,19 @@ def train_head(answered: list[AnsweredClaims], dataset: str, metric: str) -> Hea
     gold = np.array([r.hallucinated for r in answered])
     folds = list(GroupKFold(n_splits=FOLDS, shuffle=True, random_state=SEED).split(matrix, groups=owner))
 
+    def regression(c: float) -> Pipeline:
+        return make_pipeline(
+            StandardScaler(),
+            PolynomialFeatures(degree=2, include_bias=False),
+            StandardScaler(),
+            LogisticRegression(C=c, max_iter=5000),
+        )
+
     def out_of_fold_logits(c: float) -> np.ndarray:
         logits = np.zeros(len(rows))
         for train, held in folds:
             train = train[labelled[train]]
-            scaler = StandardScaler().fit(matrix[train])
-            model = LogisticRegression(C=c, max_iter=2000).fit(scaler.transform(matrix[train]), target[train])
-            logits[held] = model.decision_function(scaler.transform(matrix[held]))
+            logits[held] = regression(c).fit(matrix[train], target[train]).decision_function(matrix[held])
         return logits
 
     losses = {}
@@ -226,20 +238,30 @@ def train_head(answered: list[AnsweredClaims], dataset: str, metric: str) -> Hea
             figures.update(cascade_p=p, cv_cascade_settled=round(float(share), 4),
                            cv_cascade_agreement=round(float(accuracy), 4))
     print(f"{dataset} dev ({metric} target {objective:.3f} at threshold {threshold:.3f}): {json.dumps(figures)}")
-    scaler = StandardScaler().fit(matrix[labelled])
-    final = LogisticRegression(C=best_c, max_iter=2000).fit(scaler.transform(matrix[labelled]), target[labelled])
-    for name, weight in sorted(zip(FEATURES, final.coef_[0], strict=True), key=lambda x: -abs(x[1]))[:8]:
-        print(f"  {name:>24}: {weight:+.3f}")
-    return Head(
+    final = regression(best_c).fit(matrix[labelled], target[labelled])
+    scaler, expander, expanded_scaler, fitted = (step for _, step in final.steps)
+    names = expander.get_feature_names_out(list(FEATURES))
+    for name, weight in sorted(zip(names, fitted.coef_[0], strict=True), key=lambda x: -abs(x[1]))[:8]:
+        print(f"  {name:>40}: {weight:+.3f}")
+    head = Head(
         mean=[float(x) for x in scaler.mean_],
         scale=[float(x) for x in scaler.scale_],
-        coefficients=[float(x) for x in final.coef_[0]],
-        intercept=float(final.intercept_[0]),
+        expanded_mean=[float(x) for x in expanded_scaler.mean_],
+        expanded_scale=[float(x) for x in expanded_scaler.scale_],
+        coefficients=[float(x) for x in fitted.coef_[0]],
+        intercept=float(fitted.intercept_[0]),
         claim_calibration=claim_map,
         threshold=float(threshold),
         answer_calibration=answer_map,
         training=figures,
     )
+    # The shipped arithmetic must be the fitted pipeline's, to rounding.
+    sample_rows = matrix[:: max(1, len(matrix) // 50)]
+    expected = [claim_map(float(z)) for z in final.decision_function(sample_rows)]
+    computed = [head.unsupported_probability(row.tolist()) for row in sample_rows]
+    if not np.allclose(expected, computed, atol=1e-9):
+        raise AssertionError("Head.unsupported_probability drifted from the fitted scikit-learn pipeline")
+    return head
 
 
 def main() -> None:

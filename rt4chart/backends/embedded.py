@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from nltk.stem.porter import PorterStemmer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from rt4chart.backends.base import (
     ClaimJudgement,

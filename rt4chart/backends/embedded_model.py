@@ -4,7 +4,10 @@ The embedded verifier measures each claim against the sentences in view (``Claim
 :mod:`rt4chart.backends.embedded`: MiniLM similarities, content-word coverage, number, negation
 and antonym cues). This module turns those measurements into the probability that the claim is
 *not* supported by the context, with a logistic regression trained on dev data and a Platt map
-fitted on held-out dev folds, and into an answer-level probability.
+fitted on held-out dev folds, and into an answer-level probability. The regression reads the
+standardised features and their pairwise products (degree-2 interactions, such as "high
+similarity but a missing number"), which scored higher in cross-validation on dev than the
+features alone and than gradient-boosted trees.
 
 The trained constants live in ``embedded_model.json`` next to this module: plain JSON (feature
 names, standardisation, coefficients, Platt parameters, decision thresholds), written by
@@ -85,6 +88,13 @@ def features(analysis: ClaimAnalysis) -> list[float]:
     ]
 
 
+def pairwise(values: Sequence[float]) -> list[float]:
+    """The values followed by every product ``values[i] * values[j]`` with i <= j (scikit-learn's
+    ``PolynomialFeatures(degree=2, include_bias=False)`` order)."""
+    count = len(values)
+    return [*values, *(values[i] * values[j] for i in range(count) for j in range(i, count))]
+
+
 def _sigmoid(value: float) -> float:
     if value >= 0:
         return 1.0 / (1.0 + math.exp(-value))
@@ -112,7 +122,8 @@ class Platt(BaseModel):
 
 
 class Head(BaseModel):
-    """One trained head: standardised features -> logistic regression -> Platt -> probability."""
+    """One trained head: standardised features and their pairwise products, standardised again ->
+    logistic regression -> Platt -> probability."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -120,8 +131,12 @@ class Head(BaseModel):
     """Per-feature mean of the training claims (standardisation)."""
     scale: list[float]
     """Per-feature standard deviation of the training claims (1 where constant)."""
+    expanded_mean: list[float]
+    """Mean of each standardised feature and pairwise product over the training claims."""
+    expanded_scale: list[float]
+    """Standard deviation of each of them (1 where constant)."""
     coefficients: list[float]
-    """Logistic-regression weights of the standardised features."""
+    """Logistic-regression weights of the standardised expanded features."""
     intercept: float
     """Logistic-regression bias."""
     claim_calibration: Platt
@@ -136,16 +151,23 @@ class Head(BaseModel):
     """What it was trained on and its held-out (cross-validated) dev figures, for the record."""
 
     @model_validator(mode="after")
-    def _same_width(self) -> Head:
-        if not len(self.mean) == len(self.scale) == len(self.coefficients) == len(FEATURES):
-            raise ValueError(f"a head needs {len(FEATURES)} means, scales and coefficients")
+    def _widths(self) -> Head:
+        expanded = len(pairwise([0.0] * len(FEATURES)))
+        if not len(self.mean) == len(self.scale) == len(FEATURES):
+            raise ValueError(f"a head needs {len(FEATURES)} feature means and scales")
+        if not len(self.expanded_mean) == len(self.expanded_scale) == len(self.coefficients) == expanded:
+            raise ValueError(f"a head needs {expanded} expanded means, scales and coefficients")
         return self
 
     def unsupported_probability(self, vector: Sequence[float]) -> float:
         """Calibrated probability that the claim with feature ``vector`` is not supported."""
+        standard = [(value - mean) / scale for value, mean, scale in zip(vector, self.mean, self.scale, strict=True)]
+        expanded = pairwise(standard)
         logit = self.intercept + sum(
             weight * (value - mean) / scale
-            for weight, value, mean, scale in zip(self.coefficients, vector, self.mean, self.scale, strict=True)
+            for weight, value, mean, scale in zip(
+                self.coefficients, expanded, self.expanded_mean, self.expanded_scale, strict=True
+            )
         )
         return self.claim_calibration(logit)
 

@@ -17,6 +17,7 @@ from rt4chart.backends.embedded_model import (
     ModelArtefact,
     Platt,
     artefact_sha256,
+    pairwise,
     load_model,
 )
 
@@ -51,10 +52,16 @@ def test_model_trained_on_other_features_is_refused(tmp_path: Path) -> None:
 
 def test_head_is_a_standardised_logistic_regression_with_platt_maps() -> None:
     width = len(FEATURES)
+    expanded = len(pairwise([0.0] * width))
+    # Only the first feature and its square carry weight.
+    coefficients = [0.0] * expanded
+    coefficients[0], coefficients[width] = 0.5, 0.25
     head = Head(
         mean=[1.0] * width,
         scale=[2.0] * width,
-        coefficients=[0.5] + [0.0] * (width - 1),
+        expanded_mean=[0.0] * expanded,
+        expanded_scale=[1.0] * width + [4.0] * (expanded - width),
+        coefficients=coefficients,
         intercept=-1.0,
         claim_calibration=Platt(slope=2.0, intercept=0.5),
         threshold=0.5,
@@ -62,11 +69,16 @@ def test_head_is_a_standardised_logistic_regression_with_platt_maps() -> None:
         training={},
     )
     vector = [5.0] + [123.0] * (width - 1)
-    logit = -1.0 + 0.5 * (5.0 - 1.0) / 2.0  # = 0
+    standard = (5.0 - 1.0) / 2.0
+    logit = -1.0 + 0.5 * standard + 0.25 * standard**2 / 4.0  # = 0.25
     assert head.unsupported_probability(vector) == pytest.approx(1 / (1 + math.exp(-(2.0 * logit + 0.5))))
     # With an identity answer map, the answer probability is 1 - prod(1 - p).
     assert head.answer_probability([0.2, 0.5]) == pytest.approx(1 - 0.8 * 0.5)
     assert head.answer_probability([]) == pytest.approx(1e-6)
+
+
+def test_pairwise_products_follow_scikit_learns_order() -> None:
+    assert pairwise([2.0, 3.0, 5.0]) == [2.0, 3.0, 5.0, 4.0, 6.0, 10.0, 9.0, 15.0, 25.0]
 
 
 def test_artefact_round_trips_as_plain_json() -> None:

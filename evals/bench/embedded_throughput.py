@@ -68,6 +68,7 @@ def module_at(commit: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
 

@@ -17,8 +17,8 @@ from rt4chart.backends.embedded_model import (
     ModelArtefact,
     Platt,
     artefact_sha256,
-    pairwise,
     load_model,
+    pairwise,
 )
 
 PINNED = Path(__file__).resolve().parents[1] / "fixtures" / "embedded_pinned.json"

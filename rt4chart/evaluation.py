@@ -31,6 +31,7 @@ from rt4chart.judges import judge_stack
 from rt4chart.metrics import EvaluationMetrics, metrics_markdown, score_reports
 from rt4chart.options import AuditOptions
 from rt4chart.pipeline import Pipeline
+from rt4chart.settlement import StageSettlement, settlement_by_judge
 from rt4chart.types import Gold, Report, Sample, Usage
 
 
@@ -119,6 +120,8 @@ class EvaluationResult(BaseModel):
     """Samples whose record carries any error (judge failures are data, not crashes)."""
     metrics: EvaluationMetrics
     """Every metric with confidence intervals."""
+    settled_by_judge: dict[str, StageSettlement] = Field(default_factory=dict)
+    """Per judge, the claims whose final label it gave and their agreement with gold (cascade stages)."""
 
     @property
     def stem(self) -> str:
@@ -233,6 +236,7 @@ def evaluate(
         metrics=score_reports(
             reports, resamples=config.resamples, seed=config.seed, spans=config.options.decomposer != "holistic"
         ),
+        settled_by_judge=settlement_by_judge((r, r.gold) for r in reports if r.hallucinated is not None),
     )
     return result, reports
 
@@ -255,6 +259,9 @@ def result_details(result: EvaluationResult) -> dict[str, str]:
         "wall time": f"{result.wall_seconds:.1f} s",
         "judge calls": f"{result.usage.calls} ({result.usage.cache_hits} from cache), ${result.usage.cost_usd:.4f}",
         "samples with errors": str(result.samples_with_errors),
+        "claims settled by judge": "; ".join(
+            f"{judge}: {stage.describe()}" for judge, stage in result.settled_by_judge.items()
+        ) or "none",
     }
 
 

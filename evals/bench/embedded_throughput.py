@@ -1,24 +1,34 @@
 """Throughput of the embedded offline verifier through the real pipeline, in claims per second.
 
-    python evals/bench/embedded_throughput.py --threads 2 --samples 200
+    python evals/bench/embedded_throughput.py --threads 2 --samples 200 [--baseline 8675a1a]
 
 Reads RAGTruth QA dev answers (or any rt4 input JSONL given with --input), decomposes them with the
 rule-based decomposer, and verifies them with local + global verification (W=25, O=10), starting
 from a cold embedding cache: every context sentence is embedded during the timed run. The model
 load is timed separately. Prints the measured figures and the command that produced them.
+
+``--baseline COMMIT`` also times the embedded verifier as it was at COMMIT (its module read with
+``git show``; 8675a1a is the hand-tuned heuristic before the learned head), in the same run and
+on the same answers, each with its own cold encoder, and prints the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import shlex
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
+from rt4chart.backends.base import Backend
 from rt4chart.backends.embedded import EmbeddedBackend
 from rt4chart.io import InputLine, read_jsonl
 from rt4chart.options import AuditOptions
@@ -49,30 +59,56 @@ async def verify_all(pipeline: Pipeline, lines: list[InputLine]) -> tuple[int, i
     return claims, calls, time.perf_counter() - started
 
 
+def module_at(commit: str) -> ModuleType:
+    """rt4chart/backends/embedded.py as it was at ``commit``, imported under another name."""
+    source = subprocess.run(
+        ["git", "show", f"{commit}:rt4chart/backends/embedded.py"], capture_output=True, text=True, check=True
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / f"embedded_{commit}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def measure(make_backend: Callable[[], Backend], lines: list[InputLine], label: str) -> float:
+    """Load a backend, verify every line, print the figures; returns claims per second."""
+    started = time.perf_counter()
+    backend = make_backend()
+    load_s = time.perf_counter() - started
+    pipeline = Pipeline(backend, AuditOptions(decomposer="rules"))
+    claims, calls, elapsed = asyncio.run(verify_all(pipeline, lines))
+    print(f"[{label}] judge: {backend.name}, model load: {load_s:.2f} s")
+    print(f"[{label}] answers: {len(lines)}, claims: {claims}, judge calls: {calls}, time: {elapsed:.2f} s")
+    print(f"[{label}] throughput: {claims / elapsed:.1f} claims/s ({len(lines) / elapsed:.1f} answers/s)")
+    return claims / elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2, help="torch threads (cores to use)")
     parser.add_argument("--samples", type=int, default=200, help="answers to verify")
     parser.add_argument("--input", type=Path, default=None, help="rt4 input JSONL instead of RAGTruth")
+    parser.add_argument("--baseline", default=None, help="also time the verifier of this git commit")
     args = parser.parse_args()
     if args.input:
         lines = [line for line in read_jsonl(args.input) if line.sample][: args.samples]
     else:
         lines = ragtruth_lines(args.samples)
 
-    started = time.perf_counter()
-    backend = EmbeddedBackend(threads=args.threads)
-    load_s = time.perf_counter() - started
-    pipeline = Pipeline(backend, AuditOptions(decomposer="rules"))
-    claims, calls, elapsed = asyncio.run(verify_all(pipeline, lines))
-
     command = shlex.join([os.path.relpath(sys.executable), *sys.argv])
     print(f"command: {command}")
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     print(f"cpus available: {len(os.sched_getaffinity(0))}, torch threads: {args.threads}, load average: {load}")
-    print(f"model load: {load_s:.2f} s")
-    print(f"answers: {len(lines)}, claims: {claims}, judge calls: {calls}, time: {elapsed:.2f} s")
-    print(f"throughput: {claims / elapsed:.1f} claims/s ({len(lines) / elapsed:.1f} answers/s)")
+    if args.baseline:
+        old = module_at(args.baseline)
+        baseline = measure(lambda: old.EmbeddedBackend(threads=args.threads), lines, f"at {args.baseline}")
+    current = measure(lambda: EmbeddedBackend(threads=args.threads), lines, "current")
+    if args.baseline:
+        print(f"current / {args.baseline}: {current / baseline:.2f}x")
 
 
 if __name__ == "__main__":

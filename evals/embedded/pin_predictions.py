@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rt4chart.backends.base import VerifyInput
 from rt4chart.backends.embedded import EmbeddedBackend
 from rt4chart.backends.embedded_model import artefact_sha256
+from rt4chart.tasks import VerifyInput
 from rt4chart.text import segment_context
 
 PINNED = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "embedded_pinned.json"

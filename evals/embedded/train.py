@@ -47,12 +47,12 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 
 from rt4chart.backends import embedded
-from rt4chart.backends.base import VerifyInput
 from rt4chart.backends.embedded import ClaimAnalysis, analyse_request, load_encoder
 from rt4chart.backends.embedded_model import ARTEFACT, FEATURES, Head, HeadName, ModelArtefact, Platt, features
 from rt4chart.datasets import load_dataset, samples_sha256
 from rt4chart.decompose import decompose_by_rules
 from rt4chart.metrics import balanced_accuracy, binary_prf
+from rt4chart.tasks import VerifyInput
 from rt4chart.text import segment_context, split_sentences
 from rt4chart.types import Sample
 

@@ -90,8 +90,8 @@ def test_artefact_round_trips_as_plain_json() -> None:
 def test_pinned_predictions_are_reproduced() -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from rt4chart.backends.base import VerifyInput
     from rt4chart.backends.embedded import VERSION, EmbeddedBackend
+    from rt4chart.tasks import VerifyInput
     from rt4chart.text import segment_context
 
     backend = EmbeddedBackend()

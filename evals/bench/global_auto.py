@@ -10,10 +10,8 @@ Calls are the requests the server received; prompt tokens are counted with gpt-4
 
 Two ways:
 - ``full``: the paper's global stage for every sample (rt4chart's default);
-- ``skip one-chunk``: no global call when the context fits one window (W=25, O=10), the full stage
-  otherwise. This is what ``--global auto`` does; until that option exists in this tree, the
-  variant is computed by running one-chunk samples with ``--no-global`` (``global_verification=
-  False``) and the rest with the full stage, which sends the same requests.
+- ``skip one-chunk``: ``--global-auto``, no global call when the context fits one window
+  (W=25, O=10), the full stage otherwise.
 
 RAGAS Faithfulness (2 calls, about 1,900 prompt tokens per sample on this data) and DeepEval
 Faithfulness (4 calls, about 2,200) are reference points quoted from issue 11, not measured here.
@@ -41,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from faults import claims_in, fault_server
 
 from rt4chart.io import InputLine
-from rt4chart.judges import resolve_judge
-from rt4chart.pipeline import Pipeline, PipelineOptions
+from rt4chart.judges import judge_stack
+from rt4chart.options import AuditOptions
+from rt4chart.pipeline import Pipeline
 from rt4chart.text import chunk_sentences, segment_context
 
 TOKENIZER_MODEL = "gpt-4o-mini"
@@ -64,29 +63,19 @@ def reply(body: dict[str, Any]) -> str:
     return json.dumps({"judgements": judgements})
 
 
-def one_chunk(item: InputLine) -> bool:
-    assert item.sample is not None
-    return len(chunk_sentences(len(segment_context(item.sample.context)[1]), 25, 10)) <= 1
-
-
-async def audit(url: str, items: list[InputLine], global_verification: bool) -> None:
-    if not items:
-        return
-    backend = resolve_judge("openai/recorder", api_base=url)
-    pipeline = Pipeline(backend, PipelineOptions(global_verification=global_verification, samples_in_flight=8))
-    async for _ in pipeline.run(items):
-        pass
-    await backend.aclose()
+async def audit(url: str, items: list[InputLine], global_auto: bool) -> None:
+    stack = judge_stack("openai/recorder", api_base=url)
+    try:
+        async for _ in Pipeline(stack, AuditOptions(global_auto=global_auto, samples_in_flight=8)).run(items):
+            pass
+    finally:
+        await stack.aclose()
 
 
 def measure(items: list[InputLine], skip_one_chunk: bool) -> tuple[int, int]:
-    """(calls, prompt tokens) the server received for ``items``."""
+    """(calls, prompt tokens) the server received for ``items`` (``--global-auto`` or the full stage)."""
     with fault_server(reply) as server:
-        if skip_one_chunk:
-            asyncio.run(audit(server.base_url, [i for i in items if one_chunk(i)], False))
-            asyncio.run(audit(server.base_url, [i for i in items if not one_chunk(i)], True))
-        else:
-            asyncio.run(audit(server.base_url, items, True))
+        asyncio.run(audit(server.base_url, items, skip_one_chunk))
         bodies = list(server.requests)
     tokens = sum(int(litellm.token_counter(model=TOKENIZER_MODEL, messages=b["messages"])) for b in bodies)
     return len(bodies), tokens
@@ -98,7 +87,8 @@ def main() -> None:
     arguments = parser.parse_args()
     items, source = bench_inputs(arguments.samples)
     n = len(items)
-    single = sum(one_chunk(i) for i in items)
+    single = sum(len(chunk_sentences(len(segment_context(i.sample.context)[1]), 25, 10)) <= 1
+                 for i in items if i.sample is not None)
     rows = []
     for name, skip in (("full global stage (paper, default)", False), ("skip global for one-chunk contexts", True)):
         calls, tokens = measure(items, skip)
@@ -107,8 +97,7 @@ def main() -> None:
         f"Inputs: {source}; {single} of {n} contexts fit one window (W=25, O=10).",
         "Judge: a recording OpenAI-compatible server on 127.0.0.1 (decomposition: one claim per sentence; "
         "verification: baseless, so no re-asks); tokens by gpt-4o-mini's tokenizer on the exact messages.",
-        "The skip row runs one-chunk samples with --no-global and the rest with the full stage "
-        "(what --global auto does).",
+        "The skip row is rt4chart's --global-auto.",
         "",
         "| way | calls / sample | prompt tokens / sample | source |",
         "|---|---:|---:|---|",

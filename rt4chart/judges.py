@@ -253,7 +253,13 @@ def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: i
                 "or pass --api-base"
             )
     api_key: str | None = None
-    if profile.api_key_env:
+    # A key goes only to the endpoint its profile names: a --api-base of the user's own choosing
+    # gets the placeholder, never the profile's cloud key (which that server could log or echo).
+    named_base = profile.api_base or (os.environ.get(profile.api_base_env) if profile.api_base_env else None)
+    user_server = api_base is not None and api_base != named_base
+    if user_server:
+        api_key = NO_KEY
+    elif profile.api_key_env:
         api_key = os.environ.get(profile.api_key_env) or None
         if api_key is None:
             raise JudgeConfigError(

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Annotated, get_args
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from rt4chart.backends.base import DEFAULT_MAX_TOKENS, Backend, GenerationParams
-from rt4chart.budget import Ledger, MeteredBackend
-from rt4chart.cache import CachedBackend, JudgeCache
+from rt4chart.budget import Ledger, MeteredBackend, RunLimits
+from rt4chart.cache import CachedBackend, CacheError, JudgeCache
 from rt4chart.datasets import DATASET_NAMES, DatasetError, load_dataset
 from rt4chart.decompose import DecomposerKind
 from rt4chart.evaluation import (
@@ -32,7 +33,7 @@ from rt4chart.evaluation import (
     write_converted,
     write_result,
 )
-from rt4chart.io import InputLine, read_jsonl
+from rt4chart.io import STDIN, InputLine, OutputError, read_jsonl, resolve_output
 from rt4chart.judges import JudgeConfigError, profile_statuses, resolve_judge
 from rt4chart.pipeline import Pipeline, PipelineOptions, estimate_audit, run_audit
 from rt4chart.report import AuditProgress, RunSummary, print_estimate, print_metrics, print_summary
@@ -67,6 +68,7 @@ def _resolve_metered(
     concurrency: int | None,
     ledger: Ledger,
     cache: JudgeCache | None,
+    timeout_s: float | None = None,
 ) -> Backend:
     """The judge with every model-calling stage metered against the ledger, behind the cache."""
 
@@ -75,7 +77,7 @@ def _resolve_metered(
         return CachedBackend(metered, cache) if cache is not None else metered
 
     try:
-        return resolve_judge(judge, api_base=api_base, concurrency=concurrency, wrap=wrap)
+        return resolve_judge(judge, api_base=api_base, concurrency=concurrency, wrap=wrap, timeout_s=timeout_s)
     except JudgeConfigError as error:
         raise fail(str(error)) from None
 
@@ -111,12 +113,31 @@ def _pipeline_options(
 
 
 def _read_input(input_path: Path) -> list[InputLine]:
-    if not input_path.is_file():
+    if str(input_path) != STDIN and not input_path.is_file():
         raise fail(f"input file not found: {input_path}")
-    return list(read_jsonl(input_path))
+    items = list(read_jsonl(input_path))
+    if not items:
+        raise fail(f"the input {'on stdin' if str(input_path) == STDIN else input_path} holds no record (it is empty or blank)")
+    return items
 
 
-InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer.")]
+def _open_cache(directory: Path | None) -> JudgeCache:
+    try:
+        return JudgeCache(directory)
+    except CacheError as error:
+        raise fail(str(error)) from None
+
+
+def _run_limits(budget: float | None, concurrency: int | None, timeout: float | None) -> RunLimits:
+    try:
+        return RunLimits(budget_usd=budget, concurrency=concurrency, timeout_s=timeout)
+    except ValidationError as error:
+        flags = {"budget_usd": "--budget", "concurrency": "--concurrency", "timeout_s": "--timeout"}
+        problem = error.errors()[0]
+        raise fail(f"{flags[str(problem['loc'][0])]}: {problem['msg']}") from None
+
+
+InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin).")]
 JudgeOption = Annotated[str | None, typer.Option(help="Judge: profile name, litellm model, cascade:A,B or scripted:RULES.json (default: the embedded offline verifier).")]
 ApiBaseOption = Annotated[str | None, typer.Option(help="Base URL of an OpenAI-compatible or vLLM server.")]
 ConcurrencyOption = Annotated[int | None, typer.Option(help="Judge calls in flight (default: the judge profile's).")]
@@ -148,19 +169,23 @@ def verify(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Keep records already complete in --out; audit the rest.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary on stderr.")] = False,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds one judge HTTP attempt may take (default: the judge profile's).")] = None,
 ) -> None:
     """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
     options = _pipeline_options(
         window, overlap, batch_claims, global_verification, decomposer, max_tokens, samples_in_flight
     )
-    if budget is not None and budget < 0:
-        raise fail("--budget must not be negative")
+    limits = _run_limits(budget, concurrency, timeout)
     if resume and out is None:
         raise fail("--resume needs --out FILE")
+    try:
+        out = resolve_output(out, input_path) if out is not None else None
+    except OutputError as error:
+        raise fail(str(error)) from None
     items = _read_input(input_path)
-    ledger = Ledger(limit_usd=budget)
-    cache = None if no_cache else JudgeCache(cache_dir)
-    backend = _resolve_metered(judge, api_base, concurrency, ledger, cache)
+    ledger = Ledger(limit_usd=limits.budget_usd)
+    cache = None if no_cache else _open_cache(cache_dir)
+    backend = _resolve_metered(judge, api_base, limits.concurrency, ledger, cache, limits.timeout_s)
     summary = RunSummary()
     with AuditProgress(len(items), ledger, stderr, enabled=not quiet) as progress:
 
@@ -168,9 +193,12 @@ def verify(
             summary.add(report)
             progress.advance(summary)
 
-        result = asyncio.run(
-            run_audit(Pipeline(backend, options), items, out, on_report, resume=resume, stdout=sys.stdout)
-        )
+        try:
+            result = asyncio.run(
+                run_audit(Pipeline(backend, options), items, out, on_report, resume=resume, stdout=sys.stdout)
+            )
+        except OutputError as error:
+            raise fail(str(error)) from None
     summary.remaining = result.remaining
     summary.stopped_by_budget = result.stopped_by_budget
     summary.spent_usd, summary.budget_usd = ledger.spent_usd, ledger.limit_usd
@@ -203,7 +231,7 @@ def estimate(
         backend = resolve_judge(judge, api_base=api_base)
     except JudgeConfigError as error:
         raise fail(str(error)) from None
-    plan = estimate_audit(Pipeline(backend, options), items, JudgeCache(cache_dir))
+    plan = estimate_audit(Pipeline(backend, options), items, _open_cache(cache_dir))
     print_estimate(plan, Console())
 
 
@@ -214,8 +242,11 @@ app.add_typer(cache_app, name="cache")
 @cache_app.command("stats")
 def cache_stats(cache_dir: CacheDirOption = None) -> None:
     """Entries and size of the cache."""
-    cache = JudgeCache(cache_dir)
-    stats = cache.stats()
+    cache = _open_cache(cache_dir)
+    try:
+        stats = cache.stats()
+    except CacheError as error:
+        raise fail(str(error)) from None
     cache.close()
     stderr.print(f"{stats.directory}: {stats.entries} entries, {stats.size_bytes / 1e6:.2f} MB", highlight=False)
 
@@ -223,8 +254,11 @@ def cache_stats(cache_dir: CacheDirOption = None) -> None:
 @cache_app.command("clear")
 def cache_clear(cache_dir: CacheDirOption = None) -> None:
     """Remove every cached judge reply."""
-    cache = JudgeCache(cache_dir)
-    removed = cache.clear()
+    cache = _open_cache(cache_dir)
+    try:
+        removed = cache.clear()
+    except CacheError as error:
+        raise fail(str(error)) from None
     cache.close()
     stderr.print(f"removed {removed} entries from {cache.directory}", highlight=False)
 
@@ -285,7 +319,7 @@ def eval_command(
     except DatasetError as error:
         raise fail(str(error)) from None
     ledger = Ledger()
-    backend = _resolve_metered(judge, api_base, concurrency, ledger, JudgeCache(cache_dir) if cache_dir else None)
+    backend = _resolve_metered(judge, api_base, concurrency, ledger, _open_cache(cache_dir) if cache_dir else None)
     summary = RunSummary()
     with AuditProgress(len(samples), ledger, stderr, enabled=not quiet) as progress:
 

@@ -138,24 +138,28 @@ def resolve_judge(
     api_base: str | None = None,
     concurrency: int | None = None,
     wrap: Callable[[Backend], Backend] | None = None,
+    timeout_s: float | None = None,
 ) -> Backend:
     """Build the backend named by ``spec`` (default :data:`DEFAULT_JUDGE`).
 
-    ``api_base`` and ``concurrency`` override the judge profile; ``wrap`` is applied to every
+    ``api_base``, ``concurrency`` and ``timeout_s`` (seconds per HTTP attempt) override the judge
+    profile; ``wrap`` is applied to every
     model-calling backend (each stage of a cascade) and is how the disk cache and the budget are
     put in front of the calls. Raises :class:`JudgeConfigError` before any work when the judge
     cannot be used (unknown name, missing API key, unreadable rules file).
     """
     spec = spec or DEFAULT_JUDGE
+    if concurrency is not None and concurrency < 1:
+        raise JudgeConfigError(f"concurrency must be at least 1 (got {concurrency})")
     if spec.startswith("cascade:"):
         from rt4chart.backends.cascade import CascadeBackend, CascadeStage
 
         stages = [
-            CascadeStage(backend=_resolve_leaf(stage, api_base, concurrency, wrap), confidence=confidence)
+            CascadeStage(backend=_resolve_leaf(stage, api_base, concurrency, wrap, timeout_s), confidence=confidence)
             for stage, confidence in parse_cascade(spec)
         ]
         return CascadeBackend(stages)
-    return _resolve_leaf(spec, api_base, concurrency, wrap)
+    return _resolve_leaf(spec, api_base, concurrency, wrap, timeout_s)
 
 
 def parse_cascade(spec: str) -> list[tuple[str, float]]:
@@ -186,12 +190,13 @@ def _resolve_leaf(
     api_base: str | None,
     concurrency: int | None,
     wrap: Callable[[Backend], Backend] | None,
+    timeout_s: float | None = None,
 ) -> Backend:
-    backend = _build_leaf(spec, api_base, concurrency)
+    backend = _build_leaf(spec, api_base, concurrency, timeout_s)
     return wrap(backend) if wrap else backend
 
 
-def _build_leaf(spec: str, api_base: str | None, concurrency: int | None) -> Backend:
+def _build_leaf(spec: str, api_base: str | None, concurrency: int | None, timeout_s: float | None) -> Backend:
     if spec.startswith("scripted:"):
         rules = spec.removeprefix("scripted:")
         if not rules:
@@ -204,6 +209,8 @@ def _build_leaf(spec: str, api_base: str | None, concurrency: int | None) -> Bac
     profile = profiles.get(spec) or _profile_for_model(spec, profiles, api_base)
     if profile.kind == "embedded":
         return _embedded_backend()
+    if timeout_s is not None:
+        profile = profile.model_copy(update={"timeout_s": timeout_s})
     return _litellm_backend(profile, api_base, concurrency)
 
 

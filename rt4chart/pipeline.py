@@ -26,9 +26,13 @@ from rt4chart.grounding import ContextIndex
 from rt4chart.io import (
     InputLine,
     ReportAppender,
+    audit_fingerprint,
     dump_report,
     error_report,
+    output_lock,
     read_completed,
+    record_key,
+    resolve_output,
     write_reports_atomically,
 )
 from rt4chart.prompts import PromptTemplate, load_prompts, prompt_set_version
@@ -196,12 +200,30 @@ async def run_audit(
 ) -> AuditResult:
     """Audit ``items`` into ``out`` (or ``stdout``), one record per line, in input order.
 
-    With ``resume``, records already complete in ``out`` are kept and their inputs skipped. When
-    the budget refuses a call, every record finished before it is written completely, nothing
-    half-done is, and the result says how many inputs remain. The file ends in input order.
+    With ``resume``, records already complete in ``out`` for the same input line content and
+    audit configuration are kept and their inputs skipped. When the budget refuses a call, every
+    record finished before it is written completely, nothing half-done is, and the result says
+    how many inputs remain. The file ends in input order. ``out`` is written through a symlink to
+    its target, under its advisory lock (:func:`rt4chart.io.output_lock`; a second run on the same
+    file raises :class:`rt4chart.io.OutputError`).
     """
+    target = resolve_output(out) if out is not None else None
+    with output_lock(target):
+        return await _audit(pipeline, items, target, on_report, resume=resume, stdout=stdout)
+
+
+async def _audit(
+    pipeline: Pipeline,
+    items: list[InputLine],
+    out: Path | None,
+    on_report: Callable[[Report], None],
+    *,
+    resume: bool,
+    stdout: TextIO | None,
+) -> AuditResult:
     result = AuditResult()
-    completed = read_completed(out, items) if resume and out else {}
+    fingerprint = audit_fingerprint(pipeline.backend.name, pipeline.prompt_version, pipeline.options)
+    completed = read_completed(out, items, fingerprint) if resume and out else {}
     if out is not None:
         # Rewriting first drops a torn tail or foreign records before anything is appended.
         write_reports_atomically(out, [completed[line] for line in sorted(completed)])
@@ -212,6 +234,7 @@ async def run_audit(
     appender = ReportAppender(out) if out is not None else None
     try:
         async for report in pipeline.run(todo):
+            report.input_hash = record_key(todo[result.written], fingerprint)
             if appender is not None:
                 appender.append(report)
             elif stdout is not None:

@@ -229,3 +229,6 @@ class Report(BaseModel):
     """Problems with the input or the audit; a record with errors and no label is invalid."""
     gold: Gold | None = None
     """Gold labels carried through from the input, for scoring."""
+    input_hash: str | None = None
+    """sha256 over the input line's bytes and the audit configuration (judge, prompt version,
+    options); ``--resume`` keeps a record only when it matches. ``None`` for an unreadable line."""

@@ -62,6 +62,10 @@ class FaultServer:
     """Answer once the script is used up."""
     latency_s: float = 0.0
     """Delay before every answer (makes concurrent requests overlap)."""
+    prompt_tokens: Callable[[dict[str, Any]], int] = lambda body: 50
+    """The prompt tokens a reply reports, as a function of the request body."""
+    completion_tokens: int = 20
+    """The completion tokens a reply reports (at most the request's ``max_tokens``)."""
     requests: list[dict[str, Any]] = field(default_factory=list)
     """Bodies of the requests received, in arrival order."""
     headers: list[dict[str, str]] = field(default_factory=list)
@@ -91,7 +95,9 @@ class FaultServer:
         return reply
 
 
-def _completion(model: str, content: str, reasoning: str | None) -> dict[str, Any]:
+def _completion(
+    model: str, content: str, reasoning: str | None, usage: tuple[int, int] = (50, 20)
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning is not None:
         message["reasoning_content"] = reasoning
@@ -101,7 +107,7 @@ def _completion(model: str, content: str, reasoning: str | None) -> dict[str, An
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
-        "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70},
+        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
     }
 
 
@@ -160,9 +166,13 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 self._send(401, {"error": {"message": message, "type": "invalid_request_error"}})
             elif behaviour == "reasoning":
                 reasoning = f"Maybe {DECOY}? Let me check."
-                self._send(200, _completion(model, state.content_for(behaviour, body), reasoning))
+                self._send(200, _completion(model, state.content_for(behaviour, body), reasoning, self._usage(body)))
             else:
-                self._send(200, _completion(model, state.content_for(behaviour, body), None))
+                self._send(200, _completion(model, state.content_for(behaviour, body), None, self._usage(body)))
+
+        def _usage(self, body: dict[str, Any]) -> tuple[int, int]:
+            completion = min(state.completion_tokens, int(body.get("max_tokens") or state.completion_tokens))
+            return state.prompt_tokens(body), completion
 
     return Handler
 

@@ -161,6 +161,22 @@ def parse_reply(
     return None, f"the reply does not match the {schema.__name__} schema: {errors[-1][:_REPLY_LIMIT]}"
 
 
+_TEMPLATE_TOKENS_PER_MESSAGE = 16
+"""Tokens a chat template may add around one message (role markers, separators): generous."""
+
+_REASK_TOKENS = 4 * (_REPLY_LIMIT + 300) + 2 * _TEMPLATE_TOKENS_PER_MESSAGE
+"""Bound on what a re-ask adds besides the bad reply: its instruction and the reason (UTF-8 bytes)."""
+
+
+def prompt_token_bound(messages: Iterable[Message]) -> int:
+    """Prompt tokens no tokenizer can exceed: the UTF-8 bytes of the messages (every byte-level BPE
+    or byte-fallback token holds at least one byte) plus the chat template's tokens."""
+    bound = _TEMPLATE_TOKENS_PER_MESSAGE
+    for message in messages:
+        bound += len(message.content.encode("utf-8")) + _TEMPLATE_TOKENS_PER_MESSAGE
+    return bound
+
+
 def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
     """``value`` (JSON-like: dicts, lists, strings, scalars) with every string scrubbed."""
     if isinstance(value, str):
@@ -310,11 +326,21 @@ class LiteLLMBackend:
         return prices, info is not None
 
     def max_cost_usd(self, request: JudgeRequest) -> float:
-        """Prompt tokens (the model's tokenizer) plus ``max_tokens`` of output, at the judge's prices."""
+        """The most ``request`` can cost, at the judge's prices, whatever tokenizer the server uses.
+
+        Each attempt that gets a reply is billed: the first, and up to ``max_reasks`` re-asks that
+        resend the prompt with the bad reply (at most ``max_tokens``) and the reason appended. A
+        prompt is bounded by :func:`prompt_token_bound`, not by a count with a tokenizer that may
+        not be the server's.
+        """
         input_price, output_price = self._prices
         if not input_price and not output_price:
             return 0.0
-        return self.count_prompt_tokens(request) * input_price + request.params.max_tokens * output_price
+        prompt = max(self.count_prompt_tokens(request), prompt_token_bound(request.messages))
+        output = request.params.max_tokens
+        reask_prompt = prompt + output + _REASK_TOKENS
+        first = prompt * input_price + output * output_price
+        return first + self.profile.max_reasks * (reask_prompt * input_price + output * output_price)
 
     def count_prompt_tokens(self, request: JudgeRequest) -> int:
         """Prompt tokens of ``request`` with the model's tokenizer (litellm's default when unknown)."""

@@ -23,6 +23,11 @@ DecomposerKind = Literal["judge", "rules", "auto", "holistic"]
 
 _CLAUSE_BREAK = re.compile(r"\s*;\s+")
 
+NO_CLAIMS = "the judge found no claim in a non-empty answer; used one claim per sentence"
+"""The error of a decomposition that returns no claim at all. An answer with nothing to check
+would pass, so text that talks the judge out of every claim (or a judge that fails that way)
+falls back to the rule-based claims, which are then judged, and the record says so."""
+
 
 def claims_from_texts(per_sentence: list[tuple[Sentence, list[str]]]) -> list[Claim]:
     """Number claims in answer order, each pointing at its sentence's span."""
@@ -85,7 +90,10 @@ async def decompose_by_judge(
         [f"decomposition skipped answer sentences {missing}; used them as claims"] if missing else []
     )
     per_sentence = [(s, by_sentence.get(s.index, rule_claims(s))) for s in sentences]
-    return claims_from_texts(per_sentence), errors
+    claims = claims_from_texts(per_sentence)
+    if not claims:
+        return decompose_by_rules(sentences), [NO_CLAIMS]
+    return claims, errors
 
 
 def holistic_request(session: JudgeSession, answer: str, question: str | None) -> JudgeRequest:
@@ -109,6 +117,8 @@ async def decompose_holistically(
         error = f"holistic decomposition failed ({response.error}); used one claim per sentence"
         return decompose_by_rules(sentences), [error]
     texts = [text.strip() for text in response.parsed.claims if text.strip()]
+    if not texts:
+        return decompose_by_rules(sentences), [NO_CLAIMS]
     claims = [
         Claim(index=position, text=text, sentence_index=None, answer_span=None)
         for position, text in enumerate(texts)

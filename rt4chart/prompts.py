@@ -3,6 +3,12 @@
 A template file holds a ``[system]`` section and a ``[user]`` section. The sha256 of a file's bytes
 is its version; it goes into the cache key and every output record, so a result can always be
 traced to the exact prompt that produced it.
+
+Field values come from the text under audit (context, question, answer, claims), so each one is
+rendered inside a ``<data-H>...</data-H>`` pair whose tag ``H`` is a hash of the value itself: a
+value cannot hold its own closing tag (that would change the hash), so text under audit cannot end
+its block and forge prompt structure (a second ``Claims:`` list, new instructions). The tag is
+deterministic, so identical requests stay identical for the cache.
 """
 
 from __future__ import annotations
@@ -31,11 +37,24 @@ class PromptTemplate:
     version: str
 
     def render(self, **fields: str) -> list[Message]:
-        """Fill the template; a missing field is a programming error and raises ``KeyError``."""
+        """Fill the template, every value delimited (:func:`delimit`); a missing field is a
+        programming error and raises ``KeyError``."""
+        delimited = {name: delimit(value) for name, value in fields.items()}
         return [
-            Message(role="system", content=self.system.substitute(fields)),
-            Message(role="user", content=self.user.substitute(fields)),
+            Message(role="system", content=self.system.substitute(delimited)),
+            Message(role="user", content=self.user.substitute(delimited)),
         ]
+
+
+def delimit(value: str) -> str:
+    """``value`` inside a tag pair it cannot close; a value of several lines gets the tags on lines
+    of their own. Empty values stay empty (nothing to delimit)."""
+    if not value:
+        return value
+    tag = f"data-{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+    if "\n" in value:
+        return f"<{tag}>\n{value}\n</{tag}>"
+    return f"<{tag}>{value}</{tag}>"
 
 
 def parse_template(name: str, source: str) -> PromptTemplate:

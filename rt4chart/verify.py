@@ -59,9 +59,10 @@ def or_join(labels: Iterable[Label | None]) -> Label:
 def and_join(labels: Iterable[Label | None]) -> Label:
     """Answer join over claims: contradicted > baseless > entailed.
 
-    A claim that could not be judged (``None``) has no established basis and counts as baseless.
+    A claim that could not be judged (``None``) has no established basis and counts as baseless,
+    and so does an answer with no claim at all: nothing in it was verified.
     """
-    present = {Label.BASELESS if label is None else label for label in labels}
+    present = {Label.BASELESS if label is None else label for label in labels} or {Label.BASELESS}
     if Label.CONTRADICTED in present:
         return Label.CONTRADICTED
     if Label.BASELESS in present:

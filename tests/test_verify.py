@@ -49,9 +49,10 @@ def test_or_join_over_every_label_combination(labels: tuple[Label | None, ...]) 
     ids=str,
 )
 def test_and_join_over_every_label_combination(labels: tuple[Label | None, ...]) -> None:
-    # An unjudged claim has no established basis: it counts as baseless. No claims: nothing is wrong.
+    # An unjudged claim has no established basis: it counts as baseless. No claims: nothing was
+    # verified, which is no basis either (an answer must never pass for having no claim).
     as_judged = [BAS if label is None else label for label in labels]
-    assert and_join(labels) == _strongest(as_judged, [CON, BAS, ENT], empty=ENT)
+    assert and_join(labels) == _strongest(as_judged, [CON, BAS, ENT], empty=BAS)
 
 
 def _verdict(index: int, span: tuple[int, int] | None, label: Label | None) -> ClaimVerdict:

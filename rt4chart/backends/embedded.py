@@ -86,7 +86,8 @@ class Thresholds(BaseModel):
     """Share of the claim's content words a sentence must hold for its negation or antonym cue
     to contradict the claim."""
     min_content_words: int = Field(ge=0)
-    """Claims with fewer content words state no checkable fact and are entailed."""
+    """Claims with fewer content words are too short for the support score: they are entailed only
+    when the context holds every one of their content words, and baseless otherwise."""
     max_missing: int = Field(ge=0)
     """Most content words of a claim that may be absent from every sentence in view."""
     question_covers: bool
@@ -482,7 +483,11 @@ def decide(analysis: ClaimAnalysis, thresholds: Thresholds) -> tuple[Label, floa
         numbers = ", ".join(f"{n:g}" for n in analysis.absent_numbers)
         return Label.BASELESS, 0.7, f"number(s) {numbers} of the claim are not in the context"
     if analysis.content_words < thresholds.min_content_words:
-        return Label.ENTAILED, 0.5, "no checkable content beyond the question"
+        # Too few words for coverage and similarity to mean much, but a short claim still states
+        # something ("Dogs bark."): it needs all its words in the context, never a free pass.
+        if analysis.missing:
+            return Label.BASELESS, 0.6, f"short claim: {analysis.missing} of its content words are not in the context"
+        return Label.ENTAILED, 0.5, "short claim: every content word is in the context"
     if analysis.missing > thresholds.max_missing:
         return Label.BASELESS, 0.7, f"{analysis.missing} content words of the claim are not in the context"
     margin = support_score(analysis, thresholds) - thresholds.support

@@ -76,6 +76,9 @@ class FaultServer:
     """Most requests answered at once."""
     base_url: str = ""
     """``http://127.0.0.1:PORT/v1`` once started."""
+    gate: threading.Event = field(default_factory=threading.Event)
+    """Requests are answered only while it is set (it starts set); clearing it holds every answer
+    until the test sets it again, so a client can be caught mid-run without timing guesses."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def next_fault(self) -> Fault:
@@ -140,6 +143,7 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
             try:
+                state.gate.wait()
                 time.sleep(state.latency_s)
                 self._answer(fault, body)
             finally:
@@ -190,6 +194,7 @@ def fault_server(
 ) -> Iterator[FaultServer]:
     """Serve on a free port of 127.0.0.1 until the block ends."""
     state = FaultServer(reply=reply, script=deque(faults), default=default or Fault())
+    state.gate.set()
     server = _Server(("127.0.0.1", 0), _handler(state))
     state.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -197,6 +202,7 @@ def fault_server(
     try:
         yield state
     finally:
+        state.gate.set()
         server.shutdown()
         server.server_close()
         thread.join()

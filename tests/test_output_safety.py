@@ -85,22 +85,24 @@ def test_an_unusable_out_is_a_clear_error(audit_inputs: tuple[Path, Path], kind:
 
 
 def test_a_second_run_on_the_same_out_fails_fast_and_the_first_loses_nothing(tmp_path: Path) -> None:
-    # About 40 x 3 calls x 0.2 s / 2 in flight = 12 s of work: the second run starts well within it.
-    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json", latency_s=0.2)
-    write_samples(inputs, 40)
+    inputs = tmp_path / "in.jsonl"
+    write_samples(inputs, 5)
     out = tmp_path / "out.jsonl"
-    args = ["verify", str(inputs), "--judge", f"scripted:{rules}", "--out", str(out), "--no-cache", "-q",
-            "--samples-in-flight", "2"]
-    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
-    first = subprocess.Popen([sys.executable, "-m", "rt4chart", *args], env=environment)
-    deadline = time.monotonic() + 120
-    while (not out.exists() or not out.read_bytes().count(b"\n")) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    second = rt4_process(*args)
-    assert first.poll() is None, "the first run must still be writing for this test to mean anything"
+    with fault_server(judge_every_claim("entailed")) as server:
+        args = ["verify", str(inputs), "--judge", "openai/fault", "--api-base", server.base_url, "--decomposer",
+                "rules", "--out", str(out), "--no-cache", "-q"]
+        server.gate.clear()  # the first run's calls reach the server and wait there
+        environment = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        first = subprocess.Popen([sys.executable, "-m", "rt4chart", *args], env=environment)
+        deadline = time.monotonic() + 240
+        while not server.requests and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.requests and first.poll() is None, "the first run is mid-audit"
+        second = rt4_process(*args)
+        server.gate.set()
+        assert first.wait(timeout=240) in (0, 1)
     assert second.returncode == 2 and "another run is writing" in second.stderr, second.stderr
-    assert first.wait(timeout=240) == 1
-    assert [r["id"] for r in read_records(out)] == [f"s{i}" for i in range(40)]
+    assert [r["id"] for r in read_records(out)] == [f"s{i}" for i in range(5)]
 
 
 # --- resume -------------------------------------------------------------------------------------

@@ -5,10 +5,11 @@ is its version; it goes into the cache key and every output record, so a result 
 traced to the exact prompt that produced it.
 
 Field values come from the text under audit (context, question, answer, claims), so each one is
-rendered inside a ``<data-H>...</data-H>`` pair whose tag ``H`` is a hash of the value itself: a
-value cannot hold its own closing tag (that would change the hash), so text under audit cannot end
-its block and forge prompt structure (a second ``Claims:`` list, new instructions). The tag is
-deterministic, so identical requests stay identical for the cache.
+rendered between ``<data-H>`` and ``</data-H>`` lines whose tag ``H`` is a hash of the value itself:
+a value cannot hold its own closing tag (that would change the hash), so text under audit cannot
+end its block and forge prompt structure (a second ``Claims:`` list, new instructions). The tag is
+deterministic, so identical requests stay identical for the cache. Only fields rt4chart writes
+itself (:data:`TRUSTED_FIELDS`) go in as they are.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from string import Template
 
 from rt4chart.backends.base import Message
 from rt4chart.resources import resource_dir
+
+TRUSTED_FIELDS = frozenset({"hint"})
+"""Fields built by rt4chart alone (the location hint ``S3-S5``), never from the text under audit."""
 
 TEMPLATE_NAMES = (
     "decompose", "verify_local", "verify_global", "verify_global_hint", "decompose_holistic", "direct",
@@ -39,7 +43,7 @@ class PromptTemplate:
     def render(self, **fields: str) -> list[Message]:
         """Fill the template, every value delimited (:func:`delimit`); a missing field is a
         programming error and raises ``KeyError``."""
-        delimited = {name: delimit(value) for name, value in fields.items()}
+        delimited = {name: value if name in TRUSTED_FIELDS else delimit(value) for name, value in fields.items()}
         return [
             Message(role="system", content=self.system.substitute(delimited)),
             Message(role="user", content=self.user.substitute(delimited)),
@@ -47,14 +51,12 @@ class PromptTemplate:
 
 
 def delimit(value: str) -> str:
-    """``value`` inside a tag pair it cannot close; a value of several lines gets the tags on lines
-    of their own. Empty values stay empty (nothing to delimit)."""
+    """``value`` between tag lines it cannot close (listings inside keep their own lines). Empty
+    values stay empty: there is nothing to delimit."""
     if not value:
         return value
     tag = f"data-{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
-    if "\n" in value:
-        return f"<{tag}>\n{value}\n</{tag}>"
-    return f"<{tag}>{value}</{tag}>"
+    return f"<{tag}>\n{value}\n</{tag}>"
 
 
 def parse_template(name: str, source: str) -> PromptTemplate:

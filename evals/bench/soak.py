@@ -150,7 +150,7 @@ def table(result: dict[str, Any], baseline: int) -> list[str]:
         "",
         "| figure | value |",
         "|---|---|",
-        f"| requests, fault-free run / faulty run | {result['requests']['fault_free']} / {result['requests']['faulty']} |",
+        f"| requests, fault-free / faulty run | {result['requests']['fault_free']} / {result['requests']['faulty']} |",
         f"| faults injected (429, 5xx, hang {HANG_S:g} s, malformed) | {injected} |",
         f"| wall seconds, fault-free / faulty | {result['seconds']['fault_free']} / {result['seconds']['faulty']} |",
         f"| records / inputs | {result['records']} / {samples} |",

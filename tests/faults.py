@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -186,6 +187,11 @@ class _Server(ThreadingHTTPServer):
     # socketserver's default backlog of 5 drops the SYNs of a burst of new connections, and each
     # dropped one is retried a full second later.
     request_queue_size = 128
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that timed out on a hung request resets the connection: expected, not news.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 @contextmanager

@@ -330,13 +330,15 @@ def smollm2(server: LocalServer, model: str) -> Backend:
 @pytest.mark.parametrize("model", MODEL_STRINGS)
 def test_llamacpp_returns_a_schema_valid_verdict(llamacpp: LocalServer, model: str) -> None:
     """A prompt SmolLM2 can follow: the reply goes through the real grammar, parse and validation."""
-    wanted = '{"judgements": [{"claim": 0, "label": "baseless", "evidence": [], "rationale": "", "confidence": 0.5}]}'
+    # Written with single quotes: an object that occurs in the prompt as JSON is never taken as the
+    # model's own verdict, so the model must write the JSON itself (its grammar forces the quotes).
+    wanted = "{'judgements': [{'claim': 0, 'label': 'baseless', 'evidence': [], 'rationale': '', 'confidence': 0.5}]}"
     request = JudgeRequest(
         task="verify",
         payload={"stage": "global", "claims": ["x"], "sentences": []},
         messages=[
             Message(role="system", content="Reply with JSON only."),
-            Message(role="user", content=f"Copy this JSON exactly: {wanted}"),
+            Message(role="user", content=f"Copy this exactly, as JSON: {wanted}"),
         ],
         params=GenerationParams(max_tokens=LLAMA_MAX_TOKENS),
         prompt_version="test",

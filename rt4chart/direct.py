@@ -72,7 +72,9 @@ class DirectPipeline(Pipeline):
                     errors=[] if found else ["the quoted span is not in the answer"],
                 )
             )
-        label = and_join(v.label for v in verdicts)
+        # The direct judge read the whole answer and flagged nothing: that is its verdict (unlike a
+        # claim-based audit, where no claim means nothing was checked).
+        label = and_join(v.label for v in verdicts) if verdicts else Label.ENTAILED
         report.label = label
         report.hallucinated = label != Label.ENTAILED
         report.claims = verdicts

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -71,14 +72,19 @@ def test_out_through_a_symlink_writes_the_target_and_keeps_the_link(audit_inputs
     assert [r["id"] for r in read_records(target)] == ["s0", "s1", "s2"]
 
 
-@pytest.mark.parametrize("kind", ["directory", "missing folder", "device"])
+@pytest.mark.parametrize("kind", ["directory", "missing folder", "pipe"])
 def test_an_unusable_out_is_a_clear_error(audit_inputs: tuple[Path, Path], kind: str) -> None:
+    # Never a real device here: an implementation with the bug under test renames a regular file
+    # over the path (it once replaced this machine's /dev/null). A FIFO is a non-regular file too.
     inputs, rules = audit_inputs
     out = {"directory": inputs.parent, "missing folder": inputs.parent / "nope" / "out.jsonl",
-           "device": Path("/dev/null")}[kind]
+           "pipe": inputs.parent / "fifo"}[kind]
+    if kind == "pipe":
+        os.mkfifo(out)
     code, output = verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", "--out", str(out))
     assert code == 2 and "--out" in output and "Traceback" not in output, output
-    assert Path("/dev/null").is_char_device()
+    if kind == "pipe":
+        assert stat.S_ISFIFO(os.stat(out).st_mode), "the pipe is still a pipe"
 
 
 # --- one run per output -------------------------------------------------------------------------

@@ -1,22 +1,46 @@
 """Run-level cost accounting and the hard budget cap.
 
-Before each call that can cost money, its worst case (from the backend's ``max_cost_usd``:
-prompt tokens counted with the model's tokenizer plus the maximum output at the judge's prices)
-is reserved; a call whose reservation would cross the budget is never started. After the call
-the reservation is replaced by what the call really cost. Spend therefore never exceeds the
-budget, whatever the concurrency: reservations happen on the event loop's single thread.
+Before each call that can cost money, its worst case (from the backend's ``max_cost_usd``: a
+prompt bound the server cannot exceed plus the maximum output, for every attempt the call may
+make, at the judge's prices) is reserved; a call whose reservation would cross the budget is never
+started. After the call the reservation is replaced by what the call really cost, booked at most
+at the reservation: a server that reports more than the worst case (a wrong price, a server that
+over-counts) stops the run with :class:`BudgetExhausted` instead of letting spend run past the cap.
+Spend therefore never exceeds the budget, whatever the concurrency: reservations happen on the
+event loop's single thread.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from rt4chart.backends.base import Backend, BackendWrapper, JudgeRequest, JudgeResponse
 from rt4chart.types import Usage
 
+_ROUNDING = 1e-9
+"""Relative slack for float rounding between a reservation and the same cost computed elsewhere."""
+
 
 class BudgetExhausted(Exception):
     """A call was refused because its worst-case cost would cross the budget."""
+
+
+class RunLimits(BaseModel):
+    """The limits of one run a user sets (``--budget``, ``--concurrency``, ``--timeout``),
+    validated before any work: NaN, infinities, negative budgets and fewer than one call in flight
+    are refused rather than silently disabling the cap or failing every call."""
+
+    model_config = ConfigDict(allow_inf_nan=False, frozen=True)
+
+    budget_usd: float | None = Field(default=None, ge=0.0)
+    """Hard cap on judge spend in USD; ``None``: no cap."""
+    concurrency: int | None = Field(default=None, ge=1)
+    """Judge calls in flight; ``None``: the judge profile's."""
+    timeout_s: float | None = Field(default=None, gt=0.0)
+    """Seconds one HTTP attempt may take; ``None``: the judge profile's."""
 
 
 @dataclass
@@ -29,6 +53,12 @@ class Ledger:
     in_flight: int = 0
     usage: Usage = field(default_factory=Usage)
     refused: int = 0
+    overrun_usd: float = 0.0
+    """What calls reported beyond their reservation (not booked against the cap; it stops the run)."""
+
+    def __post_init__(self) -> None:
+        if self.limit_usd is not None and not (math.isfinite(self.limit_usd) and self.limit_usd >= 0):
+            raise ValueError(f"a budget must be a finite amount of at least 0 USD (got {self.limit_usd})")
 
     def reserve(self, amount: float) -> bool:
         """Reserve ``amount`` if the budget allows it."""
@@ -38,11 +68,17 @@ class Ledger:
         self.reserved_usd += amount
         return True
 
-    def settle(self, reserved: float, usage: Usage) -> None:
-        """Replace a reservation with the real cost of the call."""
+    def settle(self, reserved: float, usage: Usage) -> float:
+        """Replace a reservation with the real cost of the call, booked at most at the reservation;
+        returns what the call reported beyond it (0.0 when it stayed within)."""
         self.reserved_usd -= reserved
-        self.spent_usd += usage.cost_usd
+        overrun = usage.cost_usd - reserved
+        if overrun <= _ROUNDING * max(1.0, reserved):
+            overrun = 0.0
+        self.spent_usd += usage.cost_usd - overrun
+        self.overrun_usd += overrun
         self.usage = self.usage + usage
+        return overrun
 
 
 class MeteredBackend(BackendWrapper):
@@ -64,7 +100,12 @@ class MeteredBackend(BackendWrapper):
         try:
             response = await self.inner.complete(request)
             usage = response.usage
-            return response
         finally:
             self.ledger.in_flight -= 1
-            self.ledger.settle(reservation, usage)
+            overrun = self.ledger.settle(reservation, usage)
+        if overrun and self.ledger.limit_usd is not None:
+            raise BudgetExhausted(
+                f"a {self.name} call reported ${usage.cost_usd:.6f}, more than its worst case of "
+                f"${reservation:.6f}; stopped rather than spend past the budget"
+            )
+        return response

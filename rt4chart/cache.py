@@ -4,13 +4,15 @@ The key is a sha256 over everything that can change a reply: the judge's identit
 output schema, every generation parameter, the prompt template hash and the full rendered
 messages. Only schema-valid replies are stored. diskcache keeps entries in SQLite, which makes a
 cache directory safe to share between concurrent runs; an entry that cannot be read or no longer
-validates is treated as a miss and dropped, never as an error.
+validates is treated as a miss and dropped, never as an error. A cache that cannot be opened at
+all (a corrupt ``cache.db``, a path that is a file) raises :class:`CacheError` before any work.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -53,6 +55,21 @@ def request_key(judge: str, request: JudgeRequest) -> str:
     return hashlib.sha256(encoded).hexdigest()
 
 
+class CacheError(ValueError):
+    """The cache directory cannot be used (not a directory, a corrupt database, no permission)."""
+
+
+_STORE_FAILURES = (sqlite3.Error, OSError)
+"""What diskcache raises for a directory or database it cannot use."""
+
+
+def _unusable(directory: Path, error: Exception) -> CacheError:
+    return CacheError(
+        f"cannot use the cache at {directory}: {error}; pass another --cache-dir, remove the "
+        "damaged directory, or run with --no-cache"
+    )
+
+
 @dataclass(frozen=True)
 class CacheStats:
     """What a cache directory holds."""
@@ -67,7 +84,10 @@ class JudgeCache:
 
     def __init__(self, directory: Path | str | None = None) -> None:
         self.directory = Path(directory) if directory else default_cache_dir()
-        self._store = diskcache.Cache(str(self.directory))
+        try:
+            self._store = diskcache.Cache(str(self.directory))
+        except _STORE_FAILURES as error:
+            raise _unusable(self.directory, error) from None
 
     def get(self, key: str, schema: type[BaseModel]) -> JudgeResponse | None:
         """The stored reply, its ``parsed`` object validated against ``schema``; ``None`` on a miss
@@ -98,11 +118,17 @@ class JudgeCache:
             return
 
     def stats(self) -> CacheStats:
-        return CacheStats(self.directory, len(self._store), int(self._store.volume()))
+        try:
+            return CacheStats(self.directory, len(self._store), int(self._store.volume()))
+        except _STORE_FAILURES as error:
+            raise _unusable(self.directory, error) from None
 
     def clear(self) -> int:
         """Remove every entry; returns how many there were."""
-        return int(self._store.clear())
+        try:
+            return int(self._store.clear())
+        except _STORE_FAILURES as error:
+            raise _unusable(self.directory, error) from None
 
     def close(self) -> None:
         self._store.close()

@@ -38,6 +38,8 @@ from rt4chart.outputs import OutputFormat, PublishOptions, publish, readable_std
 from rt4chart.terminal_view import print_samples
 
 if TYPE_CHECKING:
+    from rt4chart.budget import RunLimits
+    from rt4chart.cache import JudgeCache
     from rt4chart.io import InputLine
     from rt4chart.judges import JudgeStack
     from rt4chart.repair import RepairSummary
@@ -130,21 +132,48 @@ def _judge_stack(
     concurrency: int | None,
     cache: Path | None,
     budget_usd: float | None = None,
+    timeout_s: float | None = None,
 ) -> JudgeStack:
+    from rt4chart.cache import CacheError
     from rt4chart.judges import JudgeConfigError, judge_stack
 
     try:
-        return judge_stack(judge, api_base=api_base, concurrency=concurrency, cache=cache, budget_usd=budget_usd)
-    except JudgeConfigError as error:
+        return judge_stack(
+            judge, api_base=api_base, concurrency=concurrency, cache=cache, budget_usd=budget_usd, timeout_s=timeout_s
+        )
+    except (JudgeConfigError, CacheError) as error:
         raise fail(str(error)) from None
 
 
 def _read_input(input_path: Path) -> list[InputLine]:
-    from rt4chart.io import read_jsonl
+    from rt4chart.io import STDIN, read_jsonl
 
-    if not input_path.is_file():
+    if str(input_path) != STDIN and not input_path.is_file():
         raise fail(f"input file not found: {input_path}")
-    return list(read_jsonl(input_path))
+    items = list(read_jsonl(input_path))
+    if not items:
+        raise fail(f"the input {'on stdin' if str(input_path) == STDIN else input_path} holds no record (it is empty or blank)")
+    return items
+
+
+def _open_cache(directory: Path | None) -> JudgeCache:
+    from rt4chart.cache import CacheError, JudgeCache
+
+    try:
+        return JudgeCache(directory)
+    except CacheError as error:
+        raise fail(str(error)) from None
+
+
+def _run_limits(budget: float | None, concurrency: int | None, timeout: float | None) -> RunLimits:
+    from rt4chart.budget import RunLimits
+
+    try:
+        return RunLimits(budget_usd=budget, concurrency=concurrency, timeout_s=timeout)
+    except ValidationError as error:
+        flags = {"budget_usd": "--budget", "concurrency": "--concurrency", "timeout_s": "--timeout"}
+        problem = error.errors()[0]
+        raise fail(f"{flags[str(problem['loc'][0])]}: {problem['msg']}") from None
 
 
 def _cache_dir(cache_dir: Path | None) -> Path:
@@ -153,10 +182,11 @@ def _cache_dir(cache_dir: Path | None) -> Path:
     return cache_dir or default_cache_dir()
 
 
-InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer.")]
+InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin).")]
+TimeoutOption = Annotated[float | None, typer.Option("--timeout", help="Seconds one judge HTTP attempt may take (default: the judge profile's).")]
 JudgeOption = Annotated[str | None, typer.Option(help="Judge: profile name, litellm model, cascade:A,B or scripted:RULES.json (default: the embedded offline verifier).")]
 ApiBaseOption = Annotated[str | None, typer.Option(help="Base URL of an OpenAI-compatible or vLLM server.")]
-ConcurrencyOption = Annotated[int | None, typer.Option(min=1, help="Judge calls in flight (default: the judge profile's).")]
+ConcurrencyOption = Annotated[int | None, typer.Option(help="Judge calls in flight (default: the judge profile's).")]
 CacheDirOption = Annotated[Path | None, typer.Option(help="Judge-call cache directory (default: per-user cache).")]
 HtmlReportOption = Annotated[Path | None, typer.Option("--report", help="Also write a self-contained HTML report here.")]
 JunitOption = Annotated[Path | None, typer.Option(help="Also write JUnit XML here (one test case per sample).")]
@@ -188,14 +218,21 @@ def verify(
     signal_model: Annotated[Path | None, typer.Option(help="Model directory or GGUF file for --signals.")] = None,
     signal_server: Annotated[str | None, typer.Option(help="Base URL of a vLLM server for --signals (prompt_logprobs).")] = None,
     signal_delta: Annotated[float, typer.Option(help="CSR threshold for --signals csr.")] = 0.2,
+    timeout: TimeoutOption = None,
     *,
     options: AuditOptions,
 ) -> None:
     """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
-    if budget is not None and budget < 0:
-        raise fail("--budget must not be negative")
+    from rt4chart.io import OutputError, resolve_output
+
+    limits = _run_limits(budget, concurrency, timeout)
     if resume and out is None:
         raise fail("--resume needs --out FILE")
+    try:
+        # Refused before any work: the input itself, a directory, a device, a missing folder.
+        out = resolve_output(out, input_path) if out is not None else None
+    except OutputError as error:
+        raise fail(str(error)) from None
     items = _read_input(input_path)
     outputs = PublishOptions(html=html_report, junit=junit, github=github, input_file=str(input_path),
                              text_view=readable_stdout(output_format, out, sys.stdout.isatty()),
@@ -203,7 +240,9 @@ def verify(
     if problem := unwritable_output(outputs):
         raise fail(problem)
     signal_backend = _verify_signal_backend(signals, signal_model, signal_server, signal_delta, out)
-    stack = _judge_stack(judge, api_base, concurrency, None if no_cache else _cache_dir(cache_dir), budget)
+    stack = _judge_stack(
+        judge, api_base, limits.concurrency, None if no_cache else _cache_dir(cache_dir), limits.budget_usd, limits.timeout_s
+    )
     from rt4chart.pipeline import Pipeline, run_audit
     from rt4chart.report import AuditProgress, RunSummary, print_summary
 
@@ -225,7 +264,10 @@ def verify(
             finally:
                 await stack.aclose()
 
-        result = asyncio.run(audit())
+        try:
+            result = asyncio.run(audit())
+        except OutputError as error:  # another run holds the output's lock
+            raise fail(str(error)) from None
     fails = publish(outputs, pair_with_inputs(reports, items), Console())
     summary.remaining = result.remaining
     summary.stopped_by_budget = result.stopped_by_budget
@@ -262,7 +304,6 @@ def estimate(
     options: AuditOptions,
 ) -> None:
     """Calls, tokens and USD an audit of INPUT.jsonl would need (expected and worst case); calls no judge."""
-    from rt4chart.cache import JudgeCache
     from rt4chart.judges import JudgeConfigError, resolve_judge
     from rt4chart.pipeline import Pipeline
     from rt4chart.planning import estimate_audit
@@ -273,7 +314,7 @@ def estimate(
         backend = resolve_judge(judge, api_base=api_base)
     except JudgeConfigError as error:
         raise fail(str(error)) from None
-    cache = JudgeCache(cache_dir)
+    cache = _open_cache(cache_dir)
     try:
         plan = estimate_audit(Pipeline(backend, options), items, cache)
     finally:
@@ -292,10 +333,13 @@ app.add_typer(cache_app, name="cache")
 @cache_app.command("stats")
 def cache_stats(cache_dir: CacheDirOption = None) -> None:
     """Entries and size of the cache."""
-    from rt4chart.cache import JudgeCache
+    from rt4chart.cache import CacheError
 
-    cache = JudgeCache(cache_dir)
-    stats = cache.stats()
+    cache = _open_cache(cache_dir)
+    try:
+        stats = cache.stats()
+    except CacheError as error:
+        raise fail(str(error)) from None
     cache.close()
     stderr.print(f"{stats.directory}: {stats.entries} entries, {stats.size_bytes / 1e6:.2f} MB", highlight=False)
 
@@ -303,10 +347,13 @@ def cache_stats(cache_dir: CacheDirOption = None) -> None:
 @cache_app.command("clear")
 def cache_clear(cache_dir: CacheDirOption = None) -> None:
     """Remove every cached judge reply."""
-    from rt4chart.cache import JudgeCache
+    from rt4chart.cache import CacheError
 
-    cache = JudgeCache(cache_dir)
-    removed = cache.clear()
+    cache = _open_cache(cache_dir)
+    try:
+        removed = cache.clear()
+    except CacheError as error:
+        raise fail(str(error)) from None
     cache.close()
     stderr.print(f"removed {removed} entries from {cache.directory}", highlight=False)
 

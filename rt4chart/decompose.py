@@ -24,6 +24,11 @@ from rt4chart.types import Claim, DecompositionStats, Sentence, Span
 
 _CLAUSE_BREAK = re.compile(r"\s*;\s+")
 
+NO_CLAIMS = "the judge found no claim in a non-empty answer; used one claim per sentence"
+"""The error of a decomposition that returns no claim at all. An answer with nothing to check
+would pass, so text that talks the judge out of every claim (or a judge that fails that way)
+falls back to the rule-based claims, which are then judged, and the record says so."""
+
 
 def claims_from_texts(per_sentence: list[tuple[Sentence, list[str]]]) -> list[Claim]:
     """Number claims in answer order, each pointing at its sentence's span."""
@@ -131,8 +136,11 @@ async def decompose_by_judge(
             f"decomposition gave answer sentences {overlong} more than {max_per_sentence} claims; kept the first"
         )
     stats.without_claims = sum(not found[s.index] for s in sentences)
-    per_sentence_claims = [(s, found[s.index][:max_per_sentence]) for s in sentences]
-    return Decomposition(claims_from_texts(per_sentence_claims), errors, stats)
+    claims = claims_from_texts([(s, found[s.index][:max_per_sentence]) for s in sentences])
+    if not claims:
+        stats.rule_fallback = len(sentences)
+        return Decomposition(decompose_by_rules(sentences), [*errors, NO_CLAIMS], stats)
+    return Decomposition(claims, errors, stats)
 
 
 def _trusted_entries(output: DecomposeOutput, n_sentences: int) -> tuple[dict[int, list[str]], str | None]:
@@ -167,6 +175,8 @@ async def decompose_holistically(
     if not isinstance(response.parsed, HolisticDecomposeOutput):
         return Decomposition([], [f"holistic decomposition failed ({response.error})"], stats)
     texts = [text.strip() for text in response.parsed.claims if text.strip()]
+    if not texts:
+        return Decomposition(decompose_by_rules(sentences), [NO_CLAIMS], stats)
     limit = max_per_sentence * len(sentences)
     errors = [f"holistic decomposition gave {len(texts)} claims; kept the first {limit}"] * (len(texts) > limit)
     claims = [

@@ -56,7 +56,9 @@ async def audit_directly(session: JudgeSession, sample: Sample) -> Report:
                 errors=problems,
             )
         )
-    label = and_join(v.label for v in verdicts)
+    # No flagged span is the direct baseline's verdict that the answer is faithful (unlike a claim
+    # list, which is never empty when an answer was verified).
+    label = and_join(v.label for v in verdicts) if verdicts else Label.ENTAILED
     report.label = label
     report.hallucinated = label != Label.ENTAILED
     report.claims = verdicts

@@ -1,15 +1,27 @@
-"""JSONL in and out. Every input line yields exactly one item: a sample or the reason it is bad."""
+"""JSONL in and out. Every input line yields exactly one item: a sample or the reason it is bad.
+
+Output files are guarded: :func:`resolve_output` refuses an output that is the input, a directory,
+a device or sits in a missing folder, and follows a symlink to the file it names (so temporary
+files and renames happen beside the target, never replacing the link); :func:`output_lock` holds
+one advisory lock per output file, so two runs never write one file at once.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
+import hashlib
 import json
 import os
+import stat
+import sys
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from rt4chart.types import Report, Sample
 
@@ -26,6 +38,8 @@ class InputLine:
     """Why the line is not a valid sample."""
     raw_id: str | None = None
     """The line's ``id`` when one could be read, even from an invalid line."""
+    digest: str | None = None
+    """sha256 of the line's bytes (line break excluded): what :func:`record_key` binds a record to."""
 
 
 def _describe(error: ValidationError) -> str:
@@ -34,6 +48,12 @@ def _describe(error: ValidationError) -> str:
         where = ".".join(str(part) for part in item["loc"]) or "line"
         problems.append(f"{where}: {item['msg']}")
     return "; ".join(problems)
+
+
+def line_digest(raw: str | bytes) -> str:
+    """sha256 of one input line without its line break (LF or CRLF)."""
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    return hashlib.sha256(data.rstrip(b"\r\n")).hexdigest()
 
 
 def parse_sample(record: Any, line: int) -> InputLine:
@@ -67,6 +87,8 @@ class JsonLine:
     """The decoded JSON value, when the line is valid."""
     problem: str | None = None
     """Why the line could not be decoded (``not valid JSON (...)``), without the line number."""
+    digest: str | None = None
+    """sha256 of the line's bytes without its line break."""
 
 
 def json_lines(lines: Iterable[str | bytes]) -> Iterator[JsonLine]:
@@ -87,19 +109,27 @@ def json_lines(lines: Iterable[str | bytes]) -> Iterator[JsonLine]:
         if not text.strip():
             continue
         try:
-            yield JsonLine(number, text, value=json.loads(text))
+            yield JsonLine(number, text, value=json.loads(text), digest=line_digest(raw))
         except json.JSONDecodeError as error:
             yield JsonLine(number, text, problem=f"not valid JSON ({error.msg} at column {error.colno})")
 
 
+STDIN = "-"
+"""The input path that means standard input."""
+
+
 def read_json_lines(path: Path | str) -> Iterator[JsonLine]:
-    """The lines of a JSONL file (see :func:`json_lines`)."""
+    """The lines of a JSONL file, ``-`` for standard input (see :func:`json_lines`)."""
+    if str(path) == STDIN:
+        yield from json_lines(sys.stdin.buffer)
+        return
     with open(path, "rb") as handle:
         yield from json_lines(handle)
 
 
 def read_jsonl(path: Path | str) -> Iterator[InputLine]:
-    """Read an input file; blank lines are skipped, every other line yields one item."""
+    """Read an input file (``-``: standard input); blank lines are skipped, every other line yields
+    one item."""
     return parse_lines(read_json_lines(path))
 
 
@@ -109,7 +139,7 @@ def parse_lines(lines: Iterable[JsonLine]) -> Iterator[InputLine]:
         if line.problem is not None:
             yield InputLine(line.number, None, f"line {line.number}: {line.problem}")
         else:
-            yield parse_sample(line.value, line.number)
+            yield dataclasses.replace(parse_sample(line.value, line.number), digest=line.digest)
 
 
 def error_report(item: InputLine) -> Report:
@@ -129,14 +159,39 @@ def dump_report(report: Report) -> str:
     return report.model_dump_json(exclude_none=False)
 
 
-def read_completed(path: Path, items: list[InputLine]) -> dict[int, Report]:
+def audit_fingerprint(judge: str, prompt_version: str, options: BaseModel) -> str:
+    """sha256 of the audit configuration: the judge, the prompt set and every option."""
+    material = json.dumps(
+        {"judge": judge, "prompt_version": prompt_version, "options": options.model_dump(mode="json")},
+        sort_keys=True,
+    )
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def record_key(item: InputLine, fingerprint: str) -> str | None:
+    """The ``input_hash`` of the record of ``item`` under the configuration ``fingerprint``."""
+    if item.digest is None:
+        return None
+    return hashlib.sha256(f"{item.digest}:{fingerprint}".encode()).hexdigest()
+
+
+def _finished(report: Report) -> bool:
+    """Whether a record is a finished audit: a label, and no verdict that judge failures left open."""
+    return report.label is not None and not report.incomplete
+
+
+def read_completed(path: Path, items: list[InputLine], fingerprint: str | None = None) -> dict[int, Report]:
     """Records already complete in an output file, by input line number.
 
-    A record counts only if it parses as a whole :class:`Report`, names an input line with the same
-    id and is not ``incomplete``; a torn last line left by a killed run, a record of some other
-    input, or one whose verdict judge failures left open, does not.
+    A record counts only if it parses as a whole :class:`Report` and names an input line with the
+    same id; a torn last line left by a killed run, or a record of some other input, does not.
+    With ``fingerprint`` (the audit configuration, :func:`audit_fingerprint`) a record also counts
+    only if its ``input_hash`` is that of the line's content under this configuration and it is
+    finished (:func:`_finished`): a record of an edited line, of another judge, prompt set or
+    options, or one the judge failed on, is audited again.
     """
     expected = {item.line: item.sample.id if item.sample else item.raw_id for item in items}
+    keys = {item.line: record_key(item, fingerprint) for item in items} if fingerprint else {}
     completed: dict[int, Report] = {}
     if not path.exists():
         return completed
@@ -148,10 +203,64 @@ def read_completed(path: Path, items: list[InputLine]) -> dict[int, Report]:
                 report = Report.model_validate_json(text)
             except ValidationError:
                 continue
-            # A record the judge left incomplete is audited again.
-            if report.line in expected and expected[report.line] == report.id and not report.incomplete:
-                completed.setdefault(report.line, report)
+            if report.line not in expected or expected[report.line] != report.id:
+                continue
+            if fingerprint and (report.input_hash != keys[report.line] or not _finished(report)):
+                continue
+            completed.setdefault(report.line, report)
     return completed
+
+
+class OutputError(ValueError):
+    """An output path that cannot be used safely (the input itself, a directory, a device, a
+    missing folder, or a file another run is writing)."""
+
+
+def resolve_output(out: Path, inputs: Path | str | None = None) -> Path:
+    """The regular file that ``out`` names, following symlinks; raises :class:`OutputError`.
+
+    Refused: ``out`` being ``inputs`` (the same file under any name), a directory, anything that
+    is not a regular file (a device, a FIFO), and a path whose folder does not exist.
+    """
+    target = Path(os.path.realpath(out))
+    if not target.parent.is_dir():
+        raise OutputError(f"--out {out}: folder {target.parent} does not exist")
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target
+    if stat.S_ISDIR(mode):
+        raise OutputError(f"--out {out} is a directory; name a file")
+    if not stat.S_ISREG(mode):
+        raise OutputError(f"--out {out} is not a regular file (a device or a pipe); name a file or omit --out")
+    if inputs is not None and str(inputs) != STDIN and os.path.exists(inputs) and os.path.samefile(target, inputs):
+        raise OutputError(f"--out {out} is the input file; writing it would destroy the input")
+    return target
+
+
+@contextmanager
+def output_lock(out: Path | None) -> Iterator[None]:
+    """Hold the advisory lock of ``out`` (a ``.NAME.lock`` file beside it) while the block runs.
+
+    A second holder fails at once with :class:`OutputError` instead of waiting: two runs on one
+    output would rename over records the other one is still appending.
+    """
+    if out is None:
+        yield
+        return
+    lock_path = out.with_name(f".{out.name}.lock")
+    try:
+        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise OutputError(f"cannot create the lock file {lock_path}: {error.strerror}") from None
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputError(f"another run is writing {out} (its lock {lock_path} is held)") from None
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
 
 
 def write_reports_atomically(path: Path, reports: list[Report]) -> None:

@@ -153,20 +153,24 @@ def resolve_judge(
     api_base: str | None = None,
     concurrency: int | None = None,
     wrap: Callable[[Backend], Backend] | None = None,
+    timeout_s: float | None = None,
 ) -> Backend:
     """Build the backend named by ``spec`` (default :data:`DEFAULT_JUDGE`).
 
-    ``api_base`` and ``concurrency`` override the judge profile; ``wrap`` is applied to every
+    ``api_base``, ``concurrency`` and ``timeout_s`` (seconds per HTTP attempt) override the judge
+    profile; ``wrap`` is applied to every
     model-calling backend (each stage of a cascade) and is how the disk cache and the budget are
     put in front of the calls. Raises :class:`JudgeConfigError` before any work when the judge
     cannot be used (unknown name, missing API key, unreadable rules file).
     """
     spec = spec or DEFAULT_JUDGE
+    if concurrency is not None and concurrency < 1:
+        raise JudgeConfigError(f"concurrency must be at least 1 (got {concurrency})")
     if spec.startswith("cascade:"):
         from rt4chart.backends.cascade import CascadeBackend, CascadeStage
 
         stages = [
-            CascadeStage(backend=_resolve_leaf(stage, api_base, concurrency, wrap), confidence=confidence)
+            CascadeStage(backend=_resolve_leaf(stage, api_base, concurrency, wrap, timeout_s), confidence=confidence)
             for stage, confidence in parse_cascade(spec)
         ]
         return CascadeBackend(stages)
@@ -177,8 +181,8 @@ def resolve_judge(
         nested = any(member.startswith(("vote:", "cascade:")) for member in members)
         if len(members) < 2 or not all(members) or nested:
             raise JudgeConfigError(f"a vote needs at least two member judges (no nested vote: or cascade:): {spec!r}")
-        return VoteBackend([_resolve_leaf(member, api_base, concurrency, wrap) for member in members])
-    return _resolve_leaf(spec, api_base, concurrency, wrap)
+        return VoteBackend([_resolve_leaf(member, api_base, concurrency, wrap, timeout_s) for member in members])
+    return _resolve_leaf(spec, api_base, concurrency, wrap, timeout_s)
 
 
 def parse_cascade(spec: str) -> list[tuple[str, float]]:
@@ -209,12 +213,13 @@ def _resolve_leaf(
     api_base: str | None,
     concurrency: int | None,
     wrap: Callable[[Backend], Backend] | None,
+    timeout_s: float | None = None,
 ) -> Backend:
-    backend = _build_leaf(spec, api_base, concurrency)
+    backend = _build_leaf(spec, api_base, concurrency, timeout_s)
     return wrap(backend) if wrap else backend
 
 
-def _build_leaf(spec: str, api_base: str | None, concurrency: int | None) -> Backend:
+def _build_leaf(spec: str, api_base: str | None, concurrency: int | None, timeout_s: float | None) -> Backend:
     if spec.startswith("scripted:"):
         rules = spec.removeprefix("scripted:")
         if not rules:
@@ -227,6 +232,8 @@ def _build_leaf(spec: str, api_base: str | None, concurrency: int | None) -> Bac
     profile = profiles.get(spec) or _profile_for_model(spec, profiles, api_base)
     if profile.kind == "embedded":
         return _embedded_backend()
+    if timeout_s is not None:
+        profile = profile.model_copy(update={"timeout_s": timeout_s})
     return _litellm_backend(profile, api_base, concurrency)
 
 
@@ -276,7 +283,13 @@ def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: i
                 "or pass --api-base"
             )
     api_key: str | None = None
-    if profile.api_key_env:
+    # A key goes only to the endpoint its profile names: a --api-base of the user's own choosing
+    # gets the placeholder, never the profile's cloud key (which that server could log or echo).
+    named_base = profile.api_base or (os.environ.get(profile.api_base_env) if profile.api_base_env else None)
+    user_server = api_base is not None and api_base != named_base
+    if user_server:
+        api_key = NO_KEY
+    elif profile.api_key_env:
         api_key = os.environ.get(profile.api_key_env) or None
         if api_key is None:
             raise JudgeConfigError(
@@ -323,6 +336,7 @@ def judge_stack(
     cache: JudgeCache | Path | str | None = None,
     budget_usd: float | None = None,
     ledger: Ledger | None = None,
+    timeout_s: float | None = None,
 ) -> JudgeStack:
     """The judge an audit runs with: what ``rt4 verify``, :func:`rt4chart.averify`, ``rt4 eval`` and
     the benchmarks all build.
@@ -331,7 +345,8 @@ def judge_stack(
     caller's (wrapped whole). ``cache`` is an open :class:`JudgeCache` (the caller closes it), a
     directory (opened here, closed with the stack), or ``None`` for no cache. ``budget_usd`` caps
     the spend (``None``: no cap); several stacks share one spend and cap when given one ``ledger``
-    instead (``rt4 compare``). Whoever builds a stack closes it (``await stack.aclose()``); the
+    instead (``rt4 compare``). ``timeout_s`` overrides the profile's seconds per HTTP attempt.
+    Whoever builds a stack closes it (``await stack.aclose()``); the
     pipeline and the audit runners never close a backend they were given.
     """
     if ledger is None:
@@ -347,7 +362,7 @@ def judge_stack(
 
     try:
         inner = wrap(judge) if isinstance(judge, Backend) else resolve_judge(
-            judge, api_base=api_base, concurrency=concurrency, wrap=wrap
+            judge, api_base=api_base, concurrency=concurrency, wrap=wrap, timeout_s=timeout_s
         )
     except BaseException:
         if opened and disk is not None:

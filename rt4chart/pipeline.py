@@ -18,9 +18,13 @@ from rt4chart.grounding import ContextIndex
 from rt4chart.io import (
     InputLine,
     ReportAppender,
+    audit_fingerprint,
     dump_report,
     error_report,
+    output_lock,
     read_completed,
+    record_key,
+    resolve_output,
     unaudited_report,
     write_reports_atomically,
 )
@@ -182,15 +186,33 @@ async def run_audit(
 ) -> AuditResult:
     """Audit ``items`` into ``out`` (or ``stdout``), one record per line, in input order.
 
-    With ``resume``, records already complete in ``out`` are kept and their inputs skipped. When
-    the budget refuses a call, every record finished before it is written completely, nothing
-    half-done is, and the result says how many inputs remain. When the judge's circuit opens (it
-    cannot be reached, or refuses every call), every input line still gets its record: the lines
-    not audited get ``label: null``, ``incomplete: true`` and the reason, and ``--resume`` audits
-    them again. The file ends in input order.
+    With ``resume``, records already finished in ``out`` for the same input line content and
+    audit configuration are kept and their inputs skipped. When the budget refuses a call, every
+    record finished before it is written completely, nothing half-done is, and the result says
+    how many inputs remain. When the judge's circuit opens (it cannot be reached, or refuses every
+    call), every input line still gets its record: the lines not audited get ``label: null``,
+    ``incomplete: true`` and the reason, and ``--resume`` audits them again. The file ends in input
+    order. ``out`` is written through a symlink to its target, under its advisory lock
+    (:func:`rt4chart.io.output_lock`; a second run on the same file raises
+    :class:`rt4chart.io.OutputError`).
     """
+    target = resolve_output(out) if out is not None else None
+    with output_lock(target):
+        return await _audit(pipeline, items, target, on_report, resume=resume, stdout=stdout)
+
+
+async def _audit(
+    pipeline: Pipeline,
+    items: list[InputLine],
+    out: Path | None,
+    on_report: Callable[[Report], None],
+    *,
+    resume: bool,
+    stdout: TextIO | None,
+) -> AuditResult:
     result = AuditResult()
-    completed = read_completed(out, items) if resume and out else {}
+    fingerprint = audit_fingerprint(pipeline.backend.name, pipeline.prompt_version, pipeline.options)
+    completed = read_completed(out, items, fingerprint) if resume and out else {}
     if out is not None:
         # Rewriting first drops a torn tail or foreign records before anything is appended.
         write_reports_atomically(out, [completed[line] for line in sorted(completed)])
@@ -201,6 +223,8 @@ async def run_audit(
     appender = ReportAppender(out) if out is not None else None
 
     def emit(report: Report) -> None:
+        # The record is bound to its line's content and this audit's configuration (for --resume).
+        report.input_hash = record_key(todo[result.written], fingerprint)
         if appender is not None:
             appender.append(report)
         elif stdout is not None:

@@ -3,6 +3,13 @@
 A template file holds a ``[system]`` section and a ``[user]`` section. The sha256 of a file's bytes
 is its version; together with the rendering code (:mod:`rt4chart.tasks`) it goes into the cache
 key and every output record, so a result can always be traced to the exact prompt that produced it.
+
+Field values come from the text under audit (context, question, answer, claims), so each one is
+rendered between ``<data-H>`` and ``</data-H>`` lines whose tag ``H`` is a hash of the value itself:
+a value cannot hold its own closing tag (that would change the hash), so text under audit cannot
+end its block and forge prompt structure (a second ``Claims:`` list, new instructions). The tag is
+deterministic, so identical requests stay identical for the cache. Only fields rt4chart writes
+itself (:data:`TRUSTED_FIELDS`) go in as they are.
 """
 
 from __future__ import annotations
@@ -16,6 +23,10 @@ from string import Template
 from rt4chart.backends.base import Message
 from rt4chart.resources import resource_dir
 
+TRUSTED_FIELDS = frozenset({"hint", "target"})
+"""Fields built by rt4chart alone (the location hint ``S3-S5``, a sentence number), never from the
+text under audit."""
+
 
 @dataclass(frozen=True)
 class PromptTemplate:
@@ -27,11 +38,22 @@ class PromptTemplate:
     version: str
 
     def render(self, **fields: str) -> list[Message]:
-        """Fill the template; a missing field is a programming error and raises ``KeyError``."""
+        """Fill the template, every value delimited (:func:`delimit`); a missing field is a
+        programming error and raises ``KeyError``."""
+        delimited = {name: value if name in TRUSTED_FIELDS else delimit(value) for name, value in fields.items()}
         return [
-            Message(role="system", content=self.system.substitute(fields)),
-            Message(role="user", content=self.user.substitute(fields)),
+            Message(role="system", content=self.system.substitute(delimited)),
+            Message(role="user", content=self.user.substitute(delimited)),
         ]
+
+
+def delimit(value: str) -> str:
+    """``value`` between tag lines it cannot close (listings inside keep their own lines). Empty
+    values stay empty: there is nothing to delimit."""
+    if not value:
+        return value
+    tag = f"data-{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+    return f"<{tag}>\n{value}\n</{tag}>"
 
 
 def parse_template(name: str, source: str) -> PromptTemplate:

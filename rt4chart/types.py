@@ -340,3 +340,6 @@ class Report(BaseModel):
     """Gold labels carried through from the input, for scoring."""
     signals: SignalReport | None = None
     """White-box token signals of a self-hosted model, when ``rt4 verify --signals`` asked for them."""
+    input_hash: str | None = None
+    """sha256 over the input line's bytes and the audit configuration (judge, prompt version,
+    options); ``--resume`` keeps a record only when it matches. ``None`` for an unreadable line."""

@@ -43,9 +43,12 @@ def and_join(labels: Iterable[Label | None]) -> Label | None:
     """Answer join over claims: contradicted > baseless > entailed.
 
     A claim the judge could not judge (``None``) leaves the answer's label open (``None``) unless a
-    contradicted claim already decides it.
+    contradicted claim already decides it. An answer with no claim at all is baseless: nothing in it
+    was verified, and an answer must never pass for having no claim.
     """
     present = set(labels)
+    if not present:
+        return Label.BASELESS
     if Label.CONTRADICTED in present:
         return Label.CONTRADICTED
     if None in present:
@@ -59,7 +62,7 @@ def answer_hallucinated(labels: Iterable[Label | None]) -> bool | None:
     """Whether an answer is hallucinated: any claim contradicted or baseless; ``None`` when that is
     not known because some claims could not be judged and every known one is entailed."""
     present = set(labels)
-    if present & {Label.CONTRADICTED, Label.BASELESS}:
+    if not present or present & {Label.CONTRADICTED, Label.BASELESS}:
         return True
     return None if None in present else False
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -62,6 +63,10 @@ class FaultServer:
     """Answer once the script is used up."""
     latency_s: float = 0.0
     """Delay before every answer (makes concurrent requests overlap)."""
+    prompt_tokens: Callable[[dict[str, Any]], int] = lambda body: 50
+    """The prompt tokens a reply reports, as a function of the request body."""
+    completion_tokens: int = 20
+    """The completion tokens a reply reports (at most the request's ``max_tokens``)."""
     requests: list[dict[str, Any]] = field(default_factory=list)
     """Bodies of the requests received, in arrival order."""
     headers: list[dict[str, str]] = field(default_factory=list)
@@ -72,6 +77,9 @@ class FaultServer:
     """Most requests answered at once."""
     base_url: str = ""
     """``http://127.0.0.1:PORT/v1`` once started."""
+    gate: threading.Event = field(default_factory=threading.Event)
+    """Requests are answered only while it is set (it starts set); clearing it holds every answer
+    until the test sets it again, so a client can be caught mid-run without timing guesses."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def next_fault(self) -> Fault:
@@ -91,7 +99,9 @@ class FaultServer:
         return reply
 
 
-def _completion(model: str, content: str, reasoning: str | None) -> dict[str, Any]:
+def _completion(
+    model: str, content: str, reasoning: str | None, usage: tuple[int, int] = (50, 20)
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning is not None:
         message["reasoning_content"] = reasoning
@@ -101,7 +111,7 @@ def _completion(model: str, content: str, reasoning: str | None) -> dict[str, An
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
-        "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70},
+        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
     }
 
 
@@ -134,6 +144,7 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
             try:
+                state.gate.wait()
                 time.sleep(state.latency_s)
                 self._answer(fault, body)
             finally:
@@ -160,9 +171,13 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 self._send(401, {"error": {"message": message, "type": "invalid_request_error"}})
             elif behaviour == "reasoning":
                 reasoning = f"Maybe {DECOY}? Let me check."
-                self._send(200, _completion(model, state.content_for(behaviour, body), reasoning))
+                self._send(200, _completion(model, state.content_for(behaviour, body), reasoning, self._usage(body)))
             else:
-                self._send(200, _completion(model, state.content_for(behaviour, body), None))
+                self._send(200, _completion(model, state.content_for(behaviour, body), None, self._usage(body)))
+
+        def _usage(self, body: dict[str, Any]) -> tuple[int, int]:
+            completion = min(state.completion_tokens, int(body.get("max_tokens") or state.completion_tokens))
+            return state.prompt_tokens(body), completion
 
     return Handler
 
@@ -173,6 +188,11 @@ class _Server(ThreadingHTTPServer):
     # dropped one is retried a full second later.
     request_queue_size = 128
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that timed out on a hung request resets the connection: expected, not news.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
 
 @contextmanager
 def fault_server(
@@ -180,6 +200,7 @@ def fault_server(
 ) -> Iterator[FaultServer]:
     """Serve on a free port of 127.0.0.1 until the block ends."""
     state = FaultServer(reply=reply, script=deque(faults), default=default or Fault())
+    state.gate.set()
     server = _Server(("127.0.0.1", 0), _handler(state))
     state.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -187,6 +208,7 @@ def fault_server(
     try:
         yield state
     finally:
+        state.gate.set()
         server.shutdown()
         server.server_close()
         thread.join()

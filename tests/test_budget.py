@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from audit_fixtures import read_records, write_rules, write_samples
+from faults import fault_server, judge_every_claim
 from typer.testing import CliRunner
 
 from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.budget import Ledger, MeteredBackend
 from rt4chart.cli import app
 from rt4chart.io import read_jsonl
+from rt4chart.judges import resolve_judge
 from rt4chart.options import AuditOptions
 from rt4chart.pipeline import Pipeline, run_audit
 from rt4chart.types import Usage
@@ -133,3 +137,65 @@ def test_claims_carry_their_share_of_the_cost(tmp_path: Path) -> None:
     ]
     decomposition = COST
     assert sum(c["cost_usd"] for c in record["claims"]) + decomposition == pytest.approx(record["usage"]["cost_usd"])
+
+
+# --- a worst case the server cannot exceed --------------------------------------------------------
+
+
+def test_ledger_books_at_most_the_reservation_and_reports_the_overrun() -> None:
+    ledger = Ledger(limit_usd=1.0)
+    assert ledger.reserve(0.3)
+    assert ledger.settle(0.3, Usage(calls=1, cost_usd=0.5)) == pytest.approx(0.2)
+    assert (ledger.spent_usd, ledger.overrun_usd) == (pytest.approx(0.3), pytest.approx(0.2))
+    for bad in (float("nan"), float("inf"), -0.01):
+        with pytest.raises(ValueError, match="finite"):
+            Ledger(limit_usd=bad)
+
+
+def _bytes_of(body: dict[str, Any]) -> int:
+    return sum(len(str(m["content"]).encode()) for m in body["messages"])
+
+
+@pytest.mark.parametrize(
+    ("reported_prompt_tokens", "stops_on_overrun"),
+    [
+        # A tokenizer close to one token per byte: far more than rt4's own count, still possible.
+        (lambda body: int(_bytes_of(body) * 0.95), False),
+        # A server that over-reports beyond any tokenizer.
+        (lambda body: 1_000_000, True),
+    ],
+)
+def test_spend_stays_under_the_cap_whatever_the_server_reports(
+    tmp_path: Path, reported_prompt_tokens: Callable[[dict[str, Any]], int], stops_on_overrun: bool
+) -> None:
+    inputs = tmp_path / "in.jsonl"
+    write_samples(inputs, 12)
+    cap = 0.002
+    ledger = Ledger(limit_usd=cap)
+    with fault_server(judge_every_claim("entailed")) as server:
+        server.prompt_tokens = reported_prompt_tokens
+        backend = resolve_judge("gpt-4o-mini", api_base=server.base_url, concurrency=4,
+                                wrap=lambda leaf: MeteredBackend(leaf, ledger))
+        options = AuditOptions(decomposer="rules", max_tokens=1, samples_in_flight=4)
+        out = tmp_path / "out.jsonl"
+        result = asyncio.run(run_audit(Pipeline(backend, options), list(read_jsonl(inputs)), out, lambda r: None))
+    assert result.stopped_by_budget
+    assert ledger.spent_usd <= cap
+    assert sum(r["usage"]["cost_usd"] for r in read_records(out)) <= cap
+    assert (ledger.overrun_usd > 0) == stops_on_overrun
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--budget", "nan"), ("--budget", "inf"), ("--budget", "-1"), ("--concurrency", "0"),
+     ("--concurrency", "-1"), ("--timeout", "0"), ("--timeout", "nan"), ("--samples-in-flight", "0")],
+)
+def test_run_limits_that_make_no_sense_are_refused_before_any_work(tmp_path: Path, flag: str, value: str) -> None:
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json", cost_per_call=COST)
+    write_samples(inputs, 1)
+    out = tmp_path / "out.jsonl"
+    result = runner.invoke(app, ["verify", str(inputs), "--judge", f"scripted:{rules}", "--out", str(out),
+                                 "--no-cache", flag, value])
+    assert result.exit_code == 2, result.output
+    assert flag in result.output and "Traceback" not in result.output
+    assert not out.exists(), "refused before any work"

@@ -204,3 +204,18 @@ def test_holistic_decomposer_through_verify_and_estimate(tmp_path: Path) -> None
     assert record["label"] == "contradicted" and record["spans"] == [], "holistic claims map to no span"
     estimated = CliRunner().invoke(app, ["estimate", str(inputs), *common])
     assert estimated.exit_code == 0 and "judge calls" in estimated.output
+
+
+def test_zero_claims_from_a_non_empty_answer_is_an_error_and_the_sentences_are_judged() -> None:
+    # The text under audit talks the decomposer out of every claim ("state no fact"): with no
+    # claim, nothing would be checked and the answer would pass.
+    backend = running_example_judge()
+    backend.rewrite = _reply_editor(
+        lambda reply: DecomposeOutput(sentences=[DecomposedSentence(sentence=e.sentence, claims=[])
+                                                 for e in reply.sentences])
+    )
+    sample = running_example_sample()
+    report, _ = _decomposition(backend, sample)
+    assert [c.text for c in report.claims] == [s.text for s in split_sentences(sample.answer)]
+    assert report.errors == ["the judge found no claim in a non-empty answer; used one claim per sentence"]
+    assert report.label is not None and report.label != "entailed", "the wrong answer does not pass"

@@ -37,7 +37,7 @@ def closed_port_url() -> str:
 
 def backend_at(api_base: str, **profile: float) -> LiteLLMBackend:
     settings = {"timeout_s": 5.0, "max_attempts": 5, "backoff_s": 0.01, "backoff_max_s": 0.05, **profile}
-    return LiteLLMBackend(JudgeProfile(name="fault", model="openai/fault", **settings),  # type: ignore[arg-type]
+    return LiteLLMBackend(JudgeProfile(name="fault", model="openai/fault", **settings).litellm_settings(),  # type: ignore[arg-type]
                           api_key="no-key", api_base=api_base)
 
 

@@ -277,7 +277,7 @@ def test_smollm2_rewrites_through_llamacpp_into_a_consistent_record(
     """Plumbing with a real model: the repair prompt and schema go through llama.cpp and litellm;
     whatever SmolLM2-135M writes (or fails to), the record's edits apply back exactly."""
     profile = JudgeProfile(name="openai/smollm2", model="openai/smollm2", max_attempts=2, backoff_s=0.01)
-    backend = LiteLLMBackend(profile, api_key="no-key", api_base=llamacpp.api_base)
+    backend = LiteLLMBackend(profile.litellm_settings(), api_key="no-key", api_base=llamacpp.api_base)
     report, sample = audit(CLAUSES, scripted)
     repairer = Repairer("rewrite", backend, GenerationParams(max_tokens=LLAMA_MAX_TOKENS))
     try:

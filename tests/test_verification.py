@@ -55,12 +55,13 @@ def test_or_join_over_every_label_combination(labels: tuple[Label | None, ...]) 
 def test_and_join_over_every_label_combination(labels: tuple[Label | None, ...]) -> None:
     # An unjudged claim leaves the answer open unless a contradicted claim decides it; the answer is
     # hallucinated when a known claim is contradicted or baseless, unknown when that is not known.
+    # No claims: nothing was verified, which is no basis either (an answer never passes for that).
     judged = [label for label in labels if label is not None]
     if CON in judged or None not in labels:
-        assert and_join(labels) == _strongest(judged, [CON, BAS, ENT], empty=ENT)
+        assert and_join(labels) == _strongest(judged, [CON, BAS, ENT], empty=BAS)
     else:
         assert and_join(labels) is None
-    if CON in judged or BAS in judged:
+    if CON in judged or BAS in judged or not labels:
         assert answer_hallucinated(labels) is True
     else:
         assert answer_hallucinated(labels) is (None if None in labels else False)

@@ -1,9 +1,10 @@
 """Any model litellm can call (OpenAI, GLM via zai, vLLM, any OpenAI-compatible server) as a judge.
 
-The verdict comes only from a reply object that validates against the request's pydantic schema.
-Text around it (prose, code fences, ``<think>`` blocks) is stripped, and ``reasoning_content`` is
-never read, so a verdict-shaped string that a model merely thinks about, or quotes from the answer
-or context under audit, is never taken as the verdict.
+The verdict comes only from a reply object that validates against the request's pydantic schema:
+the last such object of the reply that is not copied from the prompt. Text around it (prose, code
+fences, ``<think>`` blocks) is stripped, and ``reasoning_content`` is never read, so a
+verdict-shaped string that a model merely thinks about, or quotes from the answer or context under
+audit, is never taken as the verdict.
 
 Retries (tenacity, exponential backoff with jitter): 429 (Retry-After honoured), 5xx, timeouts,
 dropped connections, and replies that do not validate (re-asked with the validation error, at most
@@ -13,6 +14,8 @@ refused, a host name that does not resolve, 401/403, 404) get at most one retry 
 backend's circuit breaker (:mod:`rt4chart.backends.circuit`): once it opens, ``complete`` raises
 :class:`~rt4chart.backends.circuit.JudgeUnavailable`, the one exception that stops a run. API keys
 never appear in errors.
+Configured API keys (and key-shaped tokens) are scrubbed from every string that leaves the backend:
+the parsed verdict, ``raw`` and ``error``.
 """
 
 from __future__ import annotations
@@ -62,7 +65,6 @@ _MODELS_PRICED_HERE: set[str] = set()
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-_CODE_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 _SECRET_PATTERNS = (
     re.compile(r"(Bearer\s+)[^\s'\"]+", re.IGNORECASE),
     re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),
@@ -105,50 +107,94 @@ def scrub(text: str, secrets: Iterable[str] | None = None) -> str:
     return text
 
 
-def _json_candidates(text: str) -> list[str]:
-    """Complete top-level JSON objects in ``text``, outside ``<think>`` blocks, in order."""
-    if "</think>" in text.lower():
-        # Some chat templates open the think block in the prompt, so only its end is in the reply.
-        text = re.split(r"</think>", _THINK_BLOCK.sub("", text), flags=re.IGNORECASE)[-1]
-    fenced = _CODE_FENCE.findall(text)
+def _json_objects(text: str, *, nested: bool) -> list[str]:
+    """Complete JSON objects in ``text`` in order: top-level ones, or with ``nested`` every one."""
     decoder = json.JSONDecoder()
     found: list[str] = []
-    for source in [*fenced, text] if fenced else [text]:
-        position = source.find("{")
-        while position != -1:
-            try:
-                _, end = decoder.raw_decode(source, position)
-            except json.JSONDecodeError:
-                position = source.find("{", position + 1)
-                continue
-            found.append(source[position:end])
-            position = source.find("{", end)
-        if found:
-            break
+    position = text.find("{")
+    while position != -1:
+        try:
+            _, end = decoder.raw_decode(text, position)
+        except json.JSONDecodeError:
+            position = text.find("{", position + 1)
+            continue
+        found.append(text[position:end])
+        position = text.find("{", position + 1 if nested else end)
     return found
 
 
-def parse_reply(text: str, schema: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
-    """The one schema-valid object in a reply, or why there is none.
+def _canonical(candidate: str) -> str:
+    return json.dumps(json.loads(candidate), sort_keys=True, ensure_ascii=False)
 
-    Two different schema-valid objects make the reply ambiguous: it is rejected rather than guessed.
+
+def _json_candidates(text: str) -> list[str]:
+    """Complete top-level JSON objects in ``text``, outside ``<think>`` blocks, in order.
+
+    Code fences are not special: a fenced object is found where it stands, so a verdict the model
+    merely quotes (from the answer under audit) before its own does not win by being fenced.
+    """
+    if "</think>" in text.lower():
+        # Some chat templates open the think block in the prompt, so only its end is in the reply.
+        text = re.split(r"</think>", _THINK_BLOCK.sub("", text), flags=re.IGNORECASE)[-1]
+    return _json_objects(text, nested=False)
+
+
+def parse_reply(
+    text: str, schema: type[BaseModel], prompt: Iterable[str] = ()
+) -> tuple[BaseModel | None, str | None]:
+    """The model's own verdict in a reply, or why there is none.
+
+    The verdict is the last complete schema-valid object of the reply (a model that restates or
+    quotes objects before answering puts its answer last), skipping any object that occurs in
+    ``prompt`` (the texts of the request's messages): an object copied from the prompt, such as
+    the template's example or a verdict planted in the text under audit, is not the model's own.
     """
     candidates = _json_candidates(text)
     if not candidates:
         return None, "the reply holds no JSON object"
-    valid: list[BaseModel] = []
+    quoted = {_canonical(found) for part in prompt for found in _json_objects(part, nested=True)}
     errors: list[str] = []
-    for candidate in candidates:
+    copied = 0
+    for candidate in reversed(candidates):
         try:
-            valid.append(schema.model_validate_json(candidate))
+            parsed = schema.model_validate_json(candidate)
         except ValidationError as error:
             errors.append(str(error))
-    distinct = {item.model_dump_json() for item in valid}
-    if len(distinct) == 1:
-        return valid[0], None
-    if len(distinct) > 1:
-        return None, f"the reply holds {len(distinct)} different {schema.__name__} objects"
-    return None, f"the reply does not match the {schema.__name__} schema: {errors[0][:_REPLY_LIMIT]}"
+            continue
+        if _canonical(candidate) in quoted:
+            copied += 1
+            continue
+        return parsed, None
+    if copied:
+        return None, f"the reply only repeats {schema.__name__} objects of the prompt"
+    return None, f"the reply does not match the {schema.__name__} schema: {errors[-1][:_REPLY_LIMIT]}"
+
+
+_TEMPLATE_TOKENS_PER_MESSAGE = 16
+"""Tokens a chat template may add around one message (role markers, separators): generous."""
+
+_REASK_TOKENS = 4 * (_REPLY_LIMIT + 300) + 2 * _TEMPLATE_TOKENS_PER_MESSAGE
+"""Bound on what a re-ask adds besides the bad reply: its instruction and the reason (UTF-8 bytes)."""
+
+
+def prompt_token_bound(messages: Iterable[Message]) -> int:
+    """Prompt tokens no tokenizer can exceed: the UTF-8 bytes of the messages (every byte-level BPE
+    or byte-fallback token holds at least one byte) plus the chat template's tokens."""
+    bound = _TEMPLATE_TOKENS_PER_MESSAGE
+    for message in messages:
+        bound += len(message.content.encode("utf-8")) + _TEMPLATE_TOKENS_PER_MESSAGE
+    return bound
+
+
+def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
+    """``value`` (JSON-like: dicts, lists, strings, scalars) with every string scrubbed."""
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, list):
+        return [scrub_value(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {key: scrub_value(item, secrets) for key, item in value.items()}
+    return value
 
 
 class InvalidReply(Exception):
@@ -344,11 +390,21 @@ class LiteLLMBackend:
         return prices, info is not None
 
     def max_cost_usd(self, request: JudgeRequest) -> float:
-        """Prompt tokens (the model's tokenizer) plus ``max_tokens`` of output, at the judge's prices."""
+        """The most ``request`` can cost, at the judge's prices, whatever tokenizer the server uses.
+
+        Each attempt that gets a reply is billed: the first, and up to ``max_reasks`` re-asks that
+        resend the prompt with the bad reply (at most ``max_tokens``) and the reason appended. A
+        prompt is bounded by :func:`prompt_token_bound`, not by a count with a tokenizer that may
+        not be the server's.
+        """
         input_price, output_price = self._prices
         if not input_price and not output_price:
             return 0.0
-        return self.count_prompt_tokens(request) * input_price + request.params.max_tokens * output_price
+        prompt = max(self.count_prompt_tokens(request), prompt_token_bound(request.messages))
+        output = request.params.max_tokens
+        reask_prompt = prompt + output + _REASK_TOKENS
+        first = prompt * input_price + output * output_price
+        return first + self.settings.max_reasks * (reask_prompt * input_price + output * output_price)
 
     def count_prompt_tokens(self, request: JudgeRequest) -> int:
         """Prompt tokens of ``request`` with the model's tokenizer (litellm's default when unknown)."""
@@ -431,6 +487,7 @@ class LiteLLMBackend:
         arguments = self._call_arguments(request)
         messages = [m.model_dump() for m in request.messages]
         schema = request.output_schema
+        prompt = [m.content for m in request.messages]
         usage: list[Usage] = []
         raw = ""
         parsed: BaseModel | None = None
@@ -448,7 +505,7 @@ class LiteLLMBackend:
                 with attempt:
                     response = await self._attempt(arguments, messages, usage)
                     raw = str(response.choices[0].message.content or "")
-                    parsed, reason = parse_reply(raw, schema)
+                    parsed, reason = parse_reply(raw, schema, prompt)
                     if parsed is None:
                         invalid_replies += 1
                         messages = self._reask(request.messages, raw, reason or "invalid reply")
@@ -468,6 +525,10 @@ class LiteLLMBackend:
             self.circuit.record_failure(scrub(f"{unreachable}; {error}"[:_REPLY_LIMIT], self._secrets))
         secrets = self._secrets
         total = sum(usage, Usage())
+        if parsed is not None:
+            # A key can come back inside the verdict itself (a server or model echoing it into a
+            # rationale or a quote); every string that leaves the backend is scrubbed.
+            parsed = type(parsed).model_validate(scrub_value(parsed.model_dump(mode="json"), secrets))
         return JudgeResponse(
             parsed=parsed,
             raw=scrub(raw, secrets),

@@ -131,3 +131,12 @@ def test_verify_reply_is_free_and_has_one_judgement_per_claim(backend: EmbeddedB
     assert response.usage.prompt_tokens == response.usage.completion_tokens == 0
     assert response.usage.cost_usd == 0.0
     assert backend.max_cost_usd(request) == 0.0
+
+
+@pytest.mark.parametrize("answer", ["Dogs bark.", "Cats purr loudly."])
+def test_a_short_claim_against_an_unrelated_context_is_not_entailed(backend: EmbeddedBackend, answer: str) -> None:
+    assert only_claim_label(audit(backend, answer)) == Label.BASELESS
+
+
+def test_a_short_claim_the_context_states_is_entailed(backend: EmbeddedBackend) -> None:
+    assert only_claim_label(audit(backend, "Gustave Eiffel built it.")) == Label.ENTAILED

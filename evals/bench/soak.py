@@ -1,0 +1,191 @@
+"""Soak: N samples through the real ``rt4 verify`` CLI with the litellm backend against the project's
+fault server (tests/faults.py) injecting 10% 429s, 5% 5xx, 2% hangs past a short --timeout and 3%
+malformed replies, compared with a fault-free run of the same inputs on the same server.
+
+    python evals/bench/soak.py [--samples 2000] [--memory-baseline 500] [--json FILE] [--no-record]
+
+Checks, each printed with its figure: every input line has exactly one record, in order; every
+record whose calls eventually succeeded (no error on the record or a claim) equals the fault-free
+record of the same line (usage aside: retries cost calls); records that could not be judged carry
+errors (and, once judge failures null the label, ``label: null``: the figure says how many do);
+the CLI's peak memory (max RSS, from ``wait4``) for N samples vs the baseline count.
+
+The fault sequence is drawn with a fixed seed; which request meets which fault depends on arrival
+order under concurrency, so figures vary a little from run to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from audit_fixtures import write_samples  # noqa: E402
+from faults import Fault, FaultServer, claims_in, fault_server  # noqa: E402
+
+FAULT_SHARES = {"rate_limit": 0.10, "server_error": 0.05, "hang": 0.02, "invalid_json": 0.03}
+TIMEOUT_S = 1.0
+HANG_S = 3.0
+"""Hung requests answer after 3 s, past the 1 s --timeout of the run."""
+
+VOLATILE = ("usage", "usage_by_judge")
+VOLATILE_CLAIM = ("calls", "cost_usd")
+"""What retries legitimately change in a record: what it cost."""
+
+
+def reply(body: dict[str, Any]) -> str:
+    """A deterministic judge: the opening-hours claim is entailed with its quote, the rest baseless."""
+    judgements = []
+    for position, claim in enumerate(claims_in(body)):
+        if "opens at" in claim:
+            judgements.append({"claim": position, "label": "entailed", "evidence": [claim.strip()],
+                               "rationale": "quoted", "confidence": 0.9})
+        else:
+            judgements.append({"claim": position, "label": "baseless", "evidence": [],
+                               "rationale": "not stated", "confidence": 0.9})
+    return json.dumps({"judgements": judgements})
+
+
+def fault_script(requests: int, seed: int) -> deque[Fault]:
+    draw = random.Random(seed)
+    script: deque[Fault] = deque()
+    for _ in range(requests):
+        roll, behaviour = draw.random(), "ok"
+        for name, share in FAULT_SHARES.items():
+            if roll < share:
+                behaviour = name
+                break
+            roll -= share
+        script.append(Fault(behaviour, hang_s=HANG_S))  # type: ignore[arg-type]
+    return script
+
+
+def run_cli(server: FaultServer, inputs: Path, out: Path) -> tuple[int, int, float]:
+    """Exit code, peak RSS in KiB and seconds of one ``rt4 verify`` run."""
+    command = [sys.executable, "-m", "rt4chart", "verify", str(inputs), "--judge", "openai/fault", "--api-base",
+               server.base_url, "--decomposer", "rules", "--no-cache", "--out", str(out), "-q",
+               "--timeout", str(TIMEOUT_S), "--concurrency", "16"]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=environment)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, usage.ru_maxrss, time.perf_counter() - started
+
+
+def stable(record: dict[str, Any]) -> dict[str, Any]:
+    kept = {key: value for key, value in record.items() if key not in VOLATILE}
+    kept["claims"] = [{k: v for k, v in claim.items() if k not in VOLATILE_CLAIM} for claim in record["claims"]]
+    return kept
+
+
+def judged(record: dict[str, Any]) -> bool:
+    return not record["errors"] and not any(claim["errors"] for claim in record["claims"])
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def soak(samples: int, baseline: int, workdir: Path, seed: int = 0) -> dict[str, Any]:
+    inputs, small = workdir / "in.jsonl", workdir / "small.jsonl"
+    write_samples(inputs, samples)
+    small.write_text("".join(inputs.read_text(encoding="utf-8").splitlines(keepends=True)[:baseline]),
+                     encoding="utf-8")
+    with fault_server(reply) as server:
+        clean_code, _, clean_s = run_cli(server, inputs, workdir / "clean.jsonl")
+        clean_requests = len(server.requests)
+        server.script = fault_script(clean_requests * 3, seed)
+        faulty_code, peak_kib, faulty_s = run_cli(server, inputs, workdir / "faulty.jsonl")
+        faulty_requests = len(server.requests) - clean_requests
+        injected = {name: 0 for name in FAULT_SHARES}
+        for fault in list(fault_script(clean_requests * 3, seed))[: clean_requests * 3 - len(server.script)]:
+            if fault.behaviour in injected:
+                injected[fault.behaviour] += 1
+        server.script = fault_script(clean_requests * 3, seed + 1)
+        _, baseline_kib, _ = run_cli(server, small, workdir / "small_out.jsonl")
+    clean, faulty = records(workdir / "clean.jsonl"), records(workdir / "faulty.jsonl")
+    lines = [record["line"] for record in faulty]
+    succeeded = [record for record in faulty if judged(record)]
+    unjudged = [record for record in faulty if not judged(record)]
+    by_line = {record["line"]: record for record in clean}
+    return {
+        "samples": samples,
+        "exit_codes": {"fault_free": clean_code, "faulty": faulty_code},
+        "requests": {"fault_free": clean_requests, "faulty": faulty_requests},
+        "faults_injected": injected,
+        "seconds": {"fault_free": round(clean_s, 1), "faulty": round(faulty_s, 1)},
+        "records": len(faulty),
+        "records_lost": samples - len(set(lines)),
+        "records_duplicated": len(lines) - len(set(lines)),
+        "in_input_order": lines == sorted(lines),
+        "fault_free_all_judged": all(judged(record) for record in clean),
+        "succeeded": len(succeeded),
+        "succeeded_equal_to_fault_free": sum(stable(r) == stable(by_line[r["line"]]) for r in succeeded),
+        "unjudged": len(unjudged),
+        "unjudged_with_errors": sum(bool(r["errors"] or any(c["errors"] for c in r["claims"])) for r in unjudged),
+        "unjudged_with_null_label": sum(r["label"] is None for r in unjudged),
+        "peak_rss_mib": {str(baseline): round(baseline_kib / 1024, 1), str(samples): round(peak_kib / 1024, 1)},
+        "memory_growth": round(peak_kib / baseline_kib - 1, 4),
+    }
+
+
+def table(result: dict[str, Any], baseline: int) -> list[str]:
+    samples = result["samples"]
+    injected = ", ".join(f"{count} {name}" for name, count in result["faults_injected"].items())
+    return [
+        f"Input: {samples} generated samples (2 claims each); judge `openai/fault` on the fault server, "
+        f"`--timeout {TIMEOUT_S:g} --concurrency 16 --decomposer rules`.",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| requests, fault-free / faulty run | {result['requests']['fault_free']} / {result['requests']['faulty']} |",
+        f"| faults injected (429, 5xx, hang {HANG_S:g} s, malformed) | {injected} |",
+        f"| wall seconds, fault-free / faulty | {result['seconds']['fault_free']} / {result['seconds']['faulty']} |",
+        f"| records / inputs | {result['records']} / {samples} |",
+        f"| records lost / duplicated | {result['records_lost']} / {result['records_duplicated']} |",
+        f"| records in input order | {result['in_input_order']} |",
+        f"| records whose calls succeeded | {result['succeeded']} |",
+        f"| ... equal to the fault-free record | {result['succeeded_equal_to_fault_free']} |",
+        f"| records not judged (a call failed for good) | {result['unjudged']} |",
+        f"| ... carrying errors / with `label: null` | {result['unjudged_with_errors']} / "
+        f"{result['unjudged_with_null_label']} |",
+        f"| peak RSS, {baseline} vs {samples} samples (MiB) | {result['peak_rss_mib'][str(baseline)]} vs "
+        f"{result['peak_rss_mib'][str(samples)]} (growth {result['memory_growth']:.1%}, target < 20%) |",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--memory-baseline", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="Also write the figures as JSON here.")
+    parser.add_argument("--no-record", action="store_true", help="Do not write evals/bench/RESULTS.md.")
+    arguments = parser.parse_args()
+    with TemporaryDirectory() as folder:
+        result = soak(arguments.samples, arguments.memory_baseline, Path(folder), arguments.seed)
+    if arguments.json:
+        arguments.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    lines = table(result, arguments.memory_baseline)
+    if arguments.no_record:
+        print("\n".join(lines))
+    else:
+        from results import record
+
+        record("Soak: faults injected into a long litellm run", lines)
+
+
+if __name__ == "__main__":
+    main()

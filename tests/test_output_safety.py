@@ -1,0 +1,196 @@
+"""What ``rt4 verify`` does with a dangerous ``--out``, a second run on the same output, stale
+records on ``--resume``, stdin, empty input, a damaged cache and a hung server: a clear one-line
+error and exit 2, or the right result; never a traceback, never a lost input or record."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from audit_fixtures import read_records, write_rules, write_samples
+from faults import Fault, fault_server, judge_every_claim
+from typer.testing import CliRunner
+
+from rt4chart.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+
+
+def verify(inputs: Path | str, *args: str) -> tuple[int, str]:
+    result = runner.invoke(app, ["verify", str(inputs), *args])
+    return result.exit_code, result.output
+
+
+def rt4_process(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    return subprocess.run([sys.executable, "-m", "rt4chart", *args], input=stdin, capture_output=True,
+                          text=True, env=environment, timeout=300)
+
+
+@pytest.fixture
+def audit_inputs(tmp_path: Path) -> tuple[Path, Path]:
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json")
+    write_samples(inputs, 3)
+    return inputs, rules
+
+
+# --- --out --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("same", ["path", "relative", "symlink"])
+def test_out_equal_to_the_input_is_refused_and_the_input_kept(
+    audit_inputs: tuple[Path, Path], same: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inputs, rules = audit_inputs
+    before = inputs.read_bytes()
+    monkeypatch.chdir(inputs.parent)
+    out = {"path": inputs, "relative": Path("./in.jsonl"), "symlink": inputs.parent / "link.jsonl"}[same]
+    if same == "symlink":
+        out.symlink_to(inputs)
+    code, output = verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", "--out", str(out))
+    assert code == 2 and "is the input file" in output and "Traceback" not in output
+    assert inputs.read_bytes() == before
+
+
+def test_out_through_a_symlink_writes_the_target_and_keeps_the_link(audit_inputs: tuple[Path, Path]) -> None:
+    inputs, rules = audit_inputs
+    target = inputs.parent / "results" / "out.jsonl"
+    target.parent.mkdir()
+    link = inputs.parent / "latest.jsonl"
+    link.symlink_to(target)
+    for resume in ([], ["--resume"]):
+        code, output = verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", "--out", str(link), *resume)
+        assert code == 1, output
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert [r["id"] for r in read_records(target)] == ["s0", "s1", "s2"]
+
+
+@pytest.mark.parametrize("kind", ["directory", "missing folder", "pipe"])
+def test_an_unusable_out_is_a_clear_error(audit_inputs: tuple[Path, Path], kind: str) -> None:
+    # Never a real device here: an implementation with the bug under test renames a regular file
+    # over the path (it once replaced this machine's /dev/null). A FIFO is a non-regular file too.
+    inputs, rules = audit_inputs
+    out = {"directory": inputs.parent, "missing folder": inputs.parent / "nope" / "out.jsonl",
+           "pipe": inputs.parent / "fifo"}[kind]
+    if kind == "pipe":
+        os.mkfifo(out)
+    code, output = verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", "--out", str(out))
+    assert code == 2 and "--out" in output and "Traceback" not in output, output
+    if kind == "pipe":
+        assert stat.S_ISFIFO(os.stat(out).st_mode), "the pipe is still a pipe"
+
+
+# --- one run per output -------------------------------------------------------------------------
+
+
+def test_a_second_run_on_the_same_out_fails_fast_and_the_first_loses_nothing(tmp_path: Path) -> None:
+    inputs = tmp_path / "in.jsonl"
+    write_samples(inputs, 5)
+    out = tmp_path / "out.jsonl"
+    with fault_server(judge_every_claim("entailed")) as server:
+        args = ["verify", str(inputs), "--judge", "openai/fault", "--api-base", server.base_url, "--decomposer",
+                "rules", "--out", str(out), "--no-cache", "-q"]
+        server.gate.clear()  # the first run's calls reach the server and wait there
+        environment = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        first = subprocess.Popen([sys.executable, "-m", "rt4chart", *args], env=environment)
+        deadline = time.monotonic() + 240
+        while not server.requests and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.requests and first.poll() is None, "the first run is mid-audit"
+        second = rt4_process(*args)
+        server.gate.set()
+        assert first.wait(timeout=240) in (0, 1)
+    assert second.returncode == 2 and "another run is writing" in second.stderr, second.stderr
+    assert [r["id"] for r in read_records(out)] == [f"s{i}" for i in range(5)]
+
+
+# --- resume -------------------------------------------------------------------------------------
+
+
+def test_resume_audits_again_an_edited_line_a_failed_record_and_everything_for_another_judge(
+    tmp_path: Path,
+) -> None:
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json")
+    samples = write_samples(inputs, 4)
+    out = tmp_path / "out.jsonl"
+    args = ["--judge", f"scripted:{rules}", "--no-cache", "--out", str(out), "-q"]
+    assert verify(inputs, *args)[0] == 1
+    first = read_records(out)
+    assert all(r["input_hash"] for r in first)
+
+    # Line 2's answer is edited (same id), and line 3's record carries a judge error.
+    samples[1]["answer"] = "Store 1 opens at 2 am."
+    inputs.write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
+    first[2]["errors"] = ["chunk 0: RateLimitError after 5 attempts"]
+    out.write_text("".join(json.dumps(r) + "\n" for r in first), encoding="utf-8")
+    assert verify(inputs, *args, "--resume")[0] == 1
+    resumed = read_records(out)
+    assert resumed[0] == first[0] and resumed[3] == first[3], "untouched records are kept as written"
+    assert resumed[1]["label"] == "entailed" and resumed[1]["input_hash"] != first[1]["input_hash"]
+    assert resumed[2]["errors"] == []
+
+    # Another judge (the rules changed): nothing of the old judge's survives.
+    write_rules(rules, cost_per_call=0.001)
+    assert verify(inputs, *args, "--resume")[0] == 1
+    assert all(a["judge"] != b["judge"] for a, b in zip(resumed, read_records(out), strict=True))
+
+
+# --- input --------------------------------------------------------------------------------------
+
+
+def test_dash_reads_stdin(audit_inputs: tuple[Path, Path]) -> None:
+    inputs, rules = audit_inputs
+    done = rt4_process("verify", "-", "--judge", f"scripted:{rules}", "--no-cache", "-q",
+                       stdin=inputs.read_text(encoding="utf-8"))
+    assert done.returncode == 1, done.stderr
+    assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == ["s0", "s1", "s2"]
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n\r\n"])
+def test_an_empty_input_is_a_clear_error(tmp_path: Path, content: str) -> None:
+    inputs = tmp_path / "in.jsonl"
+    inputs.write_text(content, encoding="utf-8")
+    code, output = verify(inputs, "--judge", "embedded", "--no-cache")
+    assert code == 2 and "holds no record" in output
+
+
+# --- cache --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["corrupt database", "a file"])
+def test_an_unusable_cache_is_a_clear_error_for_every_command(audit_inputs: tuple[Path, Path], damage: str) -> None:
+    inputs, rules = audit_inputs
+    cache = inputs.parent / "cache"
+    if damage == "a file":
+        cache.write_text("not a directory", encoding="utf-8")
+    else:
+        cache.mkdir()
+        (cache / "cache.db").write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
+    for command in (["verify", str(inputs), "--judge", f"scripted:{rules}"], ["cache", "stats"], ["cache", "clear"],
+                    ["estimate", str(inputs), "--judge", f"scripted:{rules}"]):
+        done = rt4_process(*command, "--cache-dir", str(cache))
+        assert done.returncode == 2, (command, done.stderr)
+        assert "cannot use the cache" in done.stderr and "Traceback" not in done.stderr
+
+
+# --- --timeout ----------------------------------------------------------------------------------
+
+
+def test_timeout_shortens_a_hung_attempt(tmp_path: Path) -> None:
+    inputs = tmp_path / "in.jsonl"
+    write_samples(inputs, 1)
+    with fault_server(judge_every_claim("entailed"), Fault("hang", hang_s=60)) as server:
+        done = rt4_process("verify", str(inputs), "--judge", "openai/fault", "--api-base", server.base_url,
+                           "--decomposer", "rules", "--no-cache", "-q", "--timeout", "1")
+    assert done.returncode in (0, 1), done.stderr
+    [record] = [json.loads(line) for line in done.stdout.splitlines()]
+    # The hung first attempt timed out after a second and was retried; every claim got a verdict.
+    assert record["usage"]["calls"] == len(server.requests) >= 2
+    assert record["label"] is not None and not any("Timeout" in e for c in record["claims"] for e in c["errors"])

@@ -176,8 +176,14 @@ def record_key(item: InputLine, fingerprint: str) -> str | None:
 
 
 def _finished(report: Report) -> bool:
-    """Whether a record is a finished audit: a label, and no verdict that judge failures left open."""
-    return report.label is not None and not report.incomplete
+    """Whether a record is a finished, clean audit: a label, nothing left open, and no error on the
+    record or a claim (an outage may have shaped its verdicts: it is audited again)."""
+    return (
+        report.label is not None
+        and not report.incomplete
+        and not report.errors
+        and not any(claim.errors for claim in report.claims)
+    )
 
 
 def read_completed(path: Path, items: list[InputLine], fingerprint: str | None = None) -> dict[int, Report]:

@@ -429,8 +429,11 @@ def narrow_verify_request(
     whole = list(range(len(payload.claims)))
     if positions == whole or any(m.role == "assistant" for m in request.messages):
         return request, whole
+    kept: dict[str, Any] = {"claims": [payload.claims[p] for p in positions]}
+    if payload.local_labels is not None:
+        kept["local_labels"] = [payload.local_labels[p] for p in positions]
     narrowed = build_request(
-        payload.model_copy(update={"claims": [payload.claims[p] for p in positions]}),
+        payload.model_copy(update=kept),
         prompts or load_prompts(),
         request.params,
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -154,12 +155,17 @@ def test_global_auto_skips_the_global_call_for_a_one_chunk_context() -> None:
     assert [c.label for c in skipped.claims] == [c.local_label for c in skipped.claims]
 
 
+def untagged(prompt: str) -> str:
+    """A prompt without the delimiter lines that fence each field of the text under audit."""
+    return "\n".join(line for line in prompt.splitlines() if not re.fullmatch(r"</?data-[0-9a-f]+>", line))
+
+
 def decomposer(shift: int = 0, leave_out: int | None = None) -> Any:
     """A judge whose batched decomposition numbers sentences from ``shift`` and may leave one out;
     per-sentence requests and verification are answered correctly."""
 
     def reply(body: dict[str, Any]) -> str:
-        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        user = untagged(next(m["content"] for m in body["messages"] if m["role"] == "user"))
         if "Sentence to split" in user:
             return json.dumps({"claims": [user.rsplit("\n", 1)[-1].strip()]})
         if "Answer sentences:" in user:
@@ -206,7 +212,7 @@ def test_a_sentence_left_out_is_the_only_one_asked_again() -> None:
     with fault_server(decomposer(leave_out=1)) as server:
         report = decomposed(server.base_url)
     [again] = _prompts(server, "Sentence to split")
-    assert again.rstrip().endswith("It also sells cakes.")
+    assert untagged(again).rstrip().endswith("It also sells cakes.")
     assert report.decomposition is not None and report.decomposition.reasked == 1
     assert [c.sentence_index for c in report.claims] == [0, 1]
 

@@ -211,9 +211,9 @@ def test_other_judges_signals_judge_errors_and_ungrounded_claims_are_shown(
     records = read_records(audited / "results.jsonl")
     paris = records[0]
     usage = paris["usage"]
-    # What a cascade and a signals tool add to a record: usage by two judges, a field rt4chart does not model.
+    # What a cascade and another tool add to a record: usage by two judges, a field rt4chart does not model.
     paris["usage_by_judge"] = {"embedded#1": usage, "gpt-4o-mini": {**usage, "calls": 2, "cost_usd": 0.0021}}
-    paris["signals"] = {"csr": 0.42, "attention_over_context": [0.1, 0.9]}
+    paris["other_detector"] = {"csr": 0.42, "attention_over_context": [0.1, 0.9]}
     paris["claims"][0]["errors"] = ["chunk 0: judge timed out"]
     paris["claims"][0]["grounded"] = False
     results = tmp_path / "results.jsonl"
@@ -225,8 +225,8 @@ def test_other_judges_signals_judge_errors_and_ungrounded_claims_are_shown(
     assert side.count() == 3
     assert side.nth(0).locator("b").inner_text() == "embedded#1"
     assert side.nth(1).inner_text().startswith("gpt-4o-mini\n2 calls, $0.0021")
-    assert side.nth(2).locator("b").inner_text() == "signals"
-    assert json.loads(side.nth(2).locator("pre").inner_text()) == paris["signals"]
+    assert side.nth(2).locator("b").inner_text() == "other_detector"
+    assert json.loads(side.nth(2).locator("pre").inner_text()) == paris["other_detector"]
     boxes = side.evaluate_all("boxes => boxes.map(b => b.getBoundingClientRect().top)")
     assert len(set(boxes)) == 1  # side by side, on one row
     assert opened.page.inner_text('[data-count="judge_errors"]') == "1"

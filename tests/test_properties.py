@@ -15,11 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from rt4chart.backends.base import ClaimJudgement, JudgeRequest, JudgeResponse, VerifyInput, VerifyOutput
+from rt4chart.backends.base import JudgeRequest, JudgeResponse
 from rt4chart.cli import app
-from rt4chart.io import parse_lines
+from rt4chart.io import json_lines, parse_lines
 from rt4chart.options import AuditOptions
 from rt4chart.pipeline import Pipeline
+from rt4chart.tasks import ClaimJudgement, VerifyInput, VerifyOutput
 from rt4chart.text import segment_context
 from rt4chart.types import Label, Sample
 
@@ -65,7 +66,7 @@ def quoting_judge() -> RecordingBackend:
 def test_every_non_blank_line_yields_exactly_one_item(lines: list[bytes], crlf: bool) -> None:
     ending = b"\r\n" if crlf else b"\n"
     raw = [line.replace(b"\n", b" ").replace(b"\r", b" ") + ending for line in lines]
-    items = list(parse_lines(raw))
+    items = list(parse_lines(json_lines(raw)))
     expected = [number for number, line in enumerate(raw, start=1)
                 if line.decode("utf-8", "replace").removeprefix("\ufeff" if number == 1 else "").strip()]
     assert [item.line for item in items] == expected

@@ -89,7 +89,8 @@ dev labels; half the content words is when the sentence is plainly about the sam
 
 OFF_TOPIC_CONTENT_WORDS = 3
 """A claim with at least this many content words, none of them in any sentence in view, is
-baseless whatever the head says (it is about something else)."""
+baseless whatever the head says (it is about something else); a shorter claim is baseless as soon as
+one of its content words is missing."""
 
 LEXICAL_WEIGHT = 0.5
 """Weight of content-word overlap (vs embedding similarity) when ranking sentences."""
@@ -454,6 +455,14 @@ def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) ->
         return Label.CONTRADICTED, round(unsupported, 4), f"contradiction cue: {analysis.cue}"
     if analysis.best_overlap == 0.0 and analysis.content_words >= OFF_TOPIC_CONTENT_WORDS:
         return Label.BASELESS, round(unsupported, 4), "no content word of the claim is in the context"
+    if analysis.content_words < OFF_TOPIC_CONTENT_WORDS and analysis.missing:
+        # Too few words for coverage and similarity to mean much, but a short claim still states
+        # something ("Dogs bark."): it needs all its words in the context, never a free pass.
+        return (
+            Label.BASELESS,
+            round(unsupported, 4),
+            f"short claim: {analysis.missing} of its content words are not in the context",
+        )
     if unsupported < head.threshold:
         return Label.ENTAILED, round(1.0 - unsupported, 4), f"supported: {described}"
     confidence = round(unsupported, 4)

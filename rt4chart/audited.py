@@ -12,27 +12,19 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from rt4chart.io import InputLine
+from rt4chart.options import FailOn
 from rt4chart.text import join_passages
 from rt4chart.types import Label, Report, Sample
 
 
 class ResultsError(ValueError):
     """A results file that cannot be read, or that does not belong to the given input."""
-
-
-class FailOn(StrEnum):
-    """Which answers fail a run (exit code 1, JUnit failures)."""
-
-    CONTRADICTED = "contradicted"
-    HALLUCINATED = "hallucinated"
-    NEVER = "never"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rt4chart.audited import AuditedSample, FailOn
+from rt4chart.audited import AuditedSample
+from rt4chart.options import FailOn
 from rt4chart.types import Label
 
 

@@ -30,14 +30,12 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from rt4chart.audited import AuditedSample, FailOn, ResultsError, pair_with_inputs, read_results
 from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.datasets import DATASET_NAMES
-from rt4chart.options import AuditOptions
-from rt4chart.outputs import OutputFormat, PublishOptions, publish, readable_stdout, unwritable_output
-from rt4chart.terminal_view import print_samples
+from rt4chart.options import AuditOptions, FailOn, OutputFormat
 
 if TYPE_CHECKING:
+    from rt4chart.audited import AuditedSample
     from rt4chart.budget import RunLimits
     from rt4chart.cache import JudgeCache
     from rt4chart.io import InputLine
@@ -223,7 +221,9 @@ def verify(
     options: AuditOptions,
 ) -> None:
     """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
+    from rt4chart.audited import pair_with_inputs
     from rt4chart.io import OutputError, resolve_output
+    from rt4chart.outputs import PublishOptions, publish, readable_stdout, unwritable_output
 
     limits = _run_limits(budget, concurrency, timeout)
     if resume and out is None:
@@ -711,6 +711,8 @@ ResultsInputOption = Annotated[
 
 
 def _read_audited(results: Path, input_path: Path | None) -> list[AuditedSample]:
+    from rt4chart.audited import ResultsError, read_results
+
     items = _read_input(input_path) if input_path is not None else None
     try:
         return read_results(results, items)
@@ -729,6 +731,8 @@ def report(
     max_rate: MaxRateOption = 0.0,
 ) -> None:
     """Turn existing results into an HTML report, JUnit XML or GitHub annotations; exit as rt4 verify would."""
+    from rt4chart.outputs import PublishOptions, publish, unwritable_output
+
     if html is None and junit is None and not github:
         raise fail("nothing to write: give --html FILE, --junit FILE or --github")
     audited = _read_audited(results, input_path)
@@ -755,6 +759,8 @@ def show(
     only: Annotated[FailOn | None, typer.Option(help="Only contradicted or hallucinated samples.")] = None,
 ) -> None:
     """Print results readably: each answer with its claims coloured by label, and their evidence."""
+    from rt4chart.terminal_view import print_samples
+
     if only is FailOn.NEVER:
         raise fail("--only must be contradicted or hallucinated")
     audited = _read_audited(results, input_path)

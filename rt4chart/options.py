@@ -11,6 +11,7 @@ it; ``rt4 verify``, ``rt4 estimate`` and ``rt4 eval`` get the flag ``--<field-na
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -25,6 +26,27 @@ Method = Literal["rt4chart", "direct"]
 
 UngroundedPolicy = Literal["downgrade", "keep"]
 """What an entailed or contradicted verdict whose evidence is not in the context becomes."""
+
+
+class FailOn(StrEnum):
+    """Which answers fail a run (exit code 1, JUnit failures): a policy of what a finished run
+    reports, declared here beside the audit's options so the CLI needs no reporting module to
+    offer it."""
+
+    CONTRADICTED = "contradicted"
+    HALLUCINATED = "hallucinated"
+    NEVER = "never"
+
+
+class OutputFormat(StrEnum):
+    """What ``rt4 verify`` writes to stdout when no ``--out`` is given."""
+
+    AUTO = "auto"
+    """The readable view on a terminal, JSONL anywhere else (pipes, files, CI logs)."""
+    JSONL = "jsonl"
+    """One JSON record per line, always."""
+    TEXT = "text"
+    """The readable view, always."""
 
 
 class AuditOptions(BaseModel):

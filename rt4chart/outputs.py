@@ -7,26 +7,15 @@ report, JUnit XML, GitHub annotations, and the pass/fail decision (``--fail-on``
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 from rich.console import Console
 
-from rt4chart.audited import AuditedSample, FailOn
+from rt4chart.audited import AuditedSample
 from rt4chart.ci_formats import github_annotations, run_fails, write_junit
+from rt4chart.options import FailOn, OutputFormat
 from rt4chart.terminal_view import print_samples
-
-
-class OutputFormat(StrEnum):
-    """What ``rt4 verify`` writes to stdout when no ``--out`` is given."""
-
-    AUTO = "auto"
-    """The readable view on a terminal, JSONL anywhere else (pipes, files, CI logs)."""
-    JSONL = "jsonl"
-    """One JSON record per line, always."""
-    TEXT = "text"
-    """The readable view, always."""
 
 
 def readable_stdout(output_format: OutputFormat, out: Path | None, stdout_is_terminal: bool) -> bool:

@@ -10,7 +10,6 @@ command's start-up) does not pay for nltk, torch or litellm until an audit needs
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -203,6 +202,7 @@ def verify(
     **options: Any,
 ) -> Report | list[Report]:
     """Synchronous :func:`averify`."""
+    import asyncio  # here, not at the top: ``import rt4chart`` (and the CLI's start-up) stays light
     # mypy cannot pick an overload for the union argument; the implementation returns exactly this.
     return cast(
         "Report | list[Report]", asyncio.run(averify(samples, judge, cache_dir=cache_dir, budget=budget, **options))

@@ -9,12 +9,12 @@ The options of an audit are declared once, as fields of :class:`rt4chart.options
 :func:`audit_options` gives every audit command a flag per field (``--window``, ``--batch-claims``,
 ...) with the field's default and docstring, and hands the command one validated model. Modules that
 pull in heavy dependencies (nltk, torch, litellm) are imported inside the commands that need them,
-so ``rt4 --help``, ``rt4 judges`` and ``rt4 cache`` start quickly.
+so ``rt4 --help``, ``rt4 judges`` and ``rt4 cache`` start quickly (asyncio included: the commands
+that run an event loop import it themselves).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import inspect
@@ -221,6 +221,8 @@ def verify(
     options: AuditOptions,
 ) -> None:
     """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
+    import asyncio
+
     from rt4chart.audited import pair_with_inputs
     from rt4chart.io import OutputError, resolve_output
     from rt4chart.outputs import PublishOptions, publish, readable_stdout, unwritable_output
@@ -304,6 +306,8 @@ def estimate(
     options: AuditOptions,
 ) -> None:
     """Calls, tokens and USD an audit of INPUT.jsonl would need (expected and worst case); calls no judge."""
+    import asyncio
+
     from rt4chart.judges import JudgeConfigError, resolve_judge
     from rt4chart.pipeline import Pipeline
     from rt4chart.planning import estimate_audit
@@ -394,6 +398,8 @@ def eval_command(
     options: AuditOptions,
 ) -> None:
     """Audit a labelled dataset, print every metric with 95% CIs, and record the result."""
+    import asyncio
+
     from rt4chart.datasets import DatasetError
     from rt4chart.evaluation import EvalConfig, evaluate, load_samples, result_details, write_result
     from rt4chart.report import AuditProgress, RunSummary, print_metrics
@@ -641,6 +647,8 @@ def compare(
     options: AuditOptions,
 ) -> None:
     """Decompose each answer once, have every judge verify that same claim set, then report agreement."""
+    import asyncio
+
     from rich.markup import escape
 
     from rt4chart.agreement import (
@@ -840,6 +848,8 @@ def repair(
 
     Exit codes: 0 done; 1 with --verify-after, some repaired answer is still flagged; 2 bad input or usage.
     """
+    import asyncio
+
     from rt4chart.pipeline import Pipeline
     from rt4chart.repair import STRATEGIES, Repairer, RepairRecord, summarize, verify_repairs
 

@@ -148,7 +148,7 @@ def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache
             costs = [judge.max_cost_usd(request) for request in expected]
             plan.expected_usd += sum(costs)
             # A re-ask carries the earlier reply: the largest request plus a reply of max_tokens.
-            largest = max(expected, key=lambda request: judge.max_cost_usd(request))
+            largest = expected[costs.index(max(costs))]
             padded = largest.model_copy(
                 update={"messages": largest.messages + _longest_reask(largest.params.max_tokens)}
             )

@@ -5,8 +5,9 @@
 the evaluation harness and the benchmarks all build this model; validation happens here only.
 
 Adding an option: add a field here (with a docstring and bounds), read it where the method needs
-it; ``rt4 verify``, ``rt4 estimate`` and ``rt4 eval`` get the flag ``--<field-name>`` from
-:func:`rt4chart.cli` automatically, and an evaluation records it in its result.
+it; ``rt4 verify``, ``estimate``, ``eval``, ``compare`` and ``repair`` get the flag
+``--<field-name>`` from :func:`rt4chart.cli.audit_options` automatically, and an evaluation
+records it in its result.
 """
 
 from __future__ import annotations

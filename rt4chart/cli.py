@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args, ge
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rt4chart.backends.circuit import JudgeUnavailable
@@ -140,7 +141,7 @@ def _judge_stack(
             judge, api_base=api_base, concurrency=concurrency, cache=cache, budget_usd=budget_usd, timeout_s=timeout_s
         )
     except (JudgeConfigError, CacheError) as error:
-        raise fail(str(error)) from None
+        raise fail(escape(str(error))) from None  # escaped: "pip install 'rt4chart[redis]'" is not markup
 
 
 def _read_input(input_path: Path) -> list[InputLine]:
@@ -198,7 +199,7 @@ def _engine_options(engine: str, address: str | None, workers: int, worker_cpus:
         try:
             ray_available()
         except RayUnavailable as error:
-            raise fail(str(error)) from None
+            raise fail(escape(str(error))) from None
     return options
 
 

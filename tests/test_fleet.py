@@ -9,17 +9,15 @@ only its own key, and the cache serving a verdict whichever replica produced it.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from audit_fixtures import read_records, without_usage, write_samples
 from conftest import VerifyRequestFactory
-from faults import Fault, FaultServer, claims_in, fault_server, judge_every_claim
+from faults import Fault, FaultServer, fault_server, grounded, judge_every_claim
 
 from rt4chart.judges import JudgeConfigError, judge_stack
 
@@ -29,19 +27,6 @@ KEY_B = "sk-rt4fleet-b-3f8a61d5e0"
 
 RATE_LIMITED = Fault("rate_limit", retry_after_s=30)
 """429 with a Retry-After of 30 s: the router cools that replica down for as long."""
-
-
-def grounded(body: dict[str, Any]) -> str:
-    """Entailed, quoting the claim, where the context holds the claim word for word; else baseless."""
-    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
-    context = user.rsplit("Claims:\n", 1)[0]
-    judgements = [
-        {"claim": n, "label": "entailed", "evidence": [claim], "rationale": "quoted", "confidence": 0.9}
-        if claim in context else
-        {"claim": n, "label": "baseless", "evidence": [], "rationale": "not found", "confidence": 0.9}
-        for n, claim in enumerate(claims_in(body))
-    ]
-    return json.dumps({"judgements": judgements})
 
 
 def fleet_profile(path: Path, first: FaultServer, second: FaultServer) -> Path:

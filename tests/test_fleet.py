@@ -12,6 +12,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from audit_fixtures import read_records, without_usage, write_samples
 from conftest import VerifyRequestFactory
 from faults import Fault, FaultServer, fault_server, grounded, judge_every_claim
 
-from rt4chart.judges import JudgeConfigError, judge_stack
+from rt4chart.judges import JudgeConfigError, JudgeProfile, judge_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_A = "sk-rt4fleet-a-7d1e09c4b2"
@@ -127,3 +128,8 @@ def test_a_fleet_refuses_an_api_base_and_names_a_missing_key(tmp_path: Path, mon
         monkeypatch.setenv("RT4_FLEET_B_KEY", KEY_B)
         with pytest.raises(JudgeConfigError, match="--api-base does not apply"):
             judge_stack(str(profile), api_base=one.base_url)
+
+
+def test_the_example_fleet_profile_is_valid() -> None:
+    profile = JudgeProfile.model_validate(tomllib.loads((ROOT / "examples" / "fleet.toml").read_text(encoding="utf-8")))
+    assert len(profile.deployments) == 3 and profile.routing_strategy == "usage-based-routing"

@@ -171,3 +171,18 @@ def test_without_ray_the_engine_is_refused_with_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "--engine ray needs Ray" in done.stderr and "rt4chart[ray]" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_workers_share_one_budget(ray_cluster: None) -> None:
+    """Two workers' ledgers reserve on one keeper actor: together they never pass the cap."""
+    from rt4chart.ray_engine import BudgetKeeper, RemoteLedger
+    from rt4chart.types import Usage
+
+    keeper = ray.remote(num_cpus=0)(BudgetKeeper).remote(1.0)
+    first, second = RemoteLedger(keeper), RemoteLedger(keeper)
+    granted = [ledger.reserve(0.3) for ledger in (first, second, first, second)]
+    assert granted == [True, True, True, False]
+    assert first.settle(0.3, Usage(calls=1, cost_usd=0.2)) == 0.0
+    assert second.reserve(0.1) and not second.reserve(0.2)
+    totals = ray.get(keeper.totals.remote())
+    assert totals["spent_usd"] == pytest.approx(0.2) and totals["refused"] == 2

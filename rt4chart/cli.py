@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args, ge
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.datasets import DATASET_NAMES
-from rt4chart.options import AuditOptions, FailOn, OutputFormat
+from rt4chart.options import AuditOptions, EngineOptions, FailOn, OutputFormat
 
 if TYPE_CHECKING:
     from rt4chart.audited import AuditedSample
@@ -128,7 +129,7 @@ def _judge_stack(
     judge: str | None,
     api_base: str | None,
     concurrency: int | None,
-    cache: Path | None,
+    cache: Path | str | None,
     budget_usd: float | None = None,
     timeout_s: float | None = None,
 ) -> JudgeStack:
@@ -140,7 +141,7 @@ def _judge_stack(
             judge, api_base=api_base, concurrency=concurrency, cache=cache, budget_usd=budget_usd, timeout_s=timeout_s
         )
     except (JudgeConfigError, CacheError) as error:
-        raise fail(str(error)) from None
+        raise fail(escape(str(error))) from None  # escaped: "pip install 'rt4chart[redis]'" is not markup
 
 
 def _read_input(input_path: Path) -> list[InputLine]:
@@ -180,6 +181,28 @@ def _cache_dir(cache_dir: Path | None) -> Path:
     return cache_dir or default_cache_dir()
 
 
+def _engine_help(name: str) -> str:
+    return EngineOptions.model_fields[name].description or ""
+
+
+def _engine_options(engine: str, address: str | None, workers: int, worker_cpus: float) -> EngineOptions:
+    try:
+        options = EngineOptions.model_validate(
+            {"engine": engine, "address": address, "workers": workers, "worker_cpus": worker_cpus}
+        )
+    except ValidationError as error:
+        problem = error.errors()[0]
+        raise fail(f"--{str(problem['loc'][0]).replace('_', '-')}: {problem['msg']}") from None
+    if options.engine == "ray":
+        from rt4chart.ray_engine import RayUnavailable, ray_available
+
+        try:
+            ray_available()
+        except RayUnavailable as error:
+            raise fail(escape(str(error))) from None
+    return options
+
+
 InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin).")]
 TimeoutOption = Annotated[float | None, typer.Option("--timeout", help="Seconds one judge HTTP attempt may take (default: the judge profile's).")]
 JudgeOption = Annotated[str | None, typer.Option(help="Judge: profile name, litellm model, cascade:A,B or scripted:RULES.json (default: the embedded offline verifier).")]
@@ -217,6 +240,11 @@ def verify(
     signal_server: Annotated[str | None, typer.Option(help="Base URL of a vLLM server for --signals (prompt_logprobs).")] = None,
     signal_delta: Annotated[float, typer.Option(help="CSR threshold for --signals csr.")] = 0.2,
     timeout: TimeoutOption = None,
+    cache_url: Annotated[str | None, typer.Option(help="Cache judge calls on this Redis server (redis://HOST:PORT/DB) instead of --cache-dir; needs the redis extra.")] = None,
+    engine: Annotated[str, typer.Option(help=_engine_help("engine"))] = "local",
+    address: Annotated[str | None, typer.Option(help=_engine_help("address"))] = None,
+    workers: Annotated[int, typer.Option(help=_engine_help("workers"))] = 2,
+    worker_cpus: Annotated[float, typer.Option(help=_engine_help("worker_cpus"))] = 1.0,
     *,
     options: AuditOptions,
 ) -> None:
@@ -228,6 +256,7 @@ def verify(
     from rt4chart.outputs import PublishOptions, publish, readable_stdout, unwritable_output
 
     limits = _run_limits(budget, concurrency, timeout)
+    run_engine = _engine_options(engine, address, workers, worker_cpus)
     if resume and out is None:
         raise fail("--resume needs --out FILE")
     try:
@@ -242,11 +271,18 @@ def verify(
     if problem := unwritable_output(outputs):
         raise fail(problem)
     signal_backend = _verify_signal_backend(signals, signal_model, signal_server, signal_delta, out)
-    stack = _judge_stack(
-        judge, api_base, limits.concurrency, None if no_cache else _cache_dir(cache_dir), limits.budget_usd, limits.timeout_s
-    )
+    cache = None if no_cache else cache_url or _cache_dir(cache_dir)
+    stack = _judge_stack(judge, api_base, limits.concurrency, cache, limits.budget_usd, limits.timeout_s)
     from rt4chart.pipeline import Pipeline, run_audit
     from rt4chart.report import AuditProgress, RunSummary, print_summary
+
+    pipeline = Pipeline(stack, options)
+    engine_failures: tuple[type[Exception], ...] = ()
+    if run_engine.engine == "ray":
+        from rt4chart.ray_engine import RayUnavailable, ray_pipeline
+
+        engine_failures = (RayUnavailable,)  # the cluster named by --address cannot be reached
+        pipeline = ray_pipeline(stack, options, run_engine, judge=judge, api_base=api_base, limits=limits, cache=cache)
 
     summary = RunSummary()
     reports: list[Report] = []
@@ -260,7 +296,7 @@ def verify(
         async def audit() -> Any:
             try:
                 return await run_audit(
-                    Pipeline(stack, options), items, out, on_report, resume=resume,
+                    pipeline, items, out, on_report, resume=resume,
                     stdout=None if outputs.text_view else sys.stdout,
                 )
             finally:
@@ -269,6 +305,8 @@ def verify(
         try:
             result = asyncio.run(audit())
         except OutputError as error:  # another run holds the output's lock
+            raise fail(str(error)) from None
+        except engine_failures as error:
             raise fail(str(error)) from None
     fails = publish(outputs, pair_with_inputs(reports, items), Console())
     summary.remaining = result.remaining

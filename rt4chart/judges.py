@@ -2,7 +2,8 @@
 
 Accepted forms of ``--judge``:
 
-- a profile name from ``judges/*.toml`` (``gpt-4o-mini``, ``glm-4.7``, ``embedded``, ...);
+- a profile name from ``judges/*.toml`` (``gpt-4o-mini``, ``glm-4.7``, ``embedded``, ...), or the
+  path of a profile file of one's own (``my-fleet.toml``; a fleet lists its ``[[deployments]]``);
 - a raw litellm model string (``openai/gpt-4.1-nano``, ``hosted_vllm/Qwen/Qwen3-8B`` with
   ``--api-base``, ``openai/<name>`` on any OpenAI-compatible ``--api-base``);
 - ``scripted:RULES.json``;
@@ -29,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rt4chart.backends.base import Backend, BackendWrapper
 from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.budget import Ledger, MeteredBackend
-from rt4chart.cache import CachedBackend, JudgeCache
+from rt4chart.cache import CachedBackend, JudgeCache, open_cache
 from rt4chart.resources import resource_dir
 
 if TYPE_CHECKING:
@@ -48,6 +49,27 @@ environment (which would send, say, an OpenAI key to an arbitrary ``--api-base``
 
 class JudgeConfigError(ValueError):
     """The judge cannot be used as specified (unknown name, missing key, bad rules file)."""
+
+
+class JudgeDeployment(BaseModel):
+    """One deployment of a judge fleet (a ``[[deployments]]`` table of a profile): where the
+    profile's model is also served, with that server's own key and rate limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = None
+    """litellm model string of this deployment (default: the profile's ``model``); the model must be
+    the same, only its provider prefix or served name may differ."""
+    api_base: str | None = None
+    """Base URL of this deployment; ``None`` with no ``api_base_env``: the provider's default."""
+    api_base_env: str | None = None
+    """Environment variable holding the base URL."""
+    api_key_env: str | None = None
+    """Environment variable holding this deployment's key (sent to its base URL only)."""
+    rpm: int | None = Field(default=None, ge=1)
+    """Requests per minute this deployment accepts."""
+    tpm: int | None = Field(default=None, ge=1)
+    """Tokens per minute this deployment accepts."""
 
 
 class JudgeProfile(BaseModel):
@@ -91,6 +113,17 @@ class JudgeProfile(BaseModel):
     """First retry delay; it doubles per attempt, plus up to as much random jitter."""
     backoff_max_s: float = Field(default=60.0, ge=0.0)
     """Longest retry delay, Retry-After included."""
+    deployments: list[JudgeDeployment] = Field(default_factory=list)
+    """Several deployments of ``model`` (a fleet, routed by litellm's Router); empty: one endpoint
+    (``api_base``). The judge's name stays the profile's, whichever deployment answers."""
+    routing_strategy: Literal["simple-shuffle", "least-busy", "usage-based-routing", "latency-based-routing"] = (
+        "simple-shuffle"
+    )
+    """How a fleet picks a deployment for each attempt (litellm Router's strategies)."""
+    allowed_fails: int = Field(default=1, ge=0)
+    """Failures a fleet deployment may have within a minute before it is cooled down."""
+    cooldown_s: float = Field(default=30.0, ge=0.0)
+    """Seconds a failing fleet deployment gets no calls (a 429's Retry-After, when given, decides)."""
 
     @model_validator(mode="after")
     def _litellm_needs_model(self) -> JudgeProfile:
@@ -229,12 +262,23 @@ def _build_leaf(spec: str, api_base: str | None, concurrency: int | None, timeou
         except ValueError as error:
             raise JudgeConfigError(str(error)) from error
     profiles = load_profiles()
-    profile = profiles.get(spec) or _profile_for_model(spec, profiles, api_base)
+    profile = profiles.get(spec) or _profile_file(spec) or _profile_for_model(spec, profiles, api_base)
     if profile.kind == "embedded":
         return _embedded_backend()
     if timeout_s is not None:
         profile = profile.model_copy(update={"timeout_s": timeout_s})
     return _litellm_backend(profile, api_base, concurrency)
+
+
+def _profile_file(spec: str) -> JudgeProfile | None:
+    """A profile of the user's own (``--judge my-fleet.toml``), or ``None`` when ``spec`` names no such file."""
+    path = Path(spec)
+    if path.suffix != ".toml" or not path.is_file():
+        return None
+    try:
+        return JudgeProfile.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+    except (OSError, tomllib.TOMLDecodeError, ValidationError) as error:
+        raise JudgeConfigError(f"cannot use judge profile {spec!r}: {error}") from error
 
 
 def _embedded_backend() -> Backend:
@@ -274,6 +318,8 @@ def _profile_for_model(model: str, profiles: dict[str, JudgeProfile], api_base: 
 
 
 def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: int | None) -> Backend:
+    if profile.deployments:
+        return _fleet_backend(profile, api_base, concurrency)
     base = api_base or profile.api_base
     if base is None and profile.api_base_env:
         base = os.environ.get(profile.api_base_env) or None
@@ -300,6 +346,33 @@ def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: i
     from rt4chart.backends.litellm import LiteLLMBackend
 
     return LiteLLMBackend(profile.litellm_settings(concurrency), api_key=api_key, api_base=base)
+
+
+def _fleet_backend(profile: JudgeProfile, api_base: str | None, concurrency: int | None) -> Backend:
+    """A fleet profile's backend: every deployment's base URL and key resolved here, each key kept
+    with its own deployment."""
+    if api_base is not None:
+        raise JudgeConfigError(f"judge {profile.name!r} is a fleet that names its servers; --api-base does not apply")
+    from rt4chart.backends.fleet import FleetBackend, FleetMember, FleetRouting
+
+    members = []
+    for position, deployment in enumerate(profile.deployments, start=1):
+        where = f"deployment {position} of judge {profile.name!r}"
+        base = deployment.api_base
+        if base is None and deployment.api_base_env:
+            base = os.environ.get(deployment.api_base_env) or None
+            if base is None:
+                raise JudgeConfigError(f"{where} needs its server's base URL: set {deployment.api_base_env}")
+        key: str | None = None
+        if deployment.api_key_env:
+            key = os.environ.get(deployment.api_key_env) or None
+            if key is None:
+                raise JudgeConfigError(f"{where} needs the environment variable {deployment.api_key_env} (unset)")
+        elif base is not None:
+            key = NO_KEY
+        members.append(FleetMember(deployment.model or profile.model or "", base, key, deployment.rpm, deployment.tpm))
+    routing = FleetRouting(profile.routing_strategy, profile.allowed_fails, profile.cooldown_s)
+    return FleetBackend(profile.litellm_settings(concurrency), members, routing)
 
 
 class JudgeStack(BackendWrapper):
@@ -343,7 +416,8 @@ def judge_stack(
 
     ``judge`` is a spec as ``--judge`` takes it (default :data:`DEFAULT_JUDGE`) or a backend of the
     caller's (wrapped whole). ``cache`` is an open :class:`JudgeCache` (the caller closes it), a
-    directory (opened here, closed with the stack), or ``None`` for no cache. ``budget_usd`` caps
+    directory or a cache server's ``redis://`` URL (opened here, closed with the stack), or ``None``
+    for no cache. ``budget_usd`` caps
     the spend (``None``: no cap); several stacks share one spend and cap when given one ``ledger``
     instead (``rt4 compare``). ``timeout_s`` overrides the profile's seconds per HTTP attempt.
     Whoever builds a stack closes it (``await stack.aclose()``); the
@@ -354,7 +428,7 @@ def judge_stack(
     elif budget_usd is not None:
         raise ValueError("give the budget to the shared ledger, not to one stack")
     opened = isinstance(cache, (Path, str))
-    disk = JudgeCache(cache) if isinstance(cache, (Path, str)) else cache
+    disk = open_cache(cache) if isinstance(cache, (Path, str)) else cache
 
     def wrap(leaf: Backend) -> Backend:
         metered: Backend = MeteredBackend(leaf, ledger)

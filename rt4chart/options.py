@@ -112,3 +112,23 @@ class AuditOptions(BaseModel):
         """The options that differ from their defaults, in declaration order (for names of results)."""
         defaults = AuditOptions()
         return {name: value for name, value in self if value != getattr(defaults, name)}
+
+
+Engine = Literal["local", "ray"]
+"""Where an audit runs: this process, or a Ray cluster's workers."""
+
+
+class EngineOptions(BaseModel):
+    """Where ``rt4 verify`` runs its audit (``--engine``, ``--address``, ``--workers``, ``--worker-cpus``):
+    options of the run, not of the audit, so they change no record and no ``--resume`` binding."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    engine: Engine = "local"
+    """local (this process) or ray (a Ray Data pipeline over worker actors; the ray extra)."""
+    address: str | None = None
+    """Ray cluster to join (auto: the one started on this machine with `ray start`); default: a local one."""
+    workers: int = Field(default=2, ge=1)
+    """Ray workers, each with its own judge stack and --concurrency calls in flight."""
+    worker_cpus: float = Field(default=1.0, gt=0.0)
+    """CPUs Ray reserves per worker (a judge worker mostly waits on HTTP; litellm costs a few ms of CPU per call)."""

@@ -35,3 +35,10 @@ def write_rules(path: Path, *, cost_per_call: float = 0.0, latency_s: float = 0.
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def without_usage(record: dict[str, Any]) -> dict[str, Any]:
+    """A record less what depends on how it was produced (calls made or cache hits), not on what it says."""
+    kept = {key: value for key, value in record.items() if key not in ("usage", "usage_by_judge")}
+    kept["claims"] = [{k: v for k, v in claim.items() if k != "calls"} for claim in record.get("claims", [])]
+    return kept

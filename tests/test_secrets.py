@@ -94,3 +94,25 @@ def test_no_artifact_of_a_run_holds_the_sentinel_key(tmp_path: Path) -> None:
     assert files_holding(tmp_path, SENTINEL) == []
     assert files_holding(tmp_path, BACKEND_TEST_SECRET) == []
     assert files_holding(tmp_path, SENTINEL[3:19]) == []  # nor a recognisable part of it
+
+
+def test_a_fleet_replica_echoing_its_key_leaves_it_in_no_artifact(tmp_path: Path) -> None:
+    """A fleet (litellm Router): one replica answers 401 with the Authorization header in its message,
+    the other echoes the key inside its verdicts; each replica receives only its own deployment's key."""
+    write_samples(tmp_path / "in.jsonl", 3)
+    with fault_server(echoing_reply, default=Fault("echo_key")) as leaking, fault_server(echoing_reply) as healthy:
+        (tmp_path / "fleet.toml").write_text(
+            f'name = "fleet"\nmodel = "openai/fault"\nbackoff_s = 0.01\nallowed_fails = 0\n\n'
+            f'[[deployments]]\napi_base = "{leaking.base_url}"\napi_key_env = "RT4_SENTINEL_API_KEY"\n\n'
+            f'[[deployments]]\napi_base = "{healthy.base_url}"\n',
+            encoding="utf-8",
+        )
+        done = rt4("verify", "in.jsonl", "--judge", "fleet.toml", "--decomposer", "rules", "--out", "out.jsonl",
+                   "--cache-dir", "cache", cwd=tmp_path)
+    (tmp_path / "run.log").write_text(done.stdout + done.stderr, encoding="utf-8")
+    assert done.returncode in (0, 1), done.stderr
+    assert {h.get("authorization") for h in leaking.headers} == {f"Bearer {SENTINEL}"}
+    assert {h.get("authorization") for h in healthy.headers} == {"Bearer no-key"}, "a key went to another replica"
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(records) == 3 and all("***" in claim["rationale"] for r in records for claim in r["claims"])
+    assert files_holding(tmp_path, SENTINEL) == [] and files_holding(tmp_path, SENTINEL[3:19]) == []

@@ -90,6 +90,9 @@ class JudgeResponse(BaseModel):
     """True when the reply came from the disk cache."""
     judge: str = ""
     """Name of the judge that answered (a cascade stage names itself)."""
+    deployment: str | None = None
+    """Which deployment of a judge fleet answered the last attempt (its model and base URL), for
+    debugging; never part of the judge's identity. ``None`` for a judge with one endpoint."""
     usage_by_judge: dict[str, Usage] = Field(default_factory=dict)
     """``usage`` split by the judge that incurred it, when several answered (a cascade's stages);
     empty when all of it belongs to ``judge``."""

@@ -460,6 +460,14 @@ class LiteLLMBackend:
         input_price, output_price = self._prices
         return prompt_tokens * input_price + completion_tokens * output_price
 
+    async def _send(self, messages: list[dict[str, str]], arguments: dict[str, Any]) -> Any:
+        """One HTTP attempt (a judge fleet sends it through its router instead)."""
+        return await litellm.acompletion(messages=messages, **arguments)
+
+    def _deployment(self, response: Any) -> str | None:
+        """Which deployment answered ``response``: ``None`` for a judge with one endpoint."""
+        return None
+
     async def _attempt(self, arguments: dict[str, Any], messages: list[dict[str, str]], usage: list[Usage]) -> Any:
         loop = asyncio.get_running_loop()
         slots = self._slots.get(loop)
@@ -469,7 +477,7 @@ class LiteLLMBackend:
             # Another request may have opened the circuit while this one waited for a slot.
             self.circuit.check()
             usage.append(Usage(calls=1))
-            response = await litellm.acompletion(messages=messages, **arguments)
+            response = await self._send(messages, arguments)
         counts = getattr(response, "usage", None)
         prompt_tokens = int(getattr(counts, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(counts, "completion_tokens", 0) or 0)
@@ -494,6 +502,7 @@ class LiteLLMBackend:
         error: str | None = None
         invalid_replies = 0
         unreachable: str | None = None
+        deployment: str | None = None
         retrying = AsyncRetrying(
             stop=self._stop,
             wait=self._wait,
@@ -504,6 +513,7 @@ class LiteLLMBackend:
             async for attempt in retrying:
                 with attempt:
                     response = await self._attempt(arguments, messages, usage)
+                    deployment = self._deployment(response)
                     raw = str(response.choices[0].message.content or "")
                     parsed, reason = parse_reply(raw, schema, prompt)
                     if parsed is None:
@@ -535,6 +545,7 @@ class LiteLLMBackend:
             usage=total,
             latency_s=time.perf_counter() - started,
             judge=self.name,
+            deployment=deployment,
             error=scrub(error, secrets) if error else None,
         )
 

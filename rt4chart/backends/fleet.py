@@ -1,0 +1,136 @@
+"""A judge fleet: several deployments of one model behind litellm's ``Router``.
+
+vLLM replicas on several hosts, or one model at two providers, answer as one judge. The router
+picks a deployment for every attempt (``routing_strategy``; ``usage-based-routing`` reads each
+deployment's ``rpm``/``tpm``), cools a failing one down (``allowed_fails`` failures within a
+minute, or a 429, whose Retry-After sets how long) and sends the next attempt elsewhere. Everything
+else is the litellm judge's (:class:`~rt4chart.backends.litellm.LiteLLMBackend`): reply parsing,
+re-asks, retries with backoff (each attempt re-routed), usage, prices, the circuit breaker, key
+scrubbing.
+
+The judge's identity (its name: the profile's, so every cache key and record) is the logical
+model, never a replica: a cached verdict is reused whichever replica produced it. The deployment
+that answered is reported per call in :attr:`~rt4chart.backends.base.JudgeResponse.deployment`
+(and logged at debug level on ``rt4chart.fleet``). Each deployment's key is given to the router in
+that deployment's own parameters, so it is only ever sent to that deployment's base URL.
+
+Fallbacks to *other* models (the router's ``fallbacks``) are deliberately not offered: another
+model's verdicts would be stored under this judge's name.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from litellm.router import Router
+from tenacity import RetryCallState
+
+from rt4chart.backends.circuit import CircuitBreaker
+from rt4chart.backends.litellm import LiteLLMBackend, LiteLLMSettings, litellm_provider
+
+log = logging.getLogger("rt4chart.fleet")
+
+RoutingStrategy = Literal["simple-shuffle", "least-busy", "usage-based-routing", "latency-based-routing"]
+"""How the router picks a deployment (litellm's names): weighted random (by rpm/tpm when given),
+fewest calls in flight, lowest use of its rpm/tpm limits, or lowest recent latency."""
+
+
+@dataclass(frozen=True)
+class FleetMember:
+    """One deployment, resolved: the model string, where it is served and the key that goes there."""
+
+    model: str
+    """litellm model string of this deployment (the same model; the provider prefix may differ)."""
+    api_base: str | None
+    """Its base URL; ``None``: the provider's default endpoint."""
+    api_key: str | None
+    """The key sent to ``api_base`` and nowhere else."""
+    rpm: int | None = None
+    """Requests per minute it accepts (routing and pre-call checks)."""
+    tpm: int | None = None
+    """Tokens per minute it accepts."""
+
+    @property
+    def label(self) -> str:
+        """How records and logs name it: model and base URL, never the key."""
+        return f"{self.model}@{self.api_base}" if self.api_base else self.model
+
+
+@dataclass(frozen=True)
+class FleetRouting:
+    """The router's policy."""
+
+    strategy: RoutingStrategy = "simple-shuffle"
+    """How a deployment is picked for each attempt."""
+    allowed_fails: int = 1
+    """Failures a deployment may have within a minute before it is cooled down."""
+    cooldown_s: float = 30.0
+    """Seconds a failing deployment gets no calls (a 429's Retry-After, when given, decides)."""
+
+
+class FleetBackend(LiteLLMBackend):
+    """A judge served by several deployments of one model, routed by litellm's ``Router``."""
+
+    def __init__(self, settings: LiteLLMSettings, members: list[FleetMember], routing: FleetRouting) -> None:
+        if not members:
+            raise ValueError("a judge fleet needs at least one deployment")
+        self.members = members
+        """The deployments, in the profile's order (their router ids are their positions)."""
+        super().__init__(settings)
+        # Retries are the backend's (counted and paced); the router only picks, cools and re-routes.
+        self.router = Router(
+            model_list=[
+                {
+                    "model_name": settings.model,
+                    "litellm_params": {
+                        "model": member.model,
+                        **({"api_base": member.api_base} if member.api_base else {}),
+                        **({"api_key": member.api_key} if member.api_key else {}),
+                        **({"rpm": member.rpm} if member.rpm else {}),
+                        **({"tpm": member.tpm} if member.tpm else {}),
+                    },
+                    "model_info": {"id": str(position)},
+                }
+                for position, member in enumerate(members)
+            ],
+            routing_strategy=routing.strategy,
+            allowed_fails=routing.allowed_fails,
+            cooldown_time=routing.cooldown_s,
+            num_retries=0,
+        )
+        self._secrets |= {member.api_key for member in members if member.api_key}
+        self.circuit = CircuitBreaker(f"{self.name} (a fleet of {len(members)} deployments)")
+
+    @property
+    def name(self) -> str:
+        # The logical model (profile and model), whichever replica answers: no server in the name.
+        settings = self.settings
+        return settings.name if settings.name == settings.model else f"{settings.name}/{settings.model}"
+
+    def __repr__(self) -> str:
+        return f"FleetBackend(model={self.model!r}, deployments={[m.label for m in self.members]!r})"
+
+    def _structured_output(self) -> str:
+        own_servers = all(m.api_base and litellm_provider(m.model) == "openai" for m in self.members)
+        if self.settings.response_format == "auto" and own_servers:
+            # OpenAI-compatible servers of the user's own enforce JSON schemas (see the base class).
+            return "json_schema"
+        return super()._structured_output()
+
+    async def _send(self, messages: list[dict[str, str]], arguments: dict[str, Any]) -> Any:
+        return await self.router.acompletion(messages=messages, **arguments)
+
+    def _deployment(self, response: Any) -> str | None:
+        hidden = getattr(response, "_hidden_params", None) or {}
+        position = str(hidden.get("model_id", ""))
+        member = self.members[int(position)] if position.isdigit() and int(position) < len(self.members) else None
+        label = member.label if member else None
+        log.debug("%s answered by %s", self.name, label)
+        return label
+
+    def _wait(self, state: RetryCallState) -> float:
+        # The router has cooled the deployment that asked for a pause; the next attempt goes to
+        # another one, so a Retry-After is not waited out here.
+        return float(self._backoff(state))

@@ -1,0 +1,289 @@
+"""``rt4 verify --engine ray``: the audit as a Ray Data pipeline, one judge stack per worker.
+
+The driver reads the JSONL (the one reader, :func:`rt4chart.io.read_jsonl`), turns the valid
+samples into a Ray dataset and maps it in shards (``map_batches``) over a pool of actors
+(:class:`AuditShard`), each holding the judge stack a single-process run builds (cache and budget
+around every leaf) and auditing its shard with the same :class:`~rt4chart.pipeline.Pipeline`. The
+results come back in input order (``DataContext.execution_options.preserve_order``), and
+:class:`RayPipeline` hands them to :func:`rt4chart.pipeline.run_audit` as a pipeline would: so the
+CLI's contract holds unchanged (one record per input line, input order, the output's lock,
+``--resume`` skipping the lines, hence the shards, already finished, a budget stop or an unreachable
+judge handled as in a single-process run), and progress is reported on the driver as records
+arrive.
+
+The budget is global: with a cap, every worker's ledger reserves and settles on one
+:class:`BudgetKeeper` actor, so the cap holds across workers as it holds across the concurrent
+calls of one process. A worker that dies mid-shard is restarted by Ray and its shard is run again
+(the cache answers what it had finished); a driver that dies leaves every record it wrote, and a
+rerun with ``--resume`` audits the rest.
+
+Ray is the optional ``ray`` extra, imported only here; :class:`RayUnavailable` says how to get it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rt4chart.backends.circuit import JudgeUnavailable
+from rt4chart.budget import BudgetExhausted, Ledger, RunLimits
+from rt4chart.io import InputLine, dump_report, error_report
+from rt4chart.judges import JudgeStack, judge_stack
+from rt4chart.options import AuditOptions, EngineOptions
+from rt4chart.pipeline import Pipeline
+from rt4chart.types import Report, Sample, Usage
+
+SHARD_SAMPLES = 8
+"""Samples per ``map_batches`` call: small enough that a restarted worker redoes little and that
+records reach the driver (and the output file) steadily, large enough that a shard's samples
+overlap their judge calls."""
+
+_BUDGET = "budget"
+_UNAVAILABLE = "unavailable"
+
+
+class RayUnavailable(RuntimeError):
+    """Ray is not installed, or the cluster cannot be reached."""
+
+
+def ray_available() -> None:
+    """Raise :class:`RayUnavailable` unless Ray (with Ray Data) can be imported."""
+    _ray()
+
+
+def _ray() -> Any:
+    try:
+        import ray
+        import ray.data  # the Data library is a separate import
+    except ImportError as error:
+        raise RayUnavailable(f"--engine ray needs Ray ({error}); pip install 'rt4chart[ray]'") from None
+    return ray
+
+
+@dataclass(frozen=True)
+class WorkerJudge:
+    """What a worker needs to build the driver's judge stack again: specs, never live objects."""
+
+    judge: str | None
+    """The ``--judge`` spec."""
+    api_base: str | None = None
+    """``--api-base``."""
+    concurrency: int | None = None
+    """Judge calls in flight per worker (``--concurrency``)."""
+    timeout_s: float | None = None
+    """Seconds per HTTP attempt (``--timeout``)."""
+    cache: str | None = None
+    """Cache directory (shared by the workers of one machine) or ``redis://`` URL; ``None``: no cache."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The audit options, as a JSON-ready dict."""
+
+
+class RemoteLedger(Ledger):
+    """A worker's ledger: reservations and spend live on the run's :class:`BudgetKeeper` actor, so
+    one cap holds across every worker. It blocks the worker's event loop for one round trip per
+    call, which is why it is used only when a budget is set."""
+
+    def __init__(self, keeper: Any) -> None:
+        super().__init__()
+        self._keeper = keeper
+
+    def reserve(self, amount: float) -> bool:
+        import ray
+
+        granted: bool = ray.get(self._keeper.reserve.remote(amount))
+        return granted
+
+    def settle(self, reserved: float, usage: Usage) -> float:
+        import ray
+
+        overrun: float = ray.get(self._keeper.settle.remote(reserved, usage.model_dump()))
+        self.usage = self.usage + usage
+        return overrun
+
+
+class BudgetKeeper:
+    """The run's one ledger, as a Ray actor (see :class:`RemoteLedger`)."""
+
+    def __init__(self, limit_usd: float | None) -> None:
+        self.ledger = Ledger(limit_usd=limit_usd)
+
+    def reserve(self, amount: float) -> bool:
+        return self.ledger.reserve(amount)
+
+    def settle(self, reserved: float, usage: dict[str, Any]) -> float:
+        return self.ledger.settle(reserved, Usage.model_validate(usage))
+
+    def totals(self) -> dict[str, Any]:
+        ledger = self.ledger
+        return {"spent_usd": ledger.spent_usd, "refused": ledger.refused, "overrun_usd": ledger.overrun_usd,
+                "usage": ledger.usage.model_dump()}
+
+
+class AuditShard:
+    """One Ray Data worker: a judge stack and a pipeline, auditing one shard of samples per call."""
+
+    def __init__(self, judge: WorkerJudge, keeper: Any = None) -> None:
+        self._loop = asyncio.new_event_loop()
+        ledger = RemoteLedger(keeper) if keeper is not None else None
+        self.stack: JudgeStack = judge_stack(
+            judge.judge, api_base=judge.api_base, concurrency=judge.concurrency, cache=judge.cache,
+            ledger=ledger, timeout_s=judge.timeout_s,
+        )
+        self.pipeline = Pipeline(self.stack, AuditOptions.model_validate(judge.options))
+
+    def __call__(self, shard: dict[str, Any]) -> dict[str, list[Any]]:
+        items = [
+            InputLine(line=int(line), sample=Sample.model_validate_json(sample))
+            for line, sample in zip(shard["line"], shard["sample"], strict=True)
+        ]
+        records, stops = self._loop.run_until_complete(self._audit(items))
+        return {"line": [item.line for item in items], "record": records, "stop": stops}
+
+    async def _audit(self, items: list[InputLine]) -> tuple[list[str], list[str]]:
+        records: list[str] = []
+        stop = ""
+        try:
+            async for report in self.pipeline.run(items):
+                records.append(dump_report(report))
+        except BudgetExhausted as error:
+            stop = f"{_BUDGET}:{error}"
+        except JudgeUnavailable as error:
+            stop = f"{_UNAVAILABLE}:{error.endpoint}\n{error.failures}\n{error.last_error}"
+        # Lines after a stop carry it instead of a record: the driver stops there, as one process would.
+        unfinished = len(items) - len(records)
+        return records + [""] * unfinished, [""] * len(records) + [stop] * unfinished
+
+    def __del__(self) -> None:
+        try:
+            self._loop.run_until_complete(self.stack.aclose())
+        except Exception:  # an actor torn down with its loop already closed has nothing left to close
+            return
+
+
+def _raise_stop(stop: str) -> None:
+    kind, _, detail = stop.partition(":")
+    if kind == _BUDGET:
+        raise BudgetExhausted(detail)
+    endpoint, failures, last_error = detail.split("\n", 2)
+    raise JudgeUnavailable(endpoint, int(failures), last_error)
+
+
+@dataclass
+class RayPipeline(Pipeline):
+    """A :class:`Pipeline` whose ``run`` shards the samples over Ray workers; everything else (the
+    judge's name and prompt version that bind records for ``--resume``) is the driver's stack's,
+    which the workers rebuild from ``worker_judge``."""
+
+    worker_judge: WorkerJudge = field(default_factory=lambda: WorkerJudge(judge=None))
+    engine: EngineOptions = field(default_factory=EngineOptions)
+    ledger: Ledger | None = None
+    """The driver's ledger: kept up to date with what the workers spend, for progress and summary."""
+
+    async def run(self, items: Iterable[InputLine]) -> AsyncIterator[Report]:
+        ray = _ray()
+        items = list(items)
+        started_here = _connect(ray, self.engine)
+        keeper = None
+        # The results are closed before Ray is shut down, so Ray Data does not report on a gone cluster.
+        stack = ExitStack()
+        try:
+            if self.ledger is not None and self.ledger.limit_usd is not None:
+                keeper = ray.remote(num_cpus=0)(BudgetKeeper).remote(self.ledger.limit_usd)
+            results = self._results(ray, [item for item in items if item.sample is not None], keeper)
+            stack.callback(getattr(results, "close", lambda: None))
+            for item in items:
+                if item.sample is None:
+                    yield error_report(item)
+                    continue
+                row = await asyncio.to_thread(next, results)
+                if row["stop"]:
+                    _raise_stop(row["stop"])
+                report = Report.model_validate_json(row["record"])
+                self._account(report.usage, keeper is None)
+                yield report
+        finally:
+            stack.close()
+            if keeper is not None and self.ledger is not None:
+                self._sync_budget(ray.get(keeper.totals.remote()))
+            if started_here:
+                ray.shutdown()
+
+    def _results(self, ray: Any, samples: list[InputLine], keeper: Any) -> Iterator[dict[str, Any]]:
+        if not samples:
+            return iter(())
+        # Progress is the driver's own (rt4's bar, from the records as they arrive).
+        logging.getLogger("ray.data").setLevel(logging.ERROR)
+        context = ray.data.DataContext.get_current()
+        context.execution_options.preserve_order = True
+        context.enable_progress_bars = False
+        context.print_on_execution_start = False
+        rows = [
+            {"line": item.line, "sample": item.sample.model_dump_json()} for item in samples if item.sample is not None
+        ]
+        shards = min(len(rows), max(self.engine.workers, -(-len(rows) // SHARD_SAMPLES)))
+        dataset = ray.data.from_items(rows, override_num_blocks=shards)
+        audited = dataset.map_batches(
+            AuditShard,
+            batch_size=SHARD_SAMPLES,
+            batch_format="numpy",
+            fn_constructor_kwargs={"judge": self.worker_judge, "keeper": keeper},
+            compute=ray.data.ActorPoolStrategy(size=self.engine.workers),
+            num_cpus=self.engine.worker_cpus,
+        )
+        return iter(audited.iter_rows())
+
+    def _account(self, usage: Usage, spend_too: bool) -> None:
+        """Fold a record's usage into the driver's ledger (its spend too when no keeper books it)."""
+        if self.ledger is None:
+            return
+        self.ledger.usage = self.ledger.usage + usage
+        if spend_too:
+            self.ledger.spent_usd += usage.cost_usd
+
+    def _sync_budget(self, totals: dict[str, Any]) -> None:
+        assert self.ledger is not None
+        self.ledger.spent_usd = float(totals["spent_usd"])
+        self.ledger.refused = int(totals["refused"])
+        self.ledger.overrun_usd = float(totals["overrun_usd"])
+
+
+def _connect(ray: Any, engine: EngineOptions) -> bool:
+    """Join the cluster at ``engine.address``, or start a local one sized for the workers; returns
+    whether this call started Ray (and so shuts it down)."""
+    if ray.is_initialized():
+        return False
+    try:
+        if engine.address is not None:
+            ray.init(address=engine.address, log_to_driver=False, logging_level="ERROR")
+        else:
+            cpus = max(os.cpu_count() or 1, int(engine.workers * engine.worker_cpus) + 1)
+            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    except (ConnectionError, RuntimeError, ValueError) as error:
+        where = engine.address or "a new local one"
+        raise RayUnavailable(f"cannot reach the Ray cluster at {where}: {error}") from None
+    return True
+
+
+def ray_pipeline(
+    stack: JudgeStack,
+    options: AuditOptions,
+    engine: EngineOptions,
+    *,
+    judge: str | None,
+    api_base: str | None,
+    limits: RunLimits,
+    cache: Path | str | None,
+) -> RayPipeline:
+    """The pipeline of ``rt4 verify --engine ray``: ``stack`` is the driver's (it names the judge,
+    keeps the spend for progress and summary); the workers build theirs from the same specs."""
+    worker_judge = WorkerJudge(
+        judge=judge, api_base=api_base, concurrency=limits.concurrency, timeout_s=limits.timeout_s,
+        cache=None if cache is None else str(cache), options=options.model_dump(mode="json"),
+    )
+    return RayPipeline(stack, options, worker_judge=worker_judge, engine=engine, ledger=stack.ledger)

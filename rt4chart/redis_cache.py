@@ -1,0 +1,91 @@
+"""The judge cache on a Redis server, for audits that run on many machines (``--cache-url``).
+
+:class:`RedisStore` gives :class:`rt4chart.cache.JudgeCache` the few operations it uses on its
+diskcache directory (get, set, delete, count, size, clear), so the keys, what is stored (only
+schema-valid replies) and what a damaged entry becomes (a miss, dropped) are the cache module's,
+whichever store holds them. Keys live under one prefix, so a Redis shared with other software
+(litellm's own cache, say) is counted and cleared only for rt4chart's entries. The ``redis``
+client (the ``redis`` extra) is imported only when a server cache is asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+KEY_PREFIX = "rt4chart:judge-calls:"
+"""Namespace of rt4chart's entries on a shared server."""
+
+_SCAN_BATCH = 1000
+"""Keys fetched per SCAN round trip when counting or clearing."""
+
+
+def redacted_url(url: str) -> str:
+    """``url`` without its password (what messages and ``rt4 cache stats`` may show)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit((parts.scheme, f"{user}{host}{port}", parts.path, parts.query, parts.fragment))
+
+
+class RedisStore:
+    """rt4chart's entries on one Redis server. Raises ``ConnectionError`` (an ``OSError``) when the
+    server cannot be reached when opened, so a bad ``--cache-url`` stops a run before any work; later
+    failures surface as exceptions of the calls, which the judge cache treats as misses."""
+
+    def __init__(self, url: str, *, timeout_s: float = 5.0) -> None:
+        self.location = redacted_url(url)
+        """The server's URL without its password."""
+        try:
+            import redis
+        except ImportError as error:
+            raise ConnectionError(
+                f"{self.location} needs the redis client ({error}); pip install 'rt4chart[redis]'"
+            ) from None
+        try:
+            self._client: Any = redis.Redis.from_url(
+                url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+            )
+            self._client.ping()
+        except (redis.RedisError, ValueError) as error:
+            # redis-py's messages hold the host and port, never the password of the URL.
+            raise ConnectionError(f"{self.location}: {error}") from None
+
+    def get(self, key: str) -> bytes | None:
+        value: bytes | None = self._client.get(KEY_PREFIX + key)
+        return value
+
+    def set(self, key: str, value: str) -> None:
+        self._client.set(KEY_PREFIX + key, value)
+
+    def delete(self, key: str) -> None:
+        self._client.delete(KEY_PREFIX + key)
+
+    def _keys(self) -> list[bytes]:
+        return list(self._client.scan_iter(match=KEY_PREFIX + "*", count=_SCAN_BATCH))
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def volume(self) -> int:
+        """Bytes of the stored values (Redis' own overhead not included)."""
+        keys = self._keys()
+        if not keys:
+            return 0
+        pipeline = self._client.pipeline(transaction=False)
+        for key in keys:
+            pipeline.strlen(key)
+        return int(sum(pipeline.execute()))
+
+    def clear(self) -> int:
+        """Remove rt4chart's entries (nothing else on the server); returns how many there were."""
+        keys = self._keys()
+        for start in range(0, len(keys), _SCAN_BATCH):
+            self._client.delete(*keys[start : start + _SCAN_BATCH])
+        return len(keys)
+
+    def close(self) -> None:
+        self._client.close()

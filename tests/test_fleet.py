@@ -1,0 +1,135 @@
+"""Judge fleets: one logical judge served by several deployments through litellm's Router.
+
+Two fault servers on 127.0.0.1 are the two replicas: one answers, the other fails (429s with a
+Retry-After, or 500s). Real ``rt4 verify`` runs show the calls moving to the healthy replica, the
+run completing, the records naming the logical judge (never a replica), each replica receiving
+only its own key, and the cache serving a verdict whichever replica produced it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from audit_fixtures import read_records, without_usage, write_samples
+from conftest import VerifyRequestFactory
+from faults import Fault, FaultServer, fault_server, grounded, judge_every_claim
+
+from rt4chart.judges import JudgeConfigError, JudgeProfile, judge_stack
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY_A = "sk-rt4fleet-a-7d1e09c4b2"
+KEY_B = "sk-rt4fleet-b-3f8a61d5e0"
+
+RATE_LIMITED = Fault("rate_limit", retry_after_s=30)
+"""429 with a Retry-After of 30 s: the router cools that replica down for as long."""
+
+
+def fleet_profile(path: Path, first: FaultServer, second: FaultServer) -> Path:
+    path.write_text(
+        f"""name = "smol-fleet"
+model = "openai/smollm2"
+backoff_s = 0.01
+backoff_max_s = 0.05
+max_attempts = 6
+concurrency = 4
+allowed_fails = 0
+cooldown_s = 30
+
+[[deployments]]
+api_base = "{first.base_url}"
+api_key_env = "RT4_FLEET_A_KEY"
+rpm = 600
+
+[[deployments]]
+api_base = "{second.base_url}"
+api_key_env = "RT4_FLEET_B_KEY"
+rpm = 600
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def rt4(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "RT4_FLEET_A_KEY": KEY_A, "RT4_FLEET_B_KEY": KEY_B}
+    return subprocess.run([sys.executable, "-m", "rt4chart", *args], cwd=cwd, env=environment,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_calls_move_to_the_healthy_replica_and_the_cache_serves_either(tmp_path: Path) -> None:
+    write_samples(tmp_path / "in.jsonl", 12)
+    entail = grounded
+    audit = ["--judge", "fleet.toml", "--decomposer", "rules", "--no-global", "--cache-dir", "cache", "-q"]
+    with fault_server(entail, default=RATE_LIMITED) as sick, fault_server(entail) as healthy:
+        fleet_profile(tmp_path / "fleet.toml", sick, healthy)
+        done = rt4("verify", "in.jsonl", "--out", "out.jsonl", *audit, cwd=tmp_path)
+        # 1: the cakes are baseless in every sample (a finding, not a failure).
+        assert done.returncode == 1, done.stderr
+        records = read_records(tmp_path / "out.jsonl")
+        assert [r["id"] for r in records] == [f"s{i}" for i in range(12)]
+        assert all(r["label"] == "baseless" and not r["incomplete"] and not r["errors"] for r in records)
+        # The logical judge, whichever replica answered.
+        assert {r["judge"] for r in records} == {"smol-fleet/openai/smollm2"}
+        # Every attempt is counted in the records, the failed ones included; the sick replica is
+        # cooled down after its first failure (calls already on their way to it may fail too).
+        assert len(healthy.requests) + len(sick.requests) == sum(r["usage"]["calls"] for r in records)
+        assert 1 <= len(sick.requests) <= 4 < len(healthy.requests)
+        # Each replica got its own key and no other.
+        assert {h["authorization"] for h in sick.headers} == {f"Bearer {KEY_A}"}
+        assert {h["authorization"] for h in healthy.headers} == {f"Bearer {KEY_B}"}
+    # The replicas swap roles: the verdicts the second one produced answer the rerun from the cache.
+    with fault_server(entail) as first, fault_server(entail, default=RATE_LIMITED) as second:
+        fleet_profile(tmp_path / "fleet.toml", first, second)
+        again = rt4("verify", "in.jsonl", "--out", "again.jsonl", *audit, cwd=tmp_path)
+        assert again.returncode == 1, again.stderr
+        assert len(first.requests) == len(second.requests) == 0
+    assert [without_usage(r) for r in read_records(tmp_path / "again.jsonl")] == [without_usage(r) for r in records]
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert KEY_A.encode() not in path.read_bytes() and KEY_B.encode() not in path.read_bytes()
+    assert KEY_A not in done.stderr + again.stderr and KEY_B not in done.stderr + again.stderr
+
+
+def test_each_call_names_the_replica_that_answered(
+    tmp_path: Path, verify_request: VerifyRequestFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RT4_FLEET_A_KEY", KEY_A)
+    monkeypatch.setenv("RT4_FLEET_B_KEY", KEY_B)
+    entail = judge_every_claim("entailed")
+
+    async def ask(profile: Path) -> list[str | None]:
+        stack = judge_stack(str(profile))
+        try:
+            replies = [await stack.complete(verify_request([f"claim {n}"])) for n in range(4)]
+        finally:
+            await stack.aclose()
+        assert all(reply.parsed is not None and reply.judge == "smol-fleet/openai/smollm2" for reply in replies)
+        return [reply.deployment for reply in replies]
+
+    # A replica answering 500s: cooled down after its first failure, the retry goes to the other.
+    with fault_server(entail, default=Fault("server_error")) as sick, fault_server(entail) as healthy:
+        deployments = asyncio.run(ask(fleet_profile(tmp_path / "fleet.toml", sick, healthy)))
+    assert deployments == [f"openai/smollm2@{healthy.base_url}"] * 4
+
+
+def test_a_fleet_refuses_an_api_base_and_names_a_missing_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RT4_FLEET_A_KEY", raising=False)
+    with fault_server("{}") as one, fault_server("{}") as two:
+        profile = fleet_profile(tmp_path / "fleet.toml", one, two)
+        with pytest.raises(JudgeConfigError, match="RT4_FLEET_A_KEY"):
+            judge_stack(str(profile))
+        monkeypatch.setenv("RT4_FLEET_A_KEY", KEY_A)
+        monkeypatch.setenv("RT4_FLEET_B_KEY", KEY_B)
+        with pytest.raises(JudgeConfigError, match="--api-base does not apply"):
+            judge_stack(str(profile), api_base=one.base_url)
+
+
+def test_the_example_fleet_profile_is_valid() -> None:
+    profile = JudgeProfile.model_validate(tomllib.loads((ROOT / "examples" / "fleet.toml").read_text(encoding="utf-8")))
+    assert len(profile.deployments) == 3 and profile.routing_strategy == "usage-based-routing"

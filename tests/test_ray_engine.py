@@ -1,0 +1,190 @@
+"""``rt4 verify --engine ray``: the same records as a single-process run, in order, none lost.
+
+One Ray cluster per module (2 CPUs, a small object store), started here; every run is the real
+CLI in a subprocess that joins it with ``--address auto``, auditing against the fault server of
+``tests/faults.py`` (or the examples' scripted judge). A run interrupted by killing its driver, or
+one of whose workers is killed mid-shard, still ends with every record, each once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from audit_fixtures import read_records, write_samples
+from faults import FaultServer, fault_server, grounded
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+SHARD_WORKER = "MapBatches(AuditShard)"
+LINES = 202
+"""Input lines of the generated file: 200 samples and two invalid lines."""
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    ray.init(num_cpus=2, object_store_memory=80 * 2**20, include_dashboard=False, logging_level="ERROR",
+             log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def rt4(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rt4chart", *args], cwd=cwd, env=_environment(),
+                          capture_output=True, text=True, timeout=600)
+
+
+def _environment() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def fault_judge(server: FaultServer) -> list[str]:
+    return ["--judge", "openai/smollm2", "--api-base", server.base_url, "--concurrency", "4"]
+
+
+ON_RAY = ["--engine", "ray", "--address", "auto", "--workers", "2", "--worker-cpus", "0.5"]
+
+
+def write_inputs(path: Path, count: int) -> None:
+    """``count`` generated samples with two invalid lines among them (they get error records)."""
+    write_samples(path, count)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines.insert(7, "{not json")
+    lines.insert(count // 2, json.dumps({"id": "no-answer", "context": "Nothing here."}))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_examples_give_the_single_process_records(tmp_path: Path, ray_cluster: None) -> None:
+    for name in ("answers", "free_trial"):
+        judge = ["--judge", f"scripted:{EXAMPLES / f'{name}.rules.json'}", "--no-cache", "-q"]
+        local = rt4("verify", str(EXAMPLES / f"{name}.jsonl"), "--out", f"{name}.local.jsonl", *judge, cwd=tmp_path)
+        on_ray = rt4("verify", str(EXAMPLES / f"{name}.jsonl"), "--out", f"{name}.ray.jsonl", *judge, *ON_RAY,
+                     cwd=tmp_path)
+        assert on_ray.returncode == local.returncode, on_ray.stderr
+        local_text = (tmp_path / f"{name}.local.jsonl").read_text(encoding="utf-8")
+        assert (tmp_path / f"{name}.ray.jsonl").read_text(encoding="utf-8") == local_text
+
+
+@dataclass
+class Generated:
+    """A few hundred generated samples, the fault server judging them, and the records of a
+    single-process run (the reference every Ray run must reproduce)."""
+
+    directory: Path
+    server: FaultServer
+    audit: list[str]
+    expected: list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Generated]:
+    directory = tmp_path_factory.mktemp("generated")
+    write_inputs(directory / "in.jsonl", LINES - 2)
+    with fault_server(grounded) as server:
+        audit = [*fault_judge(server), "--decomposer", "rules", "--no-cache", "-q"]
+        local = rt4("verify", "in.jsonl", "--out", "local.jsonl", *audit, cwd=directory)
+        assert local.returncode == 2, local.stderr  # 2: the invalid lines
+        yield Generated(directory, server, audit, read_records(directory / "local.jsonl"))
+
+
+def test_generated_samples_give_the_single_process_records_in_order(generated: Generated, ray_cluster: None) -> None:
+    calls_local = len(generated.server.requests)
+    on_ray = rt4("verify", "in.jsonl", "--out", "ray.jsonl", *generated.audit, *ON_RAY, cwd=generated.directory)
+    assert on_ray.returncode == 2, on_ray.stderr
+    assert len(generated.server.requests) == 2 * calls_local, "each sample judged once by the workers, none twice"
+    records = read_records(generated.directory / "ray.jsonl")
+    assert [r["line"] for r in records] == list(range(1, LINES + 1))
+    assert records == generated.expected
+
+
+def _shard_workers() -> list[int]:
+    """Process ids of the AuditShard actors, among this test's descendants only."""
+    mine = {os.getpid()}
+    found = []
+    entries = sorted((int(p.name), p) for p in Path("/proc").iterdir() if p.name.isdigit())
+    for pid, proc in entries:
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent in mine:
+            mine.add(pid)
+            if SHARD_WORKER in command:
+                found.append(pid)
+    return found
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the run"
+        time.sleep(0.2)
+
+
+def test_a_killed_worker_and_a_killed_driver_lose_no_record(generated: Generated, ray_cluster: None) -> None:
+    server, audit, directory = generated.server, generated.audit, generated.directory
+    partial = directory / "killed.jsonl"
+    server.gate.clear()
+    try:
+        run = subprocess.Popen([sys.executable, "-m", "rt4chart", "verify", "in.jsonl", "--out", partial.name,
+                                *audit, *ON_RAY], cwd=directory, env=_environment(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+        # A worker killed while its shard's calls are held: Ray restarts it and runs the shard again.
+        _wait_for(lambda: server.in_flight > 0 and bool(_shard_workers()))
+        os.kill(_shard_workers()[0], signal.SIGKILL)
+        server.latency_s = 0.3
+        server.gate.set()
+        # Then the driver, once the shards in flight at the first kill are long written (answers held
+        # again first, so the run cannot finish between the check and the kill).
+        _wait_for(lambda: partial.exists() and partial.read_text(encoding="utf-8").count("\n") >= LINES // 3)
+        server.gate.clear()
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=60)
+    finally:
+        server.latency_s = 0.0
+        server.gate.set()
+    written = read_records(partial)
+    assert len(written) < LINES, "killed before the end"
+    assert written == generated.expected[: len(written)], "what was written is final and in order"
+    resumed = rt4("verify", "in.jsonl", "--out", partial.name, "--resume", *audit, *ON_RAY, cwd=directory)
+    assert resumed.returncode == 2, resumed.stderr
+    assert read_records(partial) == generated.expected
+
+
+def test_without_ray_the_engine_is_refused_with_exit_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "no-ray" / "ray"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('No module named ray (blocked by the test)')\n")
+    write_samples(tmp_path / "in.jsonl", 2)
+    environment = {**_environment(), "PYTHONPATH": f"{blocker.parent}{os.pathsep}{ROOT}"}
+    done = subprocess.run([sys.executable, "-m", "rt4chart", "verify", "in.jsonl", "--engine", "ray", "--no-cache"],
+                          cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert "--engine ray needs Ray" in done.stderr and "rt4chart[ray]" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_workers_share_one_budget(ray_cluster: None) -> None:
+    """Two workers' ledgers reserve on one keeper actor: together they never pass the cap."""
+    from rt4chart.ray_engine import BudgetKeeper, RemoteLedger
+    from rt4chart.types import Usage
+
+    keeper = ray.remote(num_cpus=0)(BudgetKeeper).remote(1.0)
+    first, second = RemoteLedger(keeper), RemoteLedger(keeper)
+    granted = [ledger.reserve(0.3) for ledger in (first, second, first, second)]
+    assert granted == [True, True, True, False]
+    assert first.settle(0.3, Usage(calls=1, cost_usd=0.2)) == 0.0
+    assert second.reserve(0.1) and not second.reserve(0.2)
+    totals = ray.get(keeper.totals.remote())
+    assert totals["spent_usd"] == pytest.approx(0.2) and totals["refused"] == 2

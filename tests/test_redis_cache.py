@@ -1,0 +1,133 @@
+"""The judge cache on a real ``redis-server`` (Debian's package; ``.ci/run`` installs it), started
+here on 127.0.0.1 with a random port and a temporary directory. Without redis-server these tests
+fail, they do not skip: the shared cache would otherwise go untested.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from audit_fixtures import read_records, without_usage, write_samples
+from conftest import VerifyRequestFactory
+from faults import fault_server, grounded
+
+from rt4chart.backends.base import JudgeResponse
+from rt4chart.cache import CacheError, open_cache, request_key
+from rt4chart.redis_cache import KEY_PREFIX
+from rt4chart.tasks import VerifyOutput
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.fail("redis-server is not installed (apt-get install redis-server; .ci/run does it)")
+    directory = tmp_path_factory.mktemp("redis")
+    port = _free_port()
+    process = subprocess.Popen(
+        [server, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(directory), "--save", "",
+         "--appendonly", "no", "--protected-mode", "yes"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(host="127.0.0.1", port=port)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            assert process.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    client.close()
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def rt4(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rt4chart", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_a_warm_rerun_makes_no_call_and_another_process_shares_the_hits(tmp_path: Path, redis_url: str) -> None:
+    write_samples(tmp_path / "in.jsonl", 12)
+    (tmp_path / "other").mkdir()
+    samples = write_samples(tmp_path / "other" / "in.jsonl", 16)  # the same 12 samples, and 4 new ones
+    with fault_server(grounded) as server:
+        audit = ["--judge", "openai/smollm2", "--api-base", server.base_url, "--decomposer", "rules",
+                 "--cache-url", redis_url, "-q"]
+        cold = rt4("verify", "in.jsonl", "--out", "cold.jsonl", *audit, cwd=tmp_path)
+        assert cold.returncode == 1, cold.stderr
+        cold_calls = len(server.requests)
+        assert cold_calls > 0
+        warm = rt4("verify", "in.jsonl", "--out", "warm.jsonl", *audit, cwd=tmp_path)
+        assert warm.returncode == 1, warm.stderr
+        assert len(server.requests) == cold_calls, "a warm rerun makes no judge call"
+        # Another process, in another directory with no disk cache in common: only the new samples are judged.
+        shared = rt4("verify", "in.jsonl", "--out", "shared.jsonl", *audit, cwd=tmp_path / "other")
+        assert shared.returncode == 1, shared.stderr
+        assert len(server.requests) == cold_calls + cold_calls // 3
+    cold_records = read_records(tmp_path / "cold.jsonl")
+    warm_records = read_records(tmp_path / "warm.jsonl")
+    assert [without_usage(r) for r in warm_records] == [without_usage(r) for r in cold_records]
+    assert sum(r["usage"]["cache_hits"] for r in warm_records) == cold_calls
+    assert all(r["usage"]["calls"] == 0 for r in warm_records)
+    shared_records = read_records(tmp_path / "other" / "shared.jsonl")
+    assert [r["id"] for r in shared_records] == [s["id"] for s in samples]
+    assert all(r["usage"]["calls"] == 0 for r in shared_records[:12])
+    assert all(r["usage"]["cache_hits"] == 0 < r["usage"]["calls"] for r in shared_records[12:])
+    assert not (tmp_path / "cache").exists()
+
+
+def test_damaged_and_failed_entries_are_never_served(redis_url: str, verify_request: VerifyRequestFactory) -> None:
+    own_database = redis_url.rsplit("/", 1)[0] + "/1"  # apart from the other tests' entries
+    cache = open_cache(own_database)
+    client = redis.Redis.from_url(own_database)
+    try:
+        request = verify_request(["The trial lasts 30 days."])
+        key = request_key("some-judge", request)
+        reply = VerifyOutput.model_validate({"judgements": [{"claim": 0, "label": "baseless"}]})
+        cache.put(key, JudgeResponse(parsed=None, error="no valid reply"))
+        assert client.get(KEY_PREFIX + key) is None, "a failure is never stored"
+        cache.put(key, JudgeResponse(parsed=reply, judge="some-judge"))
+        hit = cache.get(key, VerifyOutput)
+        assert hit is not None and hit.parsed == reply
+        client.set(KEY_PREFIX + key, b'{"parsed": {"judgements": "torn')
+        assert cache.get(key, VerifyOutput) is None
+        assert client.get(KEY_PREFIX + key) is None, "a damaged entry is dropped"
+        client.set("someone-else:entry", b"kept")
+        cache.put(key, JudgeResponse(parsed=reply, judge="some-judge"))
+        assert cache.stats().entries == 1 and cache.clear() == 1
+        assert client.get("someone-else:entry") == b"kept", "only rt4chart's entries are cleared"
+    finally:
+        client.delete("someone-else:entry")
+        client.close()
+        cache.close()
+
+
+def test_an_unreachable_server_is_a_usage_error_without_its_password(tmp_path: Path) -> None:
+    write_samples(tmp_path / "in.jsonl", 1)
+    url = f"redis://:hunter2-redis-secret@127.0.0.1:{_free_port()}/0"
+    with pytest.raises(CacheError) as raised:
+        open_cache(url)
+    assert "hunter2" not in str(raised.value) and "127.0.0.1" in str(raised.value)
+    done = rt4("verify", "in.jsonl", "--decomposer", "rules", "--cache-url", url, cwd=tmp_path)
+    assert done.returncode == 2
+    assert "cannot use the cache server" in done.stderr and "hunter2" not in done.stderr

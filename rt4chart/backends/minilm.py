@@ -87,7 +87,8 @@ class MiniLM(torch.nn.Module):
             _Layer(width, config["intermediate_size"], config["num_attention_heads"], eps)
             for _ in range(config["num_hidden_layers"])
         )
-        weights = {name.removeprefix("bert."): tensor for name, tensor in load_file(directory / "model.safetensors").items()}
+        checkpoint = load_file(directory / "model.safetensors")
+        weights = {name.removeprefix("bert."): tensor for name, tensor in checkpoint.items()}
         state = {
             "words.weight": weights["embeddings.word_embeddings.weight"],
             "positions.weight": weights["embeddings.position_embeddings.weight"],

@@ -8,12 +8,14 @@ head. For each claim it
    the few best ones that together cover most of the claim's content words as evidence;
 2. looks for contradiction cues between the claim and its best-matching sentences: a number, date
    or quantity of the claim found nowhere in view while the matching sentence states another one,
-   a negation present on one side only, or an antonymous qualifier (more/less, before/after, ...);
+   a negation present on one side only, or an antonym (more/less, before/after, raise/cut, ...);
 3. turns these measurements (similarities, coverage, missing words and numbers, cues) into a
    calibrated probability that the claim is not supported, with the logistic regression of
    :mod:`rt4chart.backends.embedded_model` (trained on dev splits by ``evals/embedded/train.py``);
 4. calls the claim entailed below the head's threshold, otherwise contradicted when a cue fired on
-   a closely matching sentence and baseless when none did. The judgement's ``confidence`` is the
+   a closely matching sentence and baseless when none did; a few guards (a changed number, a
+   negation or antonym on a sentence saying nearly what the claim says, a claim about something
+   else) override the threshold. The judgement's ``confidence`` is the
    calibrated probability of the label it chose, so ``cascade:embedded@0.9,...`` settles exactly
    the claims it is at least 90% sure of.
 
@@ -476,11 +478,12 @@ def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) ->
     head = model.head(has_question)
     unsupported = head.unsupported_probability(features(analysis))
     described = f"coverage {analysis.coverage:.2f}, similarity {analysis.similarity:.2f}"
-    # Two guards take precedence over the head, for cases the dev data hardly holds (5 of 3,606
+    # Guards take precedence over the head, for cases the dev data hardly holds (5 of 3,606
     # RAGTruth QA dev claims carry a number cue), where a linear head extrapolates blindly: a number
-    # the context states differently, and a claim with none of its content words in view. The
-    # confidence stays the head's probability, so a cascade sends a guarded claim the head was
-    # sure of onwards.
+    # the context states differently, a negation or antonym on a sentence that says nearly what the
+    # claim says (the head's own guard, chosen on synthetic flips; the summaries' head has one), and
+    # a claim with none of its content words in view. The confidence stays the head's probability,
+    # so a cascade sends a guarded claim the head was sure of onwards.
     if analysis.cue_kind == "number" and analysis.cue_overlap >= CONTRADICTION_OVERLAP:
         return Label.CONTRADICTED, round(unsupported, 4), f"contradiction cue: {analysis.cue}"
     if head.guard and head.guard.fires(analysis):

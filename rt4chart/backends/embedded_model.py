@@ -121,6 +121,28 @@ class Platt(BaseModel):
         return _sigmoid(self.slope * value + self.intercept)
 
 
+class Guard(BaseModel):
+    """A negation or antonym cue on a sentence that says nearly what the claim says makes the claim
+    contradicted, whatever the regression says: real dev data hold too few such contradictions
+    for the regression to learn them; seeded synthetic flips (evals/embedded/synthetic.py) choose
+    how close the sentence must be, at a measured cost on real dev claims."""
+
+    model_config = ConfigDict(frozen=True)
+
+    overlap: float = Field(ge=0.0, le=1.0)
+    """Share of the claim's content words the cue's sentence must hold."""
+    similarity: float = Field(ge=-1.0, le=1.0)
+    """Embedding similarity the claim's best-matching sentence must reach."""
+
+    def fires(self, analysis: ClaimAnalysis) -> bool:
+        """Whether the guard calls this analysed claim contradicted."""
+        return (
+            analysis.cue_kind in ("negation", "antonym")
+            and analysis.cue_overlap >= self.overlap
+            and analysis.similarity >= self.similarity
+        )
+
+
 class Head(BaseModel):
     """One trained head: standardised features and their pairwise products, standardised again ->
     logistic regression -> Platt -> probability."""
@@ -147,6 +169,9 @@ class Head(BaseModel):
     answer_calibration: Platt
     """Maps the logit of the answer score (1 - prod of the claims' P(supported)) to a calibrated
     P(answer hallucinated)."""
+    guard: Guard | None = None
+    """The negation/antonym guard chosen on dev for this head; None where every setting tried cost
+    more than the training script allows."""
     training: dict[str, float | int | str]
     """What it was trained on and its held-out (cross-validated) dev figures, for the record."""
 

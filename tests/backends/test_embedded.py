@@ -140,3 +140,20 @@ def test_a_short_claim_against_an_unrelated_context_is_not_entailed(backend: Emb
 
 def test_a_short_claim_the_context_states_is_entailed(backend: EmbeddedBackend) -> None:
     assert only_claim_label(audit(backend, "Gustave Eiffel built it.")) == Label.ENTAILED
+
+
+@pytest.mark.parametrize(
+    ("claim", "cue"),
+    [
+        ("The tower does not have three levels for visitors, with restaurants on the first and second levels.",
+         "negation"),
+        ("The tower has three levels for visitors, with restaurants on the first and second levels.", None),
+        ("The top level's lower platform is 276 metres above the ground.", "antonym"),
+        ("The top level's upper platform is 276 metres above the ground.", None),
+    ],
+)
+def test_a_summary_that_flips_a_sentence_is_contradicted(backend: EmbeddedBackend, claim: str, cue: str | None) -> None:
+    """Negation flips and antonyms of a context sentence: the guard of the summaries' head (chosen on
+    synthetic flips, evals/embedded/synthetic.py) calls them contradicted; the copies stay entailed."""
+    label = only_claim_label(audit(backend, claim))
+    assert label == (Label.CONTRADICTED if cue else Label.ENTAILED)

@@ -121,7 +121,9 @@ def context_char_range(template: CsrTemplate, context: str | list[str], question
     return len(before), len(before) + len(joined)
 
 
-def prepare_prompt(sample: Sample, tokenizer: Tokenizer, template: CsrTemplate, max_positions: int | None) -> AttentionPrompt | str:
+def prepare_prompt(
+    sample: Sample, tokenizer: Tokenizer, template: CsrTemplate, max_positions: int | None
+) -> AttentionPrompt | str:
     """The sample's prompt with its context and answer token ranges, or why it cannot be read."""
     prefix, _ = template.prefixes(sample.context, sample.question)
     encoding = tokenizer.encode(prefix + sample.answer)
@@ -166,10 +168,14 @@ def reduce_rows(rows: Any, context_begin: int, context_end: int) -> Any:
     distribution = extended / extended.sum(dim=-1, keepdim=True)
     mean = distribution.mean(dim=0, keepdim=True)
     middle = (distribution + mean) / 2
-    divergence = 0.5 * (
-        torch.special.xlogy(distribution, distribution / middle).sum(dim=-1)
-        + torch.special.xlogy(mean, mean / middle).sum(dim=-1)
-    ) / np.log(2.0)
+    divergence = (
+        0.5
+        * (
+            torch.special.xlogy(distribution, distribution / middle).sum(dim=-1)
+            + torch.special.xlogy(mean, mean / middle).sum(dim=-1)
+        )
+        / np.log(2.0)
+    )
     jsdiv = divergence.clamp(min=0.0).sqrt()
     return torch.stack([total, cossim, entropy, jsdiv]).transpose(1, 2)
 
@@ -225,7 +231,9 @@ class AttentionExtractor:
 
 def token_labels(offsets: Sequence[tuple[int, int]], spans: Sequence[Span]) -> npt.NDArray[np.bool_]:
     """Per token: does its character range overlap any gold hallucinated span?"""
-    return np.array([any(start < span.end and end > span.start for span in spans) for start, end in offsets], dtype=bool)
+    return np.array(
+        [any(start < span.end and end > span.start for span in spans) for start, end in offsets], dtype=bool
+    )
 
 
 def window_bounds(tokens: int, size: int = WINDOW) -> list[tuple[int, int]]:
@@ -287,7 +295,9 @@ class FeatureCache:
                 return None
             with np.load(io.BytesIO(stored)) as arrays:
                 offsets = [(int(a), int(b)) for a, b in arrays["offsets"]]
-                return AttentionFeatures(offsets, arrays["values"].astype(np.float64), arrays["fraction"].astype(np.float64))
+                return AttentionFeatures(
+                    offsets, arrays["values"].astype(np.float64), arrays["fraction"].astype(np.float64)
+                )
         except Exception:  # a damaged entry is a miss
             return None
 

@@ -146,7 +146,9 @@ def test_hooks_match_full_attention_maps_of_smollm2_with_t_plus_1_alignment(extr
         rows = maps[layer][0, :, first : first + count].numpy()
         expected = reference_features(rows, prompt.context_begin, prompt.context_end)
         np.testing.assert_allclose(features.values[:, :, layer, :], expected, atol=1e-6, rtol=0)
-        shifted = reference_features(maps[layer][0, :, first - 1 : first + count - 1].numpy(), prompt.context_begin, prompt.context_end)
+        shifted = reference_features(
+            maps[layer][0, :, first - 1 : first + count - 1].numpy(), prompt.context_begin, prompt.context_end
+        )
         assert np.abs(features.values[0, :, layer, :] - shifted[0]).max() > 1e-3  # the row before is another row
     context = prompt.context_end - prompt.context_begin
     np.testing.assert_allclose(features.passage_fraction, context / (np.arange(first, first + count) + 1.0))

@@ -72,6 +72,7 @@ FEATURE_CACHE_FORMAT = 1
 """Bumped when the stored feature format changes; part of every key."""
 
 FloatArray = npt.NDArray[np.float64]
+_TINY = float(np.finfo(np.float64).tiny)
 
 
 @dataclass(frozen=True)
@@ -150,34 +151,53 @@ def reduce_rows(rows: Any, context_begin: int, context_end: int) -> Any:
     """AggTruth features of attention rows: ``[heads, tokens, keys]`` -> ``[4, tokens, heads]`` (torch, float64).
 
     ``rows`` are the answer tokens' query rows of one layer (each row sums to 1 over its keys);
-    the features read columns ``context_begin:context_end`` only.
+    the features read columns ``context_begin:context_end`` only. Written to pass over the
+    ``[heads, tokens, context]`` block as few times as possible (it runs inside every layer's
+    forward): cosines from one Gram product, and the Jensen-Shannon divergence from entropies,
+    ``JSD(P, M) = H((P + M) / 2) - H(P) / 2 - H(M) / 2``, where the entropy of the normalised
+    extended vector follows from its unnormalised ``sum x log x`` and its total Z:
+    ``H(x / Z) = -sum(x log x) / Z + log Z``.
     """
     import torch
 
     context = rows[:, :, context_begin:context_end].to(torch.float64)
     heads = context.shape[0]
     total = context.sum(dim=-1)
-    norms = context.norm(dim=-1, keepdim=True)
-    unit = torch.where(norms > 0, context / norms.clamp(min=torch.finfo(torch.float64).tiny), torch.zeros_like(context))
-    gram = torch.einsum("htc,gtc->thg", unit, unit)
-    others = gram.sum(dim=-1) - gram.diagonal(dim1=-2, dim2=-1)
+    gram = torch.einsum("htc,gtc->thg", context, context)
+    norms = gram.diagonal(dim1=-2, dim2=-1).sqrt()
+    products = norms.unsqueeze(-1) * norms.unsqueeze(-2)
+    cosines = torch.where(products > 0, gram / products.clamp(min=_TINY), 0.0)
+    others = cosines.sum(dim=-1) - cosines.diagonal(dim1=-2, dim2=-1)
     cossim = (others / max(heads - 1, 1)).transpose(0, 1)
     # Rounding can push the mass a hair above 1; the leftover entry is then 0, never negative.
-    extended = torch.cat([context, (1.0 - total).clamp(min=0.0).unsqueeze(-1)], dim=-1)
-    entropy = -torch.special.xlogy(extended, extended).sum(dim=-1) / np.log(2.0)
-    distribution = extended / extended.sum(dim=-1, keepdim=True)
-    mean = distribution.mean(dim=0, keepdim=True)
-    middle = (distribution + mean) / 2
-    divergence = (
-        0.5
-        * (
-            torch.special.xlogy(distribution, distribution / middle).sum(dim=-1)
-            + torch.special.xlogy(mean, mean / middle).sum(dim=-1)
-        )
-        / np.log(2.0)
-    )
-    jsdiv = divergence.clamp(min=0.0).sqrt()
+    leftover = (1.0 - total).clamp(min=0.0)
+    ln2 = float(np.log(2.0))
+    # One scratch buffer and in-place updates: a fresh [heads, tokens, context] tensor per step
+    # costs more than the arithmetic on it.
+    scratch = context.clamp(min=_TINY)
+    x_log_x = scratch.log_().mul_(context).sum(dim=-1) + _x_log_x(leftover)
+    entropy = -x_log_x / ln2
+    mass = total + leftover
+    own = (-x_log_x / mass + mass.log()) / ln2
+    shares = context.div_(mass.unsqueeze(-1))
+    leftover_shares = leftover / mass
+    mean_context = shares.mean(dim=0)
+    mean_leftover = leftover_shares.mean(dim=0)
+    mean_entropy = -(_x_log_x(mean_context).sum(dim=-1) + _x_log_x(mean_leftover)) / ln2
+    doubled = shares.add_(mean_context)  # 2m, where m = (P + M) / 2
+    doubled_leftover = leftover_shares + mean_leftover
+    torch.clamp(doubled, min=_TINY, out=scratch)
+    doubled_x_log_x = scratch.log_().mul_(doubled).sum(dim=-1) + _x_log_x(doubled_leftover)
+    doubled_total = doubled.sum(dim=-1) + doubled_leftover
+    # sum m ln m = (sum 2m ln 2m) / 2 - ln 2 * (sum 2m) / 2
+    mixed_entropy = -(doubled_x_log_x / 2 - ln2 * doubled_total / 2) / ln2
+    jsdiv = (mixed_entropy - own / 2 - mean_entropy / 2).clamp(min=0.0).sqrt()
     return torch.stack([total, cossim, entropy, jsdiv]).transpose(1, 2)
+
+
+def _x_log_x(values: Any) -> Any:
+    """``x * ln(x)`` with ``0 ln 0 = 0`` (x >= 0); several times faster on CPU than ``torch.special.xlogy``."""
+    return values * values.clamp(min=_TINY).log()
 
 
 class AttentionExtractor:

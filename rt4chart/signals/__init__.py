@@ -9,9 +9,14 @@ Importing this package imports neither torch nor transformers.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rt4chart.signals.base import LogprobBackend, ScoreRequest, SignalError, TokenizedText, missing_extra
+
+if TYPE_CHECKING:
+    from rt4chart.signals.attention import AttentionExtractor
 
 
 def open_backend(
@@ -43,4 +48,36 @@ def open_backend(
     return VllmPromptLogprobsBackend(server, tokenizer, identity, model=server_model)
 
 
-__all__ = ["LogprobBackend", "ScoreRequest", "SignalError", "TokenizedText", "missing_extra", "open_backend"]
+def open_attention_extractor(model: Path) -> AttentionExtractor:
+    """The model at ``model`` in process with eager attention, ready for AggTruth features.
+
+    Raises :class:`SignalError` when the ``signals`` extra is missing or the model cannot be read.
+    """
+    absent = missing_extra(model)
+    if absent:
+        raise SignalError(
+            f"attention signals need the 'signals' extra ({', '.join(absent)} not installed): "
+            "pip install 'rt4chart[signals]'"
+        )
+    from rt4chart.signals.attention import AttentionExtractor
+    from rt4chart.signals.transformers_backend import TransformersBackend
+
+    return AttentionExtractor(TransformersBackend(model, attentions=True))
+
+
+def require_sklearn() -> None:
+    """Training probes needs scikit-learn (in the ``signals`` extra); applying them does not."""
+    if importlib.util.find_spec("sklearn") is None:
+        raise SignalError("training a probe needs scikit-learn (the 'signals' extra): pip install 'rt4chart[signals]'")
+
+
+__all__ = [
+    "LogprobBackend",
+    "ScoreRequest",
+    "SignalError",
+    "TokenizedText",
+    "missing_extra",
+    "open_attention_extractor",
+    "open_backend",
+    "require_sklearn",
+]

@@ -10,12 +10,14 @@ and on the FaithBench test split (the paper's QA -> summarisation transfer). Nev
 Three steps, each resumable (features are cached, so a killed run loses at most one sample):
 
     python evals/signals/aggtruth.py extract --dev-n 200 --test-n 304 --faithbench-n 242
+    python evals/signals/aggtruth.py throughput        # bare passes with attentions vs extraction
     python evals/signals/aggtruth.py memory            # peak RSS for a 2,000-token input
     python evals/signals/aggtruth.py report            # probes, fusion, RESULTS_aggtruth.md/json
 
-``extract`` visits the three splits in proportion (so a stopped run still covers all three) and
-first times the bare forward passes with attentions against the feature extraction on the same
-samples (throughput); ``report`` uses the answers whose features are cached and states every n.
+``extract`` visits the three splits in proportion (so a stopped run still covers all three);
+``throughput`` times the bare forward passes with attentions against the feature extraction on
+the same prompts in one process, alternating which goes first; ``report`` uses the answers whose
+features are cached and states every n.
 """
 
 from __future__ import annotations
@@ -86,9 +88,15 @@ def open_extractor(model: Path | None, threads: int) -> AttentionExtractor:
 
 
 def bare_forward(extractor: AttentionExtractor, ids: list[int]) -> None:
-    """The baseline: one forward pass that returns every layer's attention maps (no features)."""
+    """The baseline: one forward pass that returns every layer's attention maps (no features).
+
+    Like the extraction it asks for the last position's logits only, so the two differ by the
+    feature reduction alone (hooks versus returning the maps).
+    """
     with torch.inference_mode():
-        output = extractor.backend.model(input_ids=torch.tensor([ids]), output_attentions=True, use_cache=False)
+        output = extractor.backend.model(
+            input_ids=torch.tensor([ids]), output_attentions=True, use_cache=False, logits_to_keep=1
+        )
     assert output.attentions is not None and len(output.attentions) == extractor.layers
 
 
@@ -123,17 +131,22 @@ def measure_throughput(extractor: AttentionExtractor, samples: Sequence[Sample],
     }
 
 
+def throughput(args: argparse.Namespace) -> None:
+    """Bare passes with attentions against feature extraction, alternating, on the same test prompts."""
+    extractor = open_extractor(args.model, args.threads)
+    samples = subset("test", args.test_n, args.seed)[: args.samples]
+    result = measure_throughput(extractor, samples, args.rounds)
+    result["model"] = extractor.backend.identity
+    result["command"] = "python evals/signals/aggtruth.py " + shlex.join(sys.argv[1:])
+    WORK.mkdir(parents=True, exist_ok=True)
+    THROUGHPUT_FILE.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result), file=sys.stderr, flush=True)
+
+
 def extract(args: argparse.Namespace) -> None:
     extractor = open_extractor(args.model, args.threads)
     splits = {"dev": args.dev_n, "test": args.test_n, "faithbench": args.faithbench_n}
     chosen = {name: subset(name, n, args.seed) for name, n in splits.items()}
-    if not THROUGHPUT_FILE.exists() and args.throughput_samples:
-        print(f"throughput: {args.throughput_samples} test prompts x {args.throughput_rounds} rounds", file=sys.stderr)
-        result = measure_throughput(extractor, chosen["test"][: args.throughput_samples], args.throughput_rounds)
-        result["model"] = extractor.backend.identity
-        WORK.mkdir(parents=True, exist_ok=True)
-        THROUGHPUT_FILE.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        print(json.dumps(result), file=sys.stderr, flush=True)
     # Proportional order: every split advances at the same relative pace.
     queue = sorted(
         (
@@ -218,8 +231,10 @@ def main() -> None:
     extract_parser.add_argument("--dev-n", type=int, default=200)
     extract_parser.add_argument("--test-n", type=int, default=304)
     extract_parser.add_argument("--faithbench-n", type=int, default=242)
-    extract_parser.add_argument("--throughput-samples", type=int, default=8)
-    extract_parser.add_argument("--throughput-rounds", type=int, default=2)
+    throughput_parser = commands.add_parser("throughput")
+    throughput_parser.add_argument("--test-n", type=int, default=304)
+    throughput_parser.add_argument("--samples", type=int, default=6)
+    throughput_parser.add_argument("--rounds", type=int, default=2)
     memory_parser = commands.add_parser("memory")
     memory_parser.add_argument("--tokens", type=int, default=2000)
     report_parser = commands.add_parser("report")
@@ -230,7 +245,7 @@ def main() -> None:
     report_parser.add_argument("--no-judge", action="store_true", help="Skip the judge and the fusion rows.")
     report_parser.add_argument("--out", type=Path, default=HERE / "RESULTS_aggtruth.md")
     args = parser.parse_args()
-    {"extract": extract, "memory": memory, "report": report}[args.command](args)
+    {"extract": extract, "throughput": throughput, "memory": memory, "report": report}[args.command](args)
 
 
 REFERENCE = (

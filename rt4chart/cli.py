@@ -1035,8 +1035,9 @@ class _AttentionSetup:
 
 def _attention_setup(model: Path, probe_path: Path) -> _AttentionSetup:
     """Load the probe (cheap, checked first), then open the model; any failure is a usage error."""
-    from rt4chart.signals import SignalError, open_attention_extractor
+    from rt4chart.signals import SignalError
     from rt4chart.signals.aggtruth import probe_label
+    from rt4chart.signals.attention import open_attention_extractor
     from rt4chart.signals.probe import load_probe
 
     try:
@@ -1094,9 +1095,9 @@ def signals_train(
     no_cache: NoSignalCacheOption = False,
 ) -> None:
     """Train an AggTruth probe on labelled answers: 8-token windows, class-balanced logistic regression."""
-    from rt4chart.signals import SignalError, open_attention_extractor, require_sklearn
+    from rt4chart.signals import SignalError, require_sklearn
     from rt4chart.signals.aggtruth import gold_samples, train_from_gold
-    from rt4chart.signals.attention import FEATURES, FeatureCache
+    from rt4chart.signals.attention import FEATURES, FeatureCache, open_attention_extractor
     from rt4chart.signals.probe import parse_selector, save_probe
 
     if feature not in FEATURES:

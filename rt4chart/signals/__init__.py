@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rt4chart.signals.base import LogprobBackend, ScoreRequest, SignalError, TokenizedText, missing_extra
-
-if TYPE_CHECKING:
-    from rt4chart.signals.attention import AttentionExtractor
 
 
 def open_backend(
@@ -46,23 +42,6 @@ def open_backend(
     tokenizer = transformers_backend.load_tokenizer(model)
     identity = transformers_backend.model_identity(model)
     return VllmPromptLogprobsBackend(server, tokenizer, identity, model=server_model)
-
-
-def open_attention_extractor(model: Path) -> AttentionExtractor:
-    """The model at ``model`` in process with eager attention, ready for AggTruth features.
-
-    Raises :class:`SignalError` when the ``signals`` extra is missing or the model cannot be read.
-    """
-    absent = missing_extra(model)
-    if absent:
-        raise SignalError(
-            f"attention signals need the 'signals' extra ({', '.join(absent)} not installed): "
-            "pip install 'rt4chart[signals]'"
-        )
-    from rt4chart.signals.attention import AttentionExtractor
-    from rt4chart.signals.transformers_backend import TransformersBackend
-
-    return AttentionExtractor(TransformersBackend(model, attentions=True))
 
 
 def require_sklearn() -> None:

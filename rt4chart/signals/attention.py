@@ -58,7 +58,7 @@ import diskcache
 import numpy as np
 import numpy.typing as npt
 
-from rt4chart.signals.base import SignalError, Tokenizer
+from rt4chart.signals.base import SignalError, Tokenizer, missing_extra
 from rt4chart.signals.csr import AnswerTokens, answer_tokens, default_signal_cache_dir
 from rt4chart.signals.template import CsrTemplate, load_csr_template
 from rt4chart.text import join_passages
@@ -247,6 +247,22 @@ class AttentionExtractor:
         positions = np.arange(first, first + count, dtype=np.float64)
         fraction = (prompt.context_end - prompt.context_begin) / (positions + 1.0)
         return AttentionFeatures(list(prompt.answer.offsets), stacked, fraction)
+
+
+def open_attention_extractor(model: Path) -> AttentionExtractor:
+    """The model at ``model`` in process with eager attention, ready for AggTruth features.
+
+    Raises :class:`SignalError` when the ``signals`` extra is missing or the model cannot be read.
+    """
+    absent = missing_extra(model)
+    if absent:
+        raise SignalError(
+            f"attention signals need the 'signals' extra ({', '.join(absent)} not installed): "
+            "pip install 'rt4chart[signals]'"
+        )
+    from rt4chart.signals.transformers_backend import TransformersBackend
+
+    return AttentionExtractor(TransformersBackend(model, attentions=True))
 
 
 def token_labels(offsets: Sequence[tuple[int, int]], spans: Sequence[Span]) -> npt.NDArray[np.bool_]:

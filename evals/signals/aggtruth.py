@@ -300,7 +300,7 @@ def evaluate_probe(probe: AttentionProbe, pairs: Sequence[tuple[Sample, Attentio
 def judge_reports(pairs: Sequence[tuple[Sample, AttentionFeatures]]) -> list[Report]:
     import rt4chart
 
-    return list(rt4chart.verify([sample for sample, _ in pairs]))
+    return list(rt4chart.verify([sample for sample, _ in pairs], cache_dir=WORK / "judge-cache"))
 
 
 def claim_table(

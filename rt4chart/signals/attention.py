@@ -17,8 +17,11 @@ that step (``C / (position + 1)``). Windows: 8 consecutive answer tokens sliding
 averaged; a window is positive when any of its tokens overlaps a gold hallucinated span (an answer
 shorter than 8 tokens is one window). Answer-level score = the largest window score.
 
-Alignment (the paper's, checked below): the features of answer token t come from the attention
-computed when the model predicts token t+1, i.e. the attention row whose QUERY is token t itself.
+Alignment: the features of answer token t come from the attention computed when the model
+predicts token t+1, i.e. the attention row whose QUERY is token t itself. This is what online
+detection sees: during generation, token t is fed back and its attention is computed in the step
+that produces t+1 (the reviews of the paper describe the features "of a generated token"; the
+authors' public code does not show the extraction step, so this reading is ours and the issue's).
 Teacher forcing computes every row in one pass; row p is the step that reads token p and outputs
 the distribution of token p+1::
 
@@ -35,8 +38,10 @@ with log2 over the C+1 entries after appending ``1 - sum``; JS-Div of each head 
 mean distribution). The authors' research code (``Hallucination-LLM/Research``,
 ``scripts/agg_att_funcs.py``) averages per-token features over the window axis (``np.mean``, with
 a commented-out tanh weighting) and appends the passage percentage as one extra feature, which is
-what the windows here do. Not found in public code: the log base and root of the JS term; we use
-scipy's ``jensenshannon(base=2)`` convention (a distance in [0, 1]).
+what the windows here do (there it is one number per window; here the window's mean of the
+per-token values). Not found in public code: the log base and root of the JS term; we use
+scipy's ``jensenshannon(base=2)`` convention (a distance in [0, 1]). A head with no attention on
+the context has CosSim 0 with every head (cosine of a zero vector, undefined, taken as 0).
 
 Memory: a forward hook on every attention module reduces that layer's ``[heads, T, T]`` map to
 its ``[4, A, heads]`` features as soon as the layer produced it; the model never returns the maps

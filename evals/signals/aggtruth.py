@@ -55,6 +55,7 @@ from rt4chart.signals.probe import (
     AttentionProbe,
     BoolArray,
     FloatArray,
+    Selector,
     build_windows,
     parse_selector,
     save_probe,
@@ -256,6 +257,8 @@ def main() -> None:
     {"extract": extract, "throughput": throughput, "memory": memory, "report": report}[args.command](args)
 
 
+FUSION_FOLDS = 5
+"""Folds of the out-of-fold dev probe scores the combiner is fitted on."""
 REFERENCE = (
     "AggTruth paper (Llama-2-7B, window level): Sum AUROC 0.72 on RAGTruth QA (same task); "
     "0.67-0.71 trained on QA, tested on summarisation (cross task)"
@@ -311,17 +314,53 @@ def judge_reports(pairs: Sequence[tuple[Sample, AttentionFeatures]]) -> list[Rep
     return list(rt4chart.verify([sample for sample, _ in pairs], cache_dir=WORK / "judge-cache"))
 
 
+ScoreSets = dict[str, list[FloatArray]]
+"""Per probe feature, each answer's window scores."""
+
+
+def probe_score_sets(probes: Sequence[AttentionProbe], pairs: Sequence[tuple[Sample, AttentionFeatures]]) -> ScoreSets:
+    return {probe.feature: probe_scores(probe, pairs) for probe in probes}
+
+
+def out_of_fold_scores(
+    probes: Sequence[AttentionProbe],
+    dev: Sequence[tuple[Sample, AttentionFeatures]],
+    selector: Selector,
+    folds: int,
+    seed: int,
+) -> ScoreSets:
+    """Dev window scores from probes that did not see the answer (k folds over dev answers, same selector).
+
+    The combiner is fitted on these, so it does not learn to trust in-sample probe scores.
+    """
+    order = list(range(len(dev)))
+    random.Random(seed).shuffle(order)
+    fold_of = {answer: position % folds for position, answer in enumerate(order)}
+    sets: ScoreSets = {probe.feature: [np.zeros(0)] * len(dev) for probe in probes}
+    for fold in range(folds):
+        train = [dev[i] for i in range(len(dev)) if fold_of[i] != fold]
+        held = [i for i in range(len(dev)) if fold_of[i] == fold]
+        for probe in probes:
+            windows = build_windows([f for _, f in train], gold_spans(train), probe.feature, probe.window)
+            fold_probe = train_probe(
+                windows, feature=probe.feature, selector=selector, model=probe.model,
+                template_version=probe.template_version, data_sha256="fold", seed=seed,
+            )  # fmt: skip
+            for index, scores in zip(held, probe_scores(fold_probe, [dev[i] for i in held]), strict=True):
+                sets[probe.feature][index] = scores
+    return sets
+
+
 def claim_table(
-    pairs: Sequence[tuple[Sample, AttentionFeatures]], reports: Sequence[Report], probes: Sequence[AttentionProbe]
+    pairs: Sequence[tuple[Sample, AttentionFeatures]], reports: Sequence[Report], scores: ScoreSets, window: int
 ) -> tuple[FloatArray, BoolArray, npt.NDArray[np.int64]]:
     """Fusion rows of every claim with a span, their gold labels and their answer index."""
     rows, labels, owners = [], [], []
     for index, ((sample, features), record) in enumerate(zip(pairs, reports, strict=True)):
         signals = {}
-        for probe in probes:
-            windows = probe.window_scores(window_average(features.token_matrix(probe.feature), probe.window))
-            token_scores = token_scores_from_windows(windows.tolist(), len(features.offsets), probe.window)
-            signals[probe.feature] = [(s, e, v) for (s, e), v in zip(features.offsets, token_scores, strict=True)]
+        for feature, per_answer in scores.items():
+            token_scores = token_scores_from_windows(per_answer[index].tolist(), len(features.offsets), window)
+            signals[feature] = [(s, e, v) for (s, e), v in zip(features.offsets, token_scores, strict=True)]
         gold = sample.gold.spans if sample.gold else []
         for claim in record.claims:
             if claim.answer_span is None:
@@ -336,10 +375,14 @@ def fusion_rows(
     dev: Sequence[tuple[Sample, AttentionFeatures]],
     tests: dict[str, list[tuple[Sample, AttentionFeatures]]],
     probes: Sequence[AttentionProbe],
+    selector: Selector,
+    seed: int,
 ) -> dict[str, Any]:
     """Judge alone, each probe alone and the fusion, claim level and answer level, per test split."""
     names = signal_feature_names([p.feature for p in probes])
-    dev_rows, dev_labels, _ = claim_table(dev, judge_reports(dev), probes)
+    window = probes[0].window
+    dev_scores = out_of_fold_scores(probes, dev, selector, FUSION_FOLDS, seed)
+    dev_rows, dev_labels, _ = claim_table(dev, judge_reports(dev), dev_scores, window)
     fusion = fit_fusion(names, dev_rows, dev_labels)
     results: dict[str, Any] = {
         "features": names,
@@ -348,7 +391,7 @@ def fusion_rows(
     }
     for split, pairs in tests.items():
         reports = judge_reports(pairs)
-        rows, labels, owners = claim_table(pairs, reports, probes)
+        rows, labels, owners = claim_table(pairs, reports, probe_score_sets(probes, pairs), window)
         scorers = {"judge alone (P(unsupported))": rows[:, names.index("judge_p_unsupported")]}
         for probe in probes:
             scorers[f"{probe.feature} probe alone (max over the claim span)"] = rows[
@@ -414,7 +457,7 @@ def report(args: argparse.Namespace) -> None:
         probe_rows[feature] = {"heads": len(probe.columns), "dev (training)": evaluate_probe(probe, dev)}
         for split, pairs in tests.items():
             probe_rows[feature][split] = evaluate_probe(probe, pairs)
-    fusion = None if args.no_judge else fusion_rows(dev, tests, probes)
+    fusion = None if args.no_judge else fusion_rows(dev, tests, probes, selector, args.seed)
     throughput = json.loads(THROUGHPUT_FILE.read_text()) if THROUGHPUT_FILE.exists() else None
     memory_runs = json.loads(MEMORY_FILE.read_text()) if MEMORY_FILE.exists() else None
     command = "python evals/signals/aggtruth.py " + shlex.join(sys.argv[1:])
@@ -458,7 +501,8 @@ def report(args: argparse.Namespace) -> None:
             "",
             "## Fusion with the judge (claim level; the judge = the embedded offline verifier, rt4chart's default)",
             "",
-            f"Combiner trained on RAGTruth QA dev claims (n={fusion['dev_claims']}, "
+            f"Combiner trained on RAGTruth QA dev claims with {FUSION_FOLDS}-fold out-of-fold probe scores "
+            f"(n={fusion['dev_claims']}, "
             f"{fusion['dev_positive_claims']} positive); "
             f"features: {', '.join(fusion['features'])}. Answer-level scores are the max over the answer's claims.",
             "",

@@ -235,8 +235,9 @@ def verify(
     github: GithubOption = False,
     fail_on: FailOnOption = FailOn.HALLUCINATED,
     max_rate: MaxRateOption = 0.0,
-    signals: Annotated[str | None, typer.Option(help="Add white-box token signals to each record: csr (needs --signal-model and --out).")] = None,
+    signals: Annotated[str | None, typer.Option(help="Add white-box token signals to each record: csr, or attention (needs --signal-probe); both need --signal-model and --out.")] = None,
     signal_model: Annotated[Path | None, typer.Option(help="Model directory or GGUF file for --signals.")] = None,
+    signal_probe: Annotated[Path | None, typer.Option(help="Probe file from `rt4 signals train`, for --signals attention.")] = None,
     signal_server: Annotated[str | None, typer.Option(help="Base URL of a vLLM server for --signals (prompt_logprobs).")] = None,
     signal_delta: Annotated[float, typer.Option(help="CSR threshold for --signals csr.")] = 0.2,
     timeout: TimeoutOption = None,
@@ -270,7 +271,7 @@ def verify(
                              title=f"rt4chart audit of {input_path.name}", fail_on=fail_on, max_rate=max_rate)
     if problem := unwritable_output(outputs):
         raise fail(problem)
-    signal_backend = _verify_signal_backend(signals, signal_model, signal_server, signal_delta, out)
+    signal_backend = _verify_signal_backend(signals, signal_model, signal_server, signal_delta, out, signal_probe)
     cache = None if no_cache else cache_url or _cache_dir(cache_dir)
     stack = _judge_stack(judge, api_base, limits.concurrency, cache, limits.budget_usd, limits.timeout_s)
     from rt4chart.pipeline import Pipeline, run_audit
@@ -313,7 +314,7 @@ def verify(
     summary.stopped_by_budget = result.stopped_by_budget
     summary.spent_usd, summary.budget_usd = stack.ledger.spent_usd, stack.ledger.limit_usd
     if signal_backend is not None and out is not None:
-        _attach_signals(out, items, signal_backend, signal_delta, use_cache=not no_cache)
+        _attach_signals(out, items, signal_backend, signal_delta, use_cache=not no_cache, probe=signal_probe)
     if not quiet:
         print_summary(summary, stderr)
     if result.stopped_by_budget:
@@ -1020,26 +1021,139 @@ def signals_csr(
 
 
 def _verify_signal_backend(
-    signals: str | None, model: Path | None, server: str | None, delta: float, out: Path | None
+    signals: str | None, model: Path | None, server: str | None, delta: float, out: Path | None, probe: Path | None = None
 ) -> Any:
     """``rt4 verify --signals``: check the flags and open the signal model before any judge call."""
     if signals is None:
         return None
-    if signals != "csr":
-        raise fail(f"--signals must be csr (got {signals!r})")
+    if signals not in ("csr", "attention"):
+        raise fail(f"--signals must be csr or attention (got {signals!r})")
     if model is None:
-        raise fail("--signals csr needs --signal-model PATH (a model directory or a GGUF file)")
+        raise fail(f"--signals {signals} needs --signal-model PATH (a model directory or a GGUF file)")
     if out is None:
         raise fail("--signals needs --out FILE (the signals are added to the written records)")
+    if signals == "attention":
+        if probe is None:
+            raise fail("--signals attention needs --signal-probe FILE (from rt4 signals train)")
+        if server is not None:
+            raise fail("--signals attention reads attention maps in process; --signal-server is for csr only")
+        return _attention_setup(model, probe)
     return _signal_backend(model, server, delta)
 
 
-def _attach_signals(out: Path, items: list[InputLine], backend: Any, delta: float, *, use_cache: bool) -> None:
+def _attach_signals(
+    out: Path, items: list[InputLine], backend: Any, delta: float, *, use_cache: bool, probe: Path | None = None
+) -> None:
     """Add the signals to the records already written to ``out`` (the default signal cache, unless --no-cache)."""
     from rt4chart.signals import SignalError
-    from rt4chart.signals.csr import SignalCache, attach_csr_to_file
 
     try:
+        if isinstance(backend, _AttentionSetup):
+            from rt4chart.signals.aggtruth import attach_attention_to_file
+            from rt4chart.signals.attention import FeatureCache
+
+            cache = FeatureCache() if use_cache else None
+            attach_attention_to_file(out, items, backend.extractor, backend.probe, backend.name, cache)
+            return
+        from rt4chart.signals.csr import SignalCache, attach_csr_to_file
+
         attach_csr_to_file(out, items, backend, delta=delta, cache=SignalCache() if use_cache else None)
     except SignalError as error:
         raise fail(f"signals: {error}") from None
+
+
+@dataclasses.dataclass
+class _AttentionSetup:
+    """An opened attention model with its probe (what the attention commands share)."""
+
+    extractor: Any
+    probe: Any
+    name: str
+
+
+def _attention_setup(model: Path, probe_path: Path) -> _AttentionSetup:
+    """Load the probe (cheap, checked first), then open the model; any failure is a usage error."""
+    from rt4chart.signals import SignalError
+    from rt4chart.signals.aggtruth import probe_label
+    from rt4chart.signals.attention import open_attention_extractor
+    from rt4chart.signals.probe import load_probe
+
+    try:
+        probe = load_probe(probe_path)
+        extractor = open_attention_extractor(model)
+        probe.check_model(extractor.backend.identity)
+    except SignalError as error:
+        raise fail(str(error)) from None
+    return _AttentionSetup(extractor, probe, probe_label(probe, probe_path))
+
+
+SignalCacheDirOption = Annotated[Path | None, typer.Option(help="Signal cache directory (default: per-user cache).")]
+NoSignalCacheOption = Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the signal cache.")]
+
+
+@signals_app.command("attention")
+def signals_attention(
+    input_path: InputArgument,
+    model: Annotated[Path, typer.Option(help="Model directory or GGUF file (the one the probe was trained on).")],
+    probe: Annotated[Path, typer.Option(help="Probe file from `rt4 signals train`.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output JSONL: per input line, window and token scores with answer offsets and flagged spans.")],
+    cache_dir: SignalCacheDirOption = None,
+    no_cache: NoSignalCacheOption = False,
+) -> None:
+    """AggTruth attention-probe scores of every answer of INPUT.jsonl (per window, per token, flagged spans)."""
+    from rt4chart.signals import SignalError
+    from rt4chart.signals.aggtruth import attention_records, write_attention_records
+    from rt4chart.signals.attention import FeatureCache
+
+    items = _read_input(input_path)
+    setup = _attention_setup(model, probe)
+    try:
+        records = attention_records(
+            items, setup.extractor, setup.probe, setup.name, None if no_cache else FeatureCache(cache_dir)
+        )
+    except SignalError as error:
+        raise fail(str(error)) from None
+    write_attention_records(out, records)
+    flagged = sum(1 for record in records if record.attention and record.attention.flagged)
+    invalid = sum(1 for record in records if record.errors)
+    stderr.print(f"wrote {len(records)} records to {out}: {flagged} flagged, {invalid} with errors", highlight=False)
+    if invalid:
+        raise typer.Exit(EXIT_USAGE)
+
+
+@signals_app.command("train")
+def signals_train(
+    gold_path: Annotated[Path, typer.Argument(help="Labelled JSONL (the output of `rt4 convert`), or - for stdin.", show_default=False)],
+    model: Annotated[Path, typer.Option(help="Model directory or GGUF file whose attention the probe reads.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Probe file to write (JSON).")],
+    feature: Annotated[str, typer.Option(help="AggTruth feature: sum, cossim, entropy or jsdiv.")] = "sum",
+    selector: Annotated[str, typer.Option(help="Head selector: spearman:auto, spearman:R, lasso[:C], random:N:K, random-positive:N:K, center:R or all.")] = "spearman:auto",
+    seed: Annotated[int, typer.Option(help="Seed of the random selectors.")] = 0,
+    cache_dir: SignalCacheDirOption = None,
+    no_cache: NoSignalCacheOption = False,
+) -> None:
+    """Train an AggTruth probe on labelled answers: 8-token windows, class-balanced logistic regression."""
+    from rt4chart.signals import SignalError, require_sklearn
+    from rt4chart.signals.aggtruth import gold_samples, train_from_gold
+    from rt4chart.signals.attention import FEATURES, FeatureCache, open_attention_extractor
+    from rt4chart.signals.probe import parse_selector, save_probe
+
+    if feature not in FEATURES:
+        raise fail(f"--feature must be one of {', '.join(FEATURES)} (got {feature!r})")
+    items = _read_input(gold_path)
+    try:
+        parsed = parse_selector(selector)
+        require_sklearn()
+        samples = gold_samples(items)
+        extractor = open_attention_extractor(model)
+        probe = train_from_gold(
+            samples, extractor, feature=feature, selector=parsed, cache=None if no_cache else FeatureCache(cache_dir), seed=seed
+        )
+    except SignalError as error:
+        raise fail(str(error)) from None
+    save_probe(probe, out)
+    stderr.print(
+        f"wrote {out}: {feature} probe on {len(probe.columns)} heads ({probe.selector}), "
+        f"{probe.training.windows} windows ({probe.training.positive_windows} positive) from {len(samples)} answers",
+        highlight=False,
+    )

@@ -220,6 +220,11 @@ class ClaimVerdict(Verdict):
     ``rt4 verify --signals csr`` ran and the claim has a span (see :mod:`rt4chart.signals.csr`)."""
     csr_max: float | None = None
     """Largest context sensitivity ratio among those tokens."""
+    probe_mean: float | None = None
+    """Mean AggTruth probe score of the answer tokens inside the claim's answer span, when
+    ``rt4 verify --signals attention`` ran and the claim has a span (see :mod:`rt4chart.signals.probe`)."""
+    probe_max: float | None = None
+    """Largest AggTruth probe score among those tokens."""
 
 
 class Usage(BaseModel):
@@ -299,6 +304,57 @@ class SignalReport(BaseModel):
     """True when the token values came from the signal cache."""
 
 
+class ProbeTokenScore(BaseModel):
+    """One answer token's score from a trained attention probe, anchored to answer characters."""
+
+    start: int
+    """Offset of the token's first answer character."""
+    end: int
+    """Offset one past the token's last answer character."""
+    score: float
+    """Largest P(hallucinated) of the windows that hold the token."""
+    flagged: bool
+    """True when ``score`` reaches the probe's threshold."""
+
+
+class ProbeWindowScore(BaseModel):
+    """One window of answer tokens and the probe's P(hallucinated) for it."""
+
+    start: int
+    """Offset of the window's first answer character."""
+    end: int
+    """Offset one past the window's last answer character."""
+    score: float
+    """The probe's P(hallucinated) of the window's averaged features."""
+
+
+class AttentionSignalReport(BaseModel):
+    """A trained attention probe's verdict on one answer (AggTruth features of a self-hosted model)."""
+
+    signal: str = "aggtruth"
+    """Which signal."""
+    model: str
+    """Identity of the model whose attention was read (name and content hash)."""
+    template_version: str
+    """Hash of the prompt template that placed the context and question."""
+    probe: str
+    """The probe: feature, selector and the sha256 of its file."""
+    threshold: float
+    """Windows and tokens scoring at or above it are flagged."""
+    score: float
+    """Answer-level score: the largest window score."""
+    windows: list[ProbeWindowScore] = Field(default_factory=list)
+    """Window scores, in answer order (8 tokens sliding by one)."""
+    tokens: list[ProbeTokenScore] = Field(default_factory=list)
+    """Per-answer-token scores, in answer order."""
+    spans: list[Span] = Field(default_factory=list)
+    """Flagged tokens merged into answer character spans (whitespace at their edges trimmed)."""
+    flagged: bool = False
+    """True when any window is flagged."""
+    cached: bool = False
+    """True when the attention features came from the signal cache."""
+
+
 class Report(BaseModel):
     """The output record of one input line."""
 
@@ -340,6 +396,8 @@ class Report(BaseModel):
     """Gold labels carried through from the input, for scoring."""
     signals: SignalReport | None = None
     """White-box token signals of a self-hosted model, when ``rt4 verify --signals`` asked for them."""
+    attention: AttentionSignalReport | None = None
+    """A trained attention probe's scores, when ``rt4 verify --signals attention`` asked for them."""
     input_hash: str | None = None
     """sha256 over the input line's bytes and the audit configuration (judge, prompt version,
     options); ``--resume`` keeps a record only when it matches. ``None`` for an unreadable line."""

@@ -9,6 +9,7 @@ Importing this package imports neither torch nor transformers.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from rt4chart.signals.base import LogprobBackend, ScoreRequest, SignalError, TokenizedText, missing_extra
@@ -43,4 +44,19 @@ def open_backend(
     return VllmPromptLogprobsBackend(server, tokenizer, identity, model=server_model)
 
 
-__all__ = ["LogprobBackend", "ScoreRequest", "SignalError", "TokenizedText", "missing_extra", "open_backend"]
+def require_sklearn() -> None:
+    """Training probes needs scikit-learn (in the ``signals`` extra); applying them does not."""
+    if importlib.util.find_spec("sklearn") is None:
+        raise SignalError("training a probe needs scikit-learn (the 'signals' extra): pip install 'rt4chart[signals]'")
+
+
+__all__ = [
+    "LogprobBackend",
+    "ScoreRequest",
+    "SignalError",
+    "TokenizedText",
+    "missing_extra",
+    "open_attention_extractor",
+    "open_backend",
+    "require_sklearn",
+]

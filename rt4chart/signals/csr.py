@@ -56,7 +56,7 @@ from pydantic import BaseModel, Field
 from rt4chart.io import InputLine, read_completed, write_reports_atomically
 from rt4chart.signals.base import LogprobBackend, ScoreRequest, TokenizedText
 from rt4chart.signals.template import CsrTemplate, load_csr_template
-from rt4chart.types import Report, Sample, SignalReport, Span, TokenSignal
+from rt4chart.types import ProbeTokenScore, Report, Sample, SignalReport, Span, TokenSignal
 
 CSR_EPSILON = 1e-8
 """Added to the denominator, as in the REFIND paper."""
@@ -108,7 +108,7 @@ def answer_tokens(
     return AnswerTokens(first, encoding.ids[first : overlapping[-1] + 1], offsets)
 
 
-def flagged_spans(answer: str, tokens: Sequence[TokenSignal]) -> list[Span]:
+def flagged_spans(answer: str, tokens: Sequence[TokenSignal | ProbeTokenScore]) -> list[Span]:
     """Flagged tokens merged where they touch or overlap, whitespace at span edges trimmed."""
     merged: list[list[int]] = []
     for token in tokens:

@@ -155,13 +155,13 @@ def _read_input(input_path: Path) -> list[InputLine]:
     return items
 
 
-def _open_cache(directory: Path | None) -> JudgeCache:
-    from rt4chart.cache import CacheError, JudgeCache
+def _open_cache(location: Path | str | None) -> JudgeCache:
+    from rt4chart.cache import CacheError, open_cache
 
     try:
-        return JudgeCache(directory)
+        return open_cache(location)
     except CacheError as error:
-        raise fail(str(error)) from None
+        raise fail(escape(str(error))) from None  # escaped: "pip install 'rt4chart[redis]'" is not markup
 
 
 def _run_limits(budget: float | None, concurrency: int | None, timeout: float | None) -> RunLimits:
@@ -175,10 +175,14 @@ def _run_limits(budget: float | None, concurrency: int | None, timeout: float | 
         raise fail(f"{flags[str(problem['loc'][0])]}: {problem['msg']}") from None
 
 
-def _cache_dir(cache_dir: Path | None) -> Path:
+def _cache_location(cache_dir: Path | None, cache_url: str | None) -> Path | str:
+    """The judge cache a command uses: the Redis server of --cache-url, else --cache-dir (default:
+    the per-user cache directory)."""
     from rt4chart.cache import default_cache_dir
 
-    return cache_dir or default_cache_dir()
+    if cache_dir is not None and cache_url is not None:
+        raise fail("--cache-dir and --cache-url are alternatives: give one")
+    return cache_url or cache_dir or default_cache_dir()
 
 
 def _engine_help(name: str) -> str:
@@ -209,6 +213,7 @@ JudgeOption = Annotated[str | None, typer.Option(help="Judge: profile name, lite
 ApiBaseOption = Annotated[str | None, typer.Option(help="Base URL of an OpenAI-compatible or vLLM server.")]
 ConcurrencyOption = Annotated[int | None, typer.Option(help="Judge calls in flight (default: the judge profile's).")]
 CacheDirOption = Annotated[Path | None, typer.Option(help="Judge-call cache directory (default: per-user cache).")]
+CacheUrlOption = Annotated[str | None, typer.Option(help="Cache judge calls on this Redis server (redis://HOST:PORT/DB) instead of --cache-dir; needs the redis extra.")]
 HtmlReportOption = Annotated[Path | None, typer.Option("--report", help="Also write a self-contained HTML report here.")]
 JunitOption = Annotated[Path | None, typer.Option(help="Also write JUnit XML here (one test case per sample).")]
 GithubOption = Annotated[bool, typer.Option("--github", help="Print GitHub Actions annotations on the offending input lines.")]
@@ -241,7 +246,7 @@ def verify(
     signal_server: Annotated[str | None, typer.Option(help="Base URL of a vLLM server for --signals (prompt_logprobs).")] = None,
     signal_delta: Annotated[float, typer.Option(help="CSR threshold for --signals csr.")] = 0.2,
     timeout: TimeoutOption = None,
-    cache_url: Annotated[str | None, typer.Option(help="Cache judge calls on this Redis server (redis://HOST:PORT/DB) instead of --cache-dir; needs the redis extra.")] = None,
+    cache_url: CacheUrlOption = None,
     engine: Annotated[str, typer.Option(help=_engine_help("engine"))] = "local",
     address: Annotated[str | None, typer.Option(help=_engine_help("address"))] = None,
     workers: Annotated[int, typer.Option(help=_engine_help("workers"))] = 2,
@@ -272,7 +277,7 @@ def verify(
     if problem := unwritable_output(outputs):
         raise fail(problem)
     signal_backend = _verify_signal_backend(signals, signal_model, signal_server, signal_delta, out, signal_probe)
-    cache = None if no_cache else cache_url or _cache_dir(cache_dir)
+    cache = None if no_cache else _cache_location(cache_dir, cache_url)
     stack = _judge_stack(judge, api_base, limits.concurrency, cache, limits.budget_usd, limits.timeout_s)
     from rt4chart.pipeline import Pipeline, run_audit
     from rt4chart.report import AuditProgress, RunSummary, print_summary
@@ -340,6 +345,7 @@ def estimate(
     judge: JudgeOption = None,
     api_base: ApiBaseOption = None,
     cache_dir: CacheDirOption = None,
+    cache_url: CacheUrlOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON on stdout.")] = False,
     *,
     options: AuditOptions,
@@ -357,7 +363,7 @@ def estimate(
         backend = resolve_judge(judge, api_base=api_base)
     except JudgeConfigError as error:
         raise fail(str(error)) from None
-    cache = _open_cache(cache_dir)
+    cache = _open_cache(_cache_location(cache_dir, cache_url))
     try:
         plan = estimate_audit(Pipeline(backend, options), items, cache)
     finally:
@@ -374,11 +380,11 @@ app.add_typer(cache_app, name="cache")
 
 
 @cache_app.command("stats")
-def cache_stats(cache_dir: CacheDirOption = None) -> None:
+def cache_stats(cache_dir: CacheDirOption = None, cache_url: CacheUrlOption = None) -> None:
     """Entries and size of the cache."""
     from rt4chart.cache import CacheError
 
-    cache = _open_cache(cache_dir)
+    cache = _open_cache(_cache_location(cache_dir, cache_url))
     try:
         stats = cache.stats()
     except CacheError as error:
@@ -388,11 +394,11 @@ def cache_stats(cache_dir: CacheDirOption = None) -> None:
 
 
 @cache_app.command("clear")
-def cache_clear(cache_dir: CacheDirOption = None) -> None:
+def cache_clear(cache_dir: CacheDirOption = None, cache_url: CacheUrlOption = None) -> None:
     """Remove every cached judge reply."""
     from rt4chart.cache import CacheError
 
-    cache = _open_cache(cache_dir)
+    cache = _open_cache(_cache_location(cache_dir, cache_url))
     try:
         removed = cache.clear()
     except CacheError as error:
@@ -432,6 +438,7 @@ def eval_command(
     results_dir: Annotated[Path, typer.Option(help="Where the JSON and Markdown results go.")] = Path("evals/results"),
     save_predictions: Annotated[bool, typer.Option(help="Also write every output record.")] = False,
     cache_dir: Annotated[Path | None, typer.Option(help="Cache judge calls here (default: no cache, so runs are independent).")] = None,
+    cache_url: CacheUrlOption = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
     *,
     options: AuditOptions,
@@ -453,7 +460,9 @@ def eval_command(
         samples = load_samples(config)
     except DatasetError as error:
         raise fail(str(error)) from None
-    stack = _judge_stack(judge, api_base, concurrency, cache_dir)
+    if cache_dir is not None and cache_url is not None:
+        raise fail("--cache-dir and --cache-url are alternatives: give one")
+    stack = _judge_stack(judge, api_base, concurrency, cache_url or cache_dir)
     summary = RunSummary()
     try:
         with AuditProgress(len(samples), stack.ledger, stderr, enabled=not quiet) as progress:
@@ -678,6 +687,7 @@ def compare(
     api_base: ApiBaseOption = None,
     concurrency: ConcurrencyOption = None,
     cache_dir: CacheDirOption = None,
+    cache_url: CacheUrlOption = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
@@ -700,7 +710,6 @@ def compare(
     )
     from rt4chart.agreement_view import print_agreement
     from rt4chart.budget import Ledger
-    from rt4chart.cache import JudgeCache
     from rt4chart.compare import compare_judges
     from rt4chart.judges import JudgeConfigError, judge_stack
     from rt4chart.pipeline import Pipeline
@@ -711,7 +720,7 @@ def compare(
         raise fail(f"--judges needs at least two different judges (got {judges_spec!r})")
     items = _read_input(input_path)
     ledger = Ledger()
-    cache = None if no_cache else JudgeCache(cache_dir)  # shared by every judge; closed here
+    cache = None if no_cache else _open_cache(_cache_location(cache_dir, cache_url))  # shared by every judge; closed here
     stacks: list[JudgeStack] = []
     try:
         for name in [*names, *([decompose_with] if decompose_with else [])]:
@@ -878,6 +887,7 @@ def repair(
     verify_after: Annotated[bool, typer.Option("--verify-after", help="Re-audit the repaired answers (with the audit options) and report the residual hallucination rate.")] = False,
     verify_judge: Annotated[str | None, typer.Option(help="Judge of the re-audit (default: --judge, else the embedded verifier).")] = None,
     cache_dir: CacheDirOption = None,
+    cache_url: CacheUrlOption = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
     *,
@@ -903,7 +913,7 @@ def repair(
         raise fail(f"verify records not found: {verified}")
     samples = {item.line: item for item in _read_input(input_path)}
     records = _read_verify_records(verified)
-    cache = None if no_cache else _cache_dir(cache_dir)
+    cache = None if no_cache else _cache_location(cache_dir, cache_url)
     repairing: JudgeStack | None = _judge_stack(judge, api_base, concurrency, cache) if judge else None
     if repairing is not None and not repairing.supports_decompose:
         raise fail(f"judge {repairing.name} cannot write text; repair needs a language-model or scripted judge")

@@ -131,3 +131,27 @@ def test_an_unreachable_server_is_a_usage_error_without_its_password(tmp_path: P
     done = rt4("verify", "in.jsonl", "--decomposer", "rules", "--cache-url", url, cwd=tmp_path)
     assert done.returncode == 2
     assert "cannot use the cache server" in done.stderr and "hunter2" not in done.stderr
+
+
+def test_cache_stats_and_clear_read_the_server_named_by_cache_url(
+    tmp_path: Path, redis_url: str, verify_request: VerifyRequestFactory
+) -> None:
+    own_database = redis_url.rsplit("/", 1)[0] + "/2"  # apart from the other tests' entries
+    cache = open_cache(own_database)
+    try:
+        for text in ("The trial lasts 30 days.", "The fee is 5 euros."):
+            reply = VerifyOutput.model_validate({"judgements": [{"claim": 0, "label": "baseless"}]})
+            key = request_key("some-judge", verify_request([text]))
+            cache.put(key, JudgeResponse(parsed=reply, judge="some-judge"))
+    finally:
+        cache.close()
+    stats = rt4("cache", "stats", "--cache-url", own_database, cwd=tmp_path)
+    assert stats.returncode == 0, stats.stderr
+    assert "2 entries" in stats.stderr and own_database in stats.stderr
+    cleared = rt4("cache", "clear", "--cache-url", own_database, cwd=tmp_path)
+    assert cleared.returncode == 0, cleared.stderr
+    after = rt4("cache", "stats", "--cache-url", own_database, cwd=tmp_path)
+    assert "0 entries" in after.stderr
+    both = rt4("cache", "stats", "--cache-url", own_database, "--cache-dir", "cache", cwd=tmp_path)
+    assert both.returncode == 2 and "alternatives" in both.stderr
+    assert not (tmp_path / "cache").exists()

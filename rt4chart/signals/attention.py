@@ -50,21 +50,18 @@ its ``[4, A, heads]`` features as soon as the layer produced it; the model never
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 from typing import Any
 
-import diskcache
 import numpy as np
 import numpy.typing as npt
 
 from rt4chart.signals.base import SignalError, Tokenizer, missing_extra
-from rt4chart.signals.csr import AnswerTokens, answer_tokens, default_signal_cache_dir
+from rt4chart.signals.csr import AnswerTokens, SampleSignalStore, answer_tokens
 from rt4chart.signals.template import CsrTemplate, load_csr_template
 from rt4chart.text import join_passages
 from rt4chart.types import Sample, Span
@@ -305,42 +302,15 @@ def token_scores_from_windows(window_scores: Sequence[float], tokens: int, size:
     return scores
 
 
-class FeatureCache:
-    """Extracted features on disk (diskcache, npz bytes), so a sample passes through the model once.
+class FeatureCache(SampleSignalStore):
+    """Extracted AggTruth features per sample (npz bytes), so a sample passes through the model once.
+    Stored as float32 (half the disk; probes and windows do not need more)."""
 
-    The key covers the model identity, the template version and the full context, question and
-    answer. Stored as float32 (half the disk; probes and windows do not need more).
-    """
-
-    def __init__(self, directory: Path | None = None) -> None:
-        self.directory = directory or default_signal_cache_dir()
-        self._store = diskcache.Cache(str(self.directory))
-
-    @staticmethod
-    def key(model: str, template_version: str, sample: Sample) -> str:
-        material = {
-            "format": FEATURE_CACHE_FORMAT,
-            "signal": "aggtruth",
-            "model": model,
-            "template": template_version,
-            "context": sample.context,
-            "question": sample.question,
-            "answer": sample.answer,
-        }
-        return hashlib.sha256(json.dumps(material, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    SIGNAL = "aggtruth"
+    FORMAT = FEATURE_CACHE_FORMAT
 
     def get(self, key: str) -> AttentionFeatures | None:
-        try:
-            stored = self._store.get(key)
-            if stored is None:
-                return None
-            with np.load(io.BytesIO(stored)) as arrays:
-                offsets = [(int(a), int(b)) for a, b in arrays["offsets"]]
-                return AttentionFeatures(
-                    offsets, arrays["values"].astype(np.float64), arrays["fraction"].astype(np.float64)
-                )
-        except Exception:  # a damaged entry is a miss
-            return None
+        return self._read(key, _decode_features)
 
     def put(self, key: str, features: AttentionFeatures) -> None:
         buffer = io.BytesIO()
@@ -350,13 +320,13 @@ class FeatureCache:
             values=features.values.astype(np.float32),
             fraction=features.passage_fraction.astype(np.float32),
         )
-        try:
-            self._store.set(key, buffer.getvalue())
-        except Exception:  # a full or read-only disk must not stop a run
-            return
+        self._write(key, buffer.getvalue())
 
-    def close(self) -> None:
-        self._store.close()
+
+def _decode_features(stored: bytes) -> AttentionFeatures:
+    with np.load(io.BytesIO(stored)) as arrays:
+        offsets = [(int(a), int(b)) for a, b in arrays["offsets"]]
+        return AttentionFeatures(offsets, arrays["values"].astype(np.float64), arrays["fraction"].astype(np.float64))
 
 
 @dataclass

@@ -45,9 +45,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar, TypeVar
 
 import diskcache
 import platformdirs
@@ -61,6 +62,8 @@ from rt4chart.types import ProbeTokenScore, Report, Sample, SignalReport, Span, 
 CSR_EPSILON = 1e-8
 """Added to the denominator, as in the REFIND paper."""
 DEFAULT_DELTA = 0.2
+T = TypeVar("T")
+
 SIGNAL_CACHE_FORMAT = 1
 """Bumped when the stored value format changes; part of every key."""
 
@@ -133,23 +136,27 @@ def default_signal_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("rt4chart")) / "signals"
 
 
-class SignalCache:
-    """Teacher-forced log-probability pairs on disk (diskcache), so a text is scored once per model.
+class SampleSignalStore:
+    """A diskcache directory of one signal's per-sample values, so a text passes through a model once
+    per model. Subclasses name the signal and its value format and encode/decode the values.
 
-    The key covers the model identity (name and content hash, or server), the template version and
-    the full context, question and answer; the value holds the per-token log-probabilities and
-    offsets, not the flags, so changing delta needs no model call.
+    The key covers the signal, its value format, the model identity (name and content hash, or
+    server), the template version and the full context, question and answer. A damaged entry is a
+    miss; a write that fails (full or read-only disk) never stops a run.
     """
+
+    SIGNAL: ClassVar[str]
+    FORMAT: ClassVar[int]
 
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = directory or default_signal_cache_dir()
         self._store = diskcache.Cache(str(self.directory))
 
-    @staticmethod
-    def key(model: str, template_version: str, sample: Sample) -> str:
+    @classmethod
+    def key(cls, model: str, template_version: str, sample: Sample) -> str:
         material = {
-            "format": SIGNAL_CACHE_FORMAT,
-            "signal": "csr",
+            "format": cls.FORMAT,
+            "signal": cls.SIGNAL,
             "model": model,
             "template": template_version,
             "context": sample.context,
@@ -158,23 +165,39 @@ class SignalCache:
         }
         return hashlib.sha256(json.dumps(material, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
-    def get(self, key: str) -> list[tuple[int, int, float, float]] | None:
+    def _read(self, key: str, decode: Callable[[Any], T]) -> T | None:
         try:
             stored = self._store.get(key)
-            if stored is None:
-                return None
-            return [(int(a), int(b), float(c), float(d)) for a, b, c, d in json.loads(stored)]
+            return None if stored is None else decode(stored)
         except Exception:  # a damaged entry is a miss
             return None
 
-    def put(self, key: str, rows: list[tuple[int, int, float, float]]) -> None:
+    def _write(self, key: str, value: str | bytes) -> None:
         try:
-            self._store.set(key, json.dumps(rows))
+            self._store.set(key, value)
         except Exception:  # a full or read-only disk must not stop a run
             return
 
     def close(self) -> None:
         self._store.close()
+
+
+class SignalCache(SampleSignalStore):
+    """Teacher-forced log-probability pairs per sample; the value holds the per-token
+    log-probabilities and offsets, not the flags, so changing delta needs no model call."""
+
+    SIGNAL = "csr"
+    FORMAT = SIGNAL_CACHE_FORMAT
+
+    def get(self, key: str) -> list[tuple[int, int, float, float]] | None:
+        return self._read(key, _decode_rows)
+
+    def put(self, key: str, rows: list[tuple[int, int, float, float]]) -> None:
+        self._write(key, json.dumps(rows))
+
+
+def _decode_rows(stored: str) -> list[tuple[int, int, float, float]]:
+    return [(int(a), int(b), float(c), float(d)) for a, b, c, d in json.loads(stored)]
 
 
 @dataclass

@@ -1012,8 +1012,9 @@ def signals_csr(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the signal cache.")] = False,
 ) -> None:
     """REFIND's context sensitivity ratio of every answer token of INPUT.jsonl."""
+    from rt4chart.io import write_lines_atomically
     from rt4chart.signals import SignalError
-    from rt4chart.signals.csr import SignalCache, csr_records, write_signal_records
+    from rt4chart.signals.csr import SignalCache, csr_records
 
     items = _read_input(input_path)
     backend = _signal_backend(model, server, delta, batch_size)
@@ -1022,7 +1023,7 @@ def signals_csr(
         records = csr_records(items, backend, delta=delta, cache=cache)
     except SignalError as error:
         raise fail(str(error)) from None
-    write_signal_records(out, records)
+    write_lines_atomically(out, (record.model_dump_json() for record in records))
     flagged = sum(1 for record in records if record.signals and record.signals.flagged)
     invalid = sum(1 for record in records if record.errors)
     stderr.print(f"wrote {len(records)} records to {out}: {flagged} with flagged tokens, {invalid} with errors", highlight=False)
@@ -1111,8 +1112,9 @@ def signals_attention(
     no_cache: NoSignalCacheOption = False,
 ) -> None:
     """AggTruth attention-probe scores of every answer of INPUT.jsonl (per window, per token, flagged spans)."""
+    from rt4chart.io import write_lines_atomically
     from rt4chart.signals import SignalError
-    from rt4chart.signals.aggtruth import attention_records, write_attention_records
+    from rt4chart.signals.aggtruth import attention_records
     from rt4chart.signals.attention import FeatureCache
 
     items = _read_input(input_path)
@@ -1123,7 +1125,7 @@ def signals_attention(
         )
     except SignalError as error:
         raise fail(str(error)) from None
-    write_attention_records(out, records)
+    write_lines_atomically(out, (record.model_dump_json() for record in records))
     flagged = sum(1 for record in records if record.attention and record.attention.flagged)
     invalid = sum(1 for record in records if record.errors)
     stderr.print(f"wrote {len(records)} records to {out}: {flagged} flagged, {invalid} with errors", highlight=False)

@@ -269,15 +269,20 @@ def output_lock(out: Path | None) -> Iterator[None]:
         os.close(descriptor)  # closing releases the lock
 
 
-def write_reports_atomically(path: Path, reports: list[Report]) -> None:
-    """Replace ``path`` with ``reports``, one per line, via a temporary file and a rename."""
+def write_lines_atomically(path: Path, lines: Iterable[str]) -> None:
+    """Replace ``path`` with ``lines`` (JSONL records, no newline), via a temporary file and a rename."""
     temporary = path.with_name(f".{path.name}.tmp")
     with open(temporary, "w", encoding="utf-8") as handle:
-        for report in reports:
-            handle.write(dump_report(report) + "\n")
+        for line in lines:
+            handle.write(line + "\n")
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
+
+
+def write_reports_atomically(path: Path, reports: list[Report]) -> None:
+    """Replace ``path`` with ``reports``, one per line, via a temporary file and a rename."""
+    write_lines_atomically(path, (dump_report(report) for report in reports))
 
 
 class ReportAppender:

@@ -26,7 +26,7 @@ from rt4chart.signals.attention import (
     window_bounds,
 )
 from rt4chart.signals.base import SignalError
-from rt4chart.signals.csr import flagged_spans
+from rt4chart.signals.csr import flagged_spans, span_mean_max
 from rt4chart.signals.probe import AttentionProbe, Selector, WindowSet, build_windows, train_probe, training_hash
 from rt4chart.signals.template import load_csr_template
 from rt4chart.types import AttentionSignalReport, ProbeTokenScore, ProbeWindowScore, Report, Sample, Span
@@ -135,15 +135,6 @@ def attention_records(
     return records
 
 
-def write_attention_records(path: Path, records: Sequence[AttentionRecord]) -> None:
-    """Write records as JSONL via a temporary file and a rename."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(record.model_dump_json() + "\n")
-    temporary.replace(path)
-
-
 def attach_attention(reports: Sequence[Report], results: dict[int, AttentionSignalReport | str]) -> list[Report]:
     """Reports with their answer's probe scores and each claim's mean/max token score over its span."""
     attached = []
@@ -155,18 +146,11 @@ def attach_attention(reports: Sequence[Report], results: dict[int, AttentionSign
         if isinstance(result, str):
             attached.append(report.model_copy(update={"errors": [*report.errors, f"attention signals: {result}"]}))
             continue
+        tokens = [(token.start, token.end, token.score) for token in result.tokens]
         claims = []
         for claim in report.claims:
-            span = claim.answer_span
-            values = [t.score for t in result.tokens if t.start < span.end and t.end > span.start] if span else []
-            claims.append(
-                claim.model_copy(
-                    update={
-                        "probe_mean": sum(values) / len(values) if values else None,
-                        "probe_max": max(values) if values else None,
-                    }
-                )
-            )
+            mean, largest = span_mean_max(tokens, claim.answer_span)
+            claims.append(claim.model_copy(update={"probe_mean": mean, "probe_max": largest}))
         attached.append(report.model_copy(update={"attention": result, "claims": claims}))
     return attached
 

@@ -316,6 +316,13 @@ def prepare_requests(
     )
 
 
+def span_mean_max(tokens: Sequence[tuple[int, int, float]], span: Span | None) -> tuple[float | None, float | None]:
+    """Mean and max of the token values ``(start, end, value)`` that overlap ``span`` (a claim's
+    answer span); ``(None, None)`` when there is no span or no token in it."""
+    values = [value for start, end, value in tokens if span and start < span.end and end > span.start]
+    return (sum(values) / len(values), max(values)) if values else (None, None)
+
+
 def attach_signals(reports: Sequence[Report], outcomes: dict[int, CsrOutcome]) -> list[Report]:
     """Reports with their sample's signals and each claim's mean/max CSR over its answer span.
 
@@ -331,18 +338,11 @@ def attach_signals(reports: Sequence[Report], outcomes: dict[int, CsrOutcome]) -
         if outcome.report is None:
             attached.append(report.model_copy(update={"errors": [*report.errors, f"signals: {outcome.error}"]}))
             continue
+        tokens = [(token.start, token.end, token.csr) for token in outcome.report.tokens]
         claims = []
         for claim in report.claims:
-            span = claim.answer_span
-            values = [t.csr for t in outcome.report.tokens if t.start < span.end and t.end > span.start] if span else []
-            claims.append(
-                claim.model_copy(
-                    update={
-                        "csr_mean": sum(values) / len(values) if values else None,
-                        "csr_max": max(values) if values else None,
-                    }
-                )
-            )
+            mean, largest = span_mean_max(tokens, claim.answer_span)
+            claims.append(claim.model_copy(update={"csr_mean": mean, "csr_max": largest}))
         attached.append(report.model_copy(update={"signals": outcome.report, "claims": claims}))
     return attached
 
@@ -385,15 +385,6 @@ def csr_records(
         errors = [] if outcome.error is None else [outcome.error]
         records.append(SignalRecord(id=item.sample.id, line=item.line, signals=outcome.report, errors=errors))
     return records
-
-
-def write_signal_records(path: Path, records: Sequence[SignalRecord]) -> None:
-    """Write records as JSONL via a temporary file and a rename."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(record.model_dump_json() + "\n")
-    temporary.replace(path)
 
 
 def attach_csr_to_file(

@@ -175,14 +175,14 @@ def _run_limits(budget: float | None, concurrency: int | None, timeout: float | 
         raise fail(f"{flags[str(problem['loc'][0])]}: {problem['msg']}") from None
 
 
-def _cache_location(cache_dir: Path | None, cache_url: str | None) -> Path | str:
-    """The judge cache a command uses: the Redis server of --cache-url, else --cache-dir (default:
-    the per-user cache directory)."""
+def _cache_location(cache_dir: Path | None, cache_url: str | None, *, per_user_default: bool = True) -> Path | str | None:
+    """The judge cache a command uses: the Redis server of --cache-url, else --cache-dir, else the
+    per-user cache directory (or none, for a command whose runs are independent by default)."""
     from rt4chart.cache import default_cache_dir
 
     if cache_dir is not None and cache_url is not None:
         raise fail("--cache-dir and --cache-url are alternatives: give one")
-    return cache_url or cache_dir or default_cache_dir()
+    return cache_url or cache_dir or (default_cache_dir() if per_user_default else None)
 
 
 def _engine_help(name: str) -> str:
@@ -460,9 +460,7 @@ def eval_command(
         samples = load_samples(config)
     except DatasetError as error:
         raise fail(str(error)) from None
-    if cache_dir is not None and cache_url is not None:
-        raise fail("--cache-dir and --cache-url are alternatives: give one")
-    stack = _judge_stack(judge, api_base, concurrency, cache_url or cache_dir)
+    stack = _judge_stack(judge, api_base, concurrency, _cache_location(cache_dir, cache_url, per_user_default=False))
     summary = RunSummary()
     try:
         with AuditProgress(len(samples), stack.ledger, stderr, enabled=not quiet) as progress:

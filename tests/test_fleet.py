@@ -20,6 +20,8 @@ from audit_fixtures import read_records, without_usage, write_samples
 from conftest import VerifyRequestFactory
 from faults import Fault, FaultServer, fault_server, grounded, judge_every_claim
 
+from rt4chart.backends.base import JudgeResponse
+from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.judges import JudgeConfigError, JudgeProfile, judge_stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +118,40 @@ def test_each_call_names_the_replica_that_answered(
     with fault_server(entail, default=Fault("server_error")) as sick, fault_server(entail) as healthy:
         deployments = asyncio.run(ask(fleet_profile(tmp_path / "fleet.toml", sick, healthy)))
     assert deployments == [f"openai/smollm2@{healthy.base_url}"] * 4
+
+
+def test_a_refusing_replica_is_retried_elsewhere_and_only_a_refusing_fleet_stops(
+    tmp_path: Path, verify_request: VerifyRequestFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 401 is one replica's problem while another answers: every request, sent many at once,
+    ends with a verdict from the healthy replica. When every replica refuses, the judge stops."""
+    monkeypatch.setenv("RT4_FLEET_A_KEY", KEY_A)
+    monkeypatch.setenv("RT4_FLEET_B_KEY", KEY_B)
+    entail = judge_every_claim("entailed")
+
+    async def ask_at_once(profile: Path, requests: int) -> list[JudgeResponse]:
+        stack = judge_stack(str(profile))
+        try:
+            asked = (stack.complete(verify_request([f"claim {n}"])) for n in range(requests))
+            return list(await asyncio.gather(*asked))
+        finally:
+            await stack.aclose()
+
+    for round_ in range(3):  # the router's picks are random: several rounds of many requests at once
+        with fault_server(entail, default=Fault("echo_key")) as refusing, fault_server(entail) as healthy:
+            profile = fleet_profile(tmp_path / f"fleet{round_}.toml", refusing, healthy)
+            replies = asyncio.run(ask_at_once(profile, 12))
+        assert [reply.error for reply in replies] == [None] * 12
+        assert {reply.deployment for reply in replies} == {f"openai/smollm2@{healthy.base_url}"}
+        assert refusing.headers, "the refusing replica was never tried: the test shows nothing"
+
+    refusal = Fault("echo_key")
+    with fault_server(entail, default=refusal) as first, fault_server(entail, default=refusal) as second:
+        with pytest.raises(JudgeUnavailable, match=r"(?s)a fleet of 2 deployments.*deployments refusing") as stopped:
+            asyncio.run(ask_at_once(fleet_profile(tmp_path / "dead.toml", first, second), 12))
+        calls = len(first.headers) + len(second.headers)
+    assert KEY_A not in str(stopped.value) and KEY_B not in str(stopped.value)
+    assert calls <= 12 * 2, "a fleet that refuses everywhere must fail fast, not retry every request to the limit"
 
 
 def test_a_fleet_refuses_an_api_base_and_names_a_missing_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

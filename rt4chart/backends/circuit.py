@@ -10,7 +10,7 @@ it are kept, the interrupted samples are left for ``--resume``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 CIRCUIT_THRESHOLD = 3
 """Consecutive requests ending in a non-transient failure that open a backend's circuit."""
@@ -73,3 +73,40 @@ class CircuitBreaker:
         self.consecutive += 1
         self.last_error = error
         self.check()
+
+
+@dataclass
+class FleetCircuit(CircuitBreaker):
+    """The breaker of a judge fleet: one deployment refusing is not the judge refusing.
+
+    Attempts are tracked per deployment. While some deployment still answers (or has not been
+    tried), a refusing one is the router's to cool down and the request's retry goes elsewhere;
+    the circuit opens only when ``threshold`` requests in a row failed non-transiently *and* every
+    deployment's latest attempt was refused.
+    """
+
+    deployments: tuple[str, ...] = ()
+    """Every deployment of the fleet, by label (model and base URL, never a key)."""
+    refusing: dict[str, str] = field(default_factory=dict)
+    """Deployments whose latest attempt failed non-transiently, with why (free of secrets)."""
+
+    @property
+    def all_refusing(self) -> bool:
+        """Every deployment's latest attempt failed non-transiently: no replica left to try."""
+        return bool(self.deployments) and all(label in self.refusing for label in self.deployments)
+
+    @property
+    def is_open(self) -> bool:
+        return self.consecutive >= self.threshold and self.all_refusing
+
+    def attempt_answered(self, deployment: str) -> None:
+        """``deployment`` answered an attempt (even with a transient error or a bad reply)."""
+        self.refusing.pop(deployment, None)
+
+    def attempt_refused(self, deployment: str, reason: str) -> None:
+        """``deployment`` failed an attempt non-transiently, for ``reason``."""
+        self.refusing[deployment] = reason
+
+    def record_failure(self, error: str) -> None:
+        refusals = "; ".join(f"{label}: {reason}" for label, reason in self.refusing.items())
+        super().record_failure(f"{error} (deployments refusing: {refusals})" if refusals else error)

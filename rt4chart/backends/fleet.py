@@ -3,10 +3,14 @@
 vLLM replicas on several hosts, or one model at two providers, answer as one judge. The router
 picks a deployment for every attempt (``routing_strategy``; ``usage-based-routing`` reads each
 deployment's ``rpm``/``tpm``), cools a failing one down (``allowed_fails`` failures within a
-minute, or a 429, whose Retry-After sets how long) and sends the next attempt elsewhere. Everything
-else is the litellm judge's (:class:`~rt4chart.backends.litellm.LiteLLMBackend`): reply parsing,
-re-asks, retries with backoff (each attempt re-routed), usage, prices, the circuit breaker, key
-scrubbing.
+minute, or a 429, whose Retry-After sets how long) and sends the next attempt elsewhere.
+
+A deployment that refuses (a rejected key, an unknown model, a refused connection) is one
+replica's problem, not the judge's: the request is retried on another deployment, and the
+circuit breaker (:class:`~rt4chart.backends.circuit.FleetCircuit`) opens only when every
+deployment refuses. Everything else is the litellm judge's
+(:class:`~rt4chart.backends.litellm.LiteLLMBackend`): reply parsing, re-asks, retries with backoff
+(each attempt re-routed), usage, prices, key scrubbing.
 
 The judge's identity (its name: the profile's, so every cache key and record) is the logical
 model, never a replica: a cached verdict is reused whichever replica produced it. The deployment
@@ -25,10 +29,17 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from litellm.router import Router
+from litellm.types.router import RouterRateLimitError
 from tenacity import RetryCallState
 
-from rt4chart.backends.circuit import CircuitBreaker
-from rt4chart.backends.litellm import LiteLLMBackend, LiteLLMSettings, litellm_provider
+from rt4chart.backends.circuit import FleetCircuit
+from rt4chart.backends.litellm import (
+    LiteLLMBackend,
+    LiteLLMSettings,
+    litellm_provider,
+    non_transient_reason,
+    scrub,
+)
 
 log = logging.getLogger("rt4chart.fleet")
 
@@ -101,7 +112,10 @@ class FleetBackend(LiteLLMBackend):
             num_retries=0,
         )
         self._secrets |= {member.api_key for member in members if member.api_key}
-        self.circuit = CircuitBreaker(f"{self.name} (a fleet of {len(members)} deployments)")
+        self.circuit: FleetCircuit = FleetCircuit(
+            f"{self.name} (a fleet of {len(members)} deployments)",
+            deployments=tuple(member.label for member in members),
+        )
 
     @property
     def name(self) -> str:
@@ -119,16 +133,49 @@ class FleetBackend(LiteLLMBackend):
             return "json_schema"
         return super()._structured_output()
 
+    def _member(self, router_id: object) -> FleetMember | None:
+        """The deployment the router knows by ``router_id`` (its position in the profile)."""
+        position = str(router_id or "")
+        return self.members[int(position)] if position.isdigit() and int(position) < len(self.members) else None
+
     async def _send(self, messages: list[dict[str, str]], arguments: dict[str, Any]) -> Any:
-        return await self.router.acompletion(messages=messages, **arguments)
+        try:
+            response = await self.router.acompletion(messages=messages, **arguments)
+        except Exception as error:
+            # The router stamps the deployment that failed on the error.
+            member = self._member(getattr(error, "failed_deployment_id", None))
+            reason = non_transient_reason(error)
+            if member is not None and reason is not None:
+                self.circuit.attempt_refused(member.label, scrub(reason, self._secrets))
+            elif member is not None:
+                self.circuit.attempt_answered(member.label)
+            raise
+        answered = self._member((getattr(response, "_hidden_params", None) or {}).get("model_id"))
+        if answered is not None:
+            self.circuit.attempt_answered(answered.label)
+        return response
 
     def _deployment(self, response: Any) -> str | None:
-        hidden = getattr(response, "_hidden_params", None) or {}
-        position = str(hidden.get("model_id", ""))
-        member = self.members[int(position)] if position.isdigit() and int(position) < len(self.members) else None
+        member = self._member((getattr(response, "_hidden_params", None) or {}).get("model_id"))
         label = member.label if member else None
         log.debug("%s answered by %s", self.name, label)
         return label
+
+    def _refusal(self, error: BaseException) -> str | None:
+        if isinstance(error, RouterRateLimitError) and self.circuit.all_refusing:
+            # The router has no deployment to offer because every one refused and is cooling down.
+            return "every deployment refused its latest attempt"
+        return non_transient_reason(error)
+
+    def _retryable(self, error: BaseException) -> bool:
+        # A refusing deployment is retried elsewhere while some deployment may still answer.
+        return (self._refusal(error) is not None and not self.circuit.all_refusing) or super()._retryable(error)
+
+    def _stop(self, state: RetryCallState) -> bool:
+        error = state.outcome.exception() if state.outcome else None
+        if error is not None and self._refusal(error) is not None and not self.circuit.all_refusing:
+            return state.attempt_number >= self.settings.max_attempts
+        return super()._stop(state)
 
     def _wait(self, state: RetryCallState) -> float:
         # The router has cooled the deployment that asked for a pause; the next attempt goes to

@@ -212,7 +212,7 @@ def _status(error: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
-def _retryable(error: BaseException) -> bool:
+def _worth_retrying(error: BaseException) -> bool:
     if isinstance(error, InvalidReply):
         return not error.final
     if isinstance(error, Timeout | APIConnectionError):
@@ -438,17 +438,25 @@ class LiteLLMBackend:
             arguments["response_format"] = {"type": "json_object"}
         return arguments
 
+    def _refusal(self, error: BaseException) -> str | None:
+        """Why ``error`` will not go away by waiting (see :func:`non_transient_reason`), or ``None``."""
+        return non_transient_reason(error)
+
+    def _retryable(self, error: BaseException) -> bool:
+        """Whether a failed attempt is worth another: transient failures and re-asks."""
+        return _worth_retrying(error)
+
     def _wait(self, state: RetryCallState) -> float:
         backoff = self._backoff(state)
         error = state.outcome.exception() if state.outcome else None
-        if error is not None and non_transient_reason(error) is not None:
+        if error is not None and self._refusal(error) is not None:
             return min(backoff, NON_TRANSIENT_WAIT_S)
         asked = retry_after_s(error)
         return min(max(backoff, asked or 0.0), self.settings.backoff_max_s)
 
     def _stop(self, state: RetryCallState) -> bool:
         error = state.outcome.exception() if state.outcome else None
-        if error is not None and non_transient_reason(error) is not None:
+        if error is not None and self._refusal(error) is not None:
             return state.attempt_number >= min(NON_TRANSIENT_ATTEMPTS, self.settings.max_attempts)
         return state.attempt_number >= self.settings.max_attempts
 
@@ -506,7 +514,7 @@ class LiteLLMBackend:
         retrying = AsyncRetrying(
             stop=self._stop,
             wait=self._wait,
-            retry=retry_if_exception(_retryable),
+            retry=retry_if_exception(self._retryable),
             reraise=True,
         )
         try:
@@ -527,7 +535,7 @@ class LiteLLMBackend:
             error = f"no valid reply after {len(usage)} attempts: {invalid.reason}"
         except Exception as failure:  # any provider, network or litellm failure becomes data
             error = f"{type(failure).__name__} after {len(usage)} attempts: {failure}"
-            unreachable = non_transient_reason(failure)
+            unreachable = self._refusal(failure)
         if unreachable is None:
             self.circuit.record_success()
         else:

@@ -270,7 +270,8 @@ def output_lock(out: Path | None) -> Iterator[None]:
 
 
 def write_lines_atomically(path: Path, lines: Iterable[str]) -> None:
-    """Replace ``path`` with ``lines`` (JSONL records, no newline), via a temporary file and a rename."""
+    """Replace ``path`` with ``lines`` (JSONL records, or one indented JSON document; each without its
+    final newline, which is added), via a temporary file and a rename."""
     temporary = path.with_name(f".{path.name}.tmp")
     with open(temporary, "w", encoding="utf-8") as handle:
         for line in lines:

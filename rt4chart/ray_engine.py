@@ -195,13 +195,14 @@ class RayPipeline(Pipeline):
         try:
             if self.ledger is not None and self.ledger.limit_usd is not None:
                 keeper = ray.remote(num_cpus=0)(BudgetKeeper).remote(self.ledger.limit_usd)
-            results = self._results(ray, [item for item in items if item.sample is not None], keeper)
-            stack.callback(getattr(results, "close", lambda: None))
+            batches = self._results(ray, [item for item in items if item.sample is not None], keeper)
+            stack.callback(getattr(batches, "close", lambda: None))
+            rows = self._arrivals(ray, batches, keeper)
             for item in items:
                 if item.sample is None:
                     yield error_report(item)
                     continue
-                row = await asyncio.to_thread(next, results)
+                row = await asyncio.to_thread(next, rows)
                 if row["stop"]:
                     _raise_stop(row["stop"])
                 report = Report.model_validate_json(row["record"])
@@ -215,6 +216,7 @@ class RayPipeline(Pipeline):
                 ray.shutdown()
 
     def _results(self, ray: Any, samples: list[InputLine], keeper: Any) -> Iterator[dict[str, Any]]:
+        """The audited shards, one batch (a worker's output block) at a time, in input order."""
         if not samples:
             return iter(())
         # Progress is the driver's own (rt4's bar, from the records as they arrive).
@@ -236,7 +238,17 @@ class RayPipeline(Pipeline):
             compute=ray.data.ActorPoolStrategy(size=self.engine.workers),
             num_cpus=self.engine.worker_cpus,
         )
-        return iter(audited.iter_rows())
+        return iter(audited.iter_batches(batch_size=None, batch_format="numpy"))
+
+    def _arrivals(self, ray: Any, batches: Iterator[dict[str, Any]], keeper: Any) -> Iterator[dict[str, str]]:
+        """The rows of ``batches`` in order; with a keeper, each arriving batch first brings the
+        driver's ledger up to the workers' spend (one round trip per batch, not per record), so the
+        progress line shows the spend while the run goes."""
+        for batch in batches:
+            if keeper is not None:
+                self._sync_budget(ray.get(keeper.totals.remote()))
+            for record, stop in zip(batch["record"], batch["stop"], strict=True):
+                yield {"record": str(record), "stop": str(stop)}
 
     def _account(self, usage: Usage, spend_too: bool) -> None:
         """Fold a record's usage into the driver's ledger (its spend too when no keeper books it)."""

@@ -8,8 +8,11 @@ one of whose workers is killed mid-shard, still ends with every record, each onc
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +24,7 @@ from typing import Any
 
 import pytest
 import ray
-from audit_fixtures import read_records, write_samples
+from audit_fixtures import read_records, write_rules, write_samples
 from faults import FaultServer, fault_server, grounded
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,3 +191,50 @@ def test_workers_share_one_budget(ray_cluster: None) -> None:
     assert second.reserve(0.1) and not second.reserve(0.2)
     totals = ray.get(keeper.totals.remote())
     assert totals["spent_usd"] == pytest.approx(0.2) and totals["refused"] == 2
+
+
+def test_progress_shows_the_workers_spend_while_the_run_goes(tmp_path: Path, ray_cluster: None) -> None:
+    """With a budget the workers book their spend on the keeper; the driver's progress line follows
+    it as the shards' records arrive, not only once the run is over."""
+    from rich.console import Console
+
+    from rt4chart.budget import Ledger, RunLimits
+    from rt4chart.io import read_jsonl
+    from rt4chart.judges import judge_stack
+    from rt4chart.options import AuditOptions, EngineOptions
+    from rt4chart.pipeline import run_audit
+    from rt4chart.ray_engine import SHARD_SAMPLES, ray_pipeline
+    from rt4chart.report import AuditProgress, RunSummary
+
+    samples = 3 * SHARD_SAMPLES
+    write_samples(tmp_path / "in.jsonl", samples)
+    judge = f"scripted:{write_rules(tmp_path / 'rules.json', cost_per_call=0.01)}"
+    ledger = Ledger(limit_usd=100.0)
+    stack = judge_stack(judge, ledger=ledger)
+    pipeline = ray_pipeline(stack, AuditOptions(), EngineOptions(engine="ray", workers=2, worker_cpus=0.5),
+                            judge=judge, api_base=None, limits=RunLimits(budget_usd=100.0), cache=None)
+    log = io.StringIO()
+    summary = RunSummary()
+    # log_every_s=0: one plain progress line per record, as a CI log shows them (every 10 s there).
+    with AuditProgress(samples, ledger, Console(file=log, width=300), log_every_s=0.0) as progress:
+
+        def on_record(report: Any) -> None:
+            summary.add(report)
+            progress.advance(summary)
+
+        async def audit() -> None:
+            try:
+                await run_audit(pipeline, list(read_jsonl(tmp_path / "in.jsonl")), tmp_path / "out.jsonl", on_record)
+            finally:
+                await stack.aclose()
+
+        asyncio.run(audit())
+    lines = re.findall(r"rt4: (\d+)/\d+ samples .* \$([0-9.]+) of \$100\.0000", log.getvalue())
+    spent = [float(spend) for _, spend in lines]
+    assert [int(done) for done, _ in lines] == list(range(1, samples + 1)), log.getvalue()
+    assert spent[0] > 0, "the first record's line already shows what its shard spent"
+    assert spent == sorted(spent)
+    spent_by_records = sum(record["usage"]["cost_usd"] for record in read_records(tmp_path / "out.jsonl"))
+    assert spent_by_records > 0
+    assert ledger.spent_usd == pytest.approx(spent_by_records)
+    assert spent[-1] == pytest.approx(spent_by_records, abs=1e-4), "the last line shows the whole spend"

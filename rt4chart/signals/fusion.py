@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
+from rt4chart.io import write_lines_atomically
 from rt4chart.signals.base import SignalError
 from rt4chart.signals.probe import BoolArray, FloatArray, ScaledLogistic, fit_scaled_logistic
 from rt4chart.types import ClaimVerdict, Label, Span
@@ -132,10 +133,8 @@ def fit_fusion(names: Sequence[str], rows: FloatArray, labels: BoolArray) -> Fus
 
 
 def save_fusion(model: FusionModel, path: Path) -> None:
-    """Write the model as indented JSON (via a temporary file and a rename)."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(model.model_dump_json(indent=1) + "\n", encoding="utf-8")
-    temporary.replace(path)
+    """Write the model as indented JSON (through io's atomic writer: a temporary file, fsynced, then a rename)."""
+    write_lines_atomically(path, [model.model_dump_json(indent=1)])
 
 
 def load_fusion(path: Path) -> FusionModel:

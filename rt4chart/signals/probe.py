@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ValidationError
 
+from rt4chart.io import write_lines_atomically
 from rt4chart.signals.attention import FEATURES, WINDOW, AttentionFeatures, token_labels, window_average, window_labels
 from rt4chart.signals.base import SignalError
 from rt4chart.types import Span
@@ -371,10 +372,8 @@ def train_probe(
 
 
 def save_probe(probe: AttentionProbe, path: Path) -> None:
-    """Write the probe as indented JSON (via a temporary file and a rename)."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(probe.model_dump_json(indent=1) + "\n", encoding="utf-8")
-    temporary.replace(path)
+    """Write the probe as indented JSON (through io's atomic writer: a temporary file, fsynced, then a rename)."""
+    write_lines_atomically(path, [probe.model_dump_json(indent=1)])
 
 
 def load_probe(path: Path) -> AttentionProbe:

@@ -292,7 +292,8 @@ def verify(
 
     summary = RunSummary()
     reports: list[Report] = []
-    with AuditProgress(len(items), stack.ledger, stderr, enabled=not quiet) as progress:
+    calls_seen = run_engine.engine != "ray"  # Ray workers make the calls, out of the driver's sight
+    with AuditProgress(len(items), stack.ledger, stderr, enabled=not quiet, calls_seen=calls_seen) as progress:
 
         def on_report(report: Report) -> None:
             summary.add(report)

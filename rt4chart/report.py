@@ -98,9 +98,19 @@ class AuditProgress:
     """
 
     def __init__(
-        self, total: int, ledger: Ledger, console: Console, *, enabled: bool = True, log_every_s: float = 10.0
+        self,
+        total: int,
+        ledger: Ledger,
+        console: Console,
+        *,
+        enabled: bool = True,
+        log_every_s: float = 10.0,
+        calls_seen: bool = True,
     ) -> None:
         self.total = total
+        self.calls_seen = calls_seen
+        """Whether this process makes the judge calls (with ``--engine ray`` the workers do, and
+        the driver cannot see their calls in flight, so the line leaves them out)."""
         self.ledger = ledger
         self.console = console
         self.enabled = enabled
@@ -141,8 +151,9 @@ class AuditProgress:
         lookups = usage.calls + usage.cache_hits
         hit_rate = usage.cache_hits / lookups if lookups else 0.0
         budget = f" of ${self.ledger.limit_usd:.4f}" if self.ledger.limit_usd is not None else ""
+        in_flight = f"{self.ledger.in_flight} calls in flight | " if self.calls_seen else ""
         return (
-            f"{self.ledger.in_flight} calls in flight | {self._done / elapsed:.2f} samples/s | "
+            f"{in_flight}{self._done / elapsed:.2f} samples/s | "
             f"${self.ledger.spent_usd:.4f}{budget} | cache hits {hit_rate:.0%}"
         )
 

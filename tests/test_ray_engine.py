@@ -216,7 +216,7 @@ def test_progress_shows_the_workers_spend_while_the_run_goes(tmp_path: Path, ray
     log = io.StringIO()
     summary = RunSummary()
     # log_every_s=0: one plain progress line per record, as a CI log shows them (every 10 s there).
-    with AuditProgress(samples, ledger, Console(file=log, width=300), log_every_s=0.0) as progress:
+    with AuditProgress(samples, ledger, Console(file=log, width=300), log_every_s=0.0, calls_seen=False) as progress:
 
         def on_record(report: Any) -> None:
             summary.add(report)

@@ -31,6 +31,20 @@ def test_plain_progress_lines_when_stderr_is_not_a_terminal() -> None:
     assert "cache hits 62%" in lines[-1], "5 hits of 8 lookups"
 
 
+def test_progress_leaves_out_calls_it_cannot_see() -> None:
+    """With --engine ray the workers make the calls: the driver's line must not claim 0 in flight."""
+    stream = io.StringIO()
+    ledger = Ledger(limit_usd=1.0, spent_usd=0.25, in_flight=0)
+    console = Console(file=stream, force_terminal=False)
+    with AuditProgress(1, ledger, console, log_every_s=0, calls_seen=False) as progress:
+        summary = RunSummary()
+        summary.add(finished(Label.ENTAILED, 2, 0))
+        progress.advance(summary)
+    line = stream.getvalue().strip()
+    assert line.startswith("rt4: 1/1 samples") and "$0.2500 of $1.0000" in line
+    assert "in flight" not in line
+
+
 def test_quiet_progress_prints_nothing() -> None:
     stream = io.StringIO()
     summary = RunSummary()

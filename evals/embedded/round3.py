@@ -314,8 +314,8 @@ def main() -> None:
     parser.add_argument("dataset", choices=tuple(SETTINGS))
     parser.add_argument("--epochs", type=int, default=2, help="cross-encoder fine-tuning epochs")
     args = parser.parse_args()
-    torch.set_num_threads(2)
     dev = measure_dev(args.dataset)
+    torch.set_num_threads(2)  # after the sentence encoder, which sets one thread for its own passes
     if args.experiment == "aggregation":
         aggregation(dev)
     elif args.experiment == "tokens":

@@ -135,7 +135,7 @@ class FleetBackend(LiteLLMBackend):
 
     def _member(self, router_id: object) -> FleetMember | None:
         """The deployment the router knows by ``router_id`` (its position in the profile)."""
-        position = str(router_id or "")
+        position = "" if router_id is None else str(router_id)
         return self.members[int(position)] if position.isdigit() and int(position) < len(self.members) else None
 
     async def _send(self, messages: list[dict[str, str]], arguments: dict[str, Any]) -> Any:

@@ -26,7 +26,7 @@ from rt4chart.signals.attention import (
     window_bounds,
 )
 from rt4chart.signals.base import SignalError
-from rt4chart.signals.csr import flagged_spans, span_mean_max
+from rt4chart.signals.csr import attach_token_signal, flagged_spans
 from rt4chart.signals.probe import AttentionProbe, Selector, WindowSet, build_windows, train_probe, training_hash
 from rt4chart.signals.template import load_csr_template
 from rt4chart.types import AttentionSignalReport, ProbeTokenScore, ProbeWindowScore, Report, Sample, Span
@@ -137,22 +137,14 @@ def attention_records(
 
 def attach_attention(reports: Sequence[Report], results: dict[int, AttentionSignalReport | str]) -> list[Report]:
     """Reports with their answer's probe scores and each claim's mean/max token score over its span."""
-    attached = []
-    for report in reports:
-        result = results.get(report.line)
-        if result is None:
-            attached.append(report)
-            continue
-        if isinstance(result, str):
-            attached.append(report.model_copy(update={"errors": [*report.errors, f"attention signals: {result}"]}))
-            continue
-        tokens = [(token.start, token.end, token.score) for token in result.tokens]
-        claims = []
-        for claim in report.claims:
-            mean, largest = span_mean_max(tokens, claim.answer_span)
-            claims.append(claim.model_copy(update={"probe_mean": mean, "probe_max": largest}))
-        attached.append(report.model_copy(update={"attention": result, "claims": claims}))
-    return attached
+    scored: dict[int, tuple[BaseModel, Sequence[tuple[int, int, float]]] | str] = {
+        line: r if isinstance(r, str) else (r, [(t.start, t.end, t.score) for t in r.tokens])
+        for line, r in results.items()
+    }
+    return attach_token_signal(
+        reports, scored, report_field="attention", claim_fields=("probe_mean", "probe_max"),
+        failure="attention signals",
+    )
 
 
 def attach_attention_to_file(

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -323,28 +323,50 @@ def span_mean_max(tokens: Sequence[tuple[int, int, float]], span: Span | None) -
     return (sum(values) / len(values), max(values)) if values else (None, None)
 
 
-def attach_signals(reports: Sequence[Report], outcomes: dict[int, CsrOutcome]) -> list[Report]:
-    """Reports with their sample's signals and each claim's mean/max CSR over its answer span.
+def attach_token_signal(
+    reports: Sequence[Report],
+    results: Mapping[int, tuple[BaseModel, Sequence[tuple[int, int, float]]] | str],
+    *,
+    report_field: str,
+    claim_fields: tuple[str, str],
+    failure: str,
+) -> list[Report]:
+    """Reports with their sample's token-level signal and each claim's mean/max token value over
+    its answer span (the one mechanism under ``--signals csr`` and ``--signals attention``).
 
-    ``outcomes`` is keyed by the report's input line; a report without an outcome is returned as
-    is, and a sample whose signal failed gets the failure in its ``errors``.
+    ``results`` is keyed by the report's input line: the signal (stored in ``report_field``) with
+    its token values ``(start, end, value)``, or why the sample has none (added to its ``errors``
+    after ``failure``). A report without a result is returned as is; the claims' mean and max go to
+    ``claim_fields``.
     """
     attached = []
     for report in reports:
-        outcome = outcomes.get(report.line)
-        if outcome is None:
+        result = results.get(report.line)
+        if result is None:
             attached.append(report)
             continue
-        if outcome.report is None:
-            attached.append(report.model_copy(update={"errors": [*report.errors, f"signals: {outcome.error}"]}))
+        if isinstance(result, str):
+            attached.append(report.model_copy(update={"errors": [*report.errors, f"{failure}: {result}"]}))
             continue
-        tokens = [(token.start, token.end, token.csr) for token in outcome.report.tokens]
+        signal, tokens = result
         claims = []
         for claim in report.claims:
             mean, largest = span_mean_max(tokens, claim.answer_span)
-            claims.append(claim.model_copy(update={"csr_mean": mean, "csr_max": largest}))
-        attached.append(report.model_copy(update={"signals": outcome.report, "claims": claims}))
+            claims.append(claim.model_copy(update=dict(zip(claim_fields, (mean, largest), strict=True))))
+        attached.append(report.model_copy(update={report_field: signal, "claims": claims}))
     return attached
+
+
+def attach_signals(reports: Sequence[Report], outcomes: dict[int, CsrOutcome]) -> list[Report]:
+    """Reports with their sample's CSR signals and each claim's mean/max CSR over its answer span;
+    a sample whose signal failed gets the failure in its ``errors``."""
+    results: dict[int, tuple[BaseModel, Sequence[tuple[int, int, float]]] | str] = {
+        line: (o.report, [(t.start, t.end, t.csr) for t in o.report.tokens]) if o.report is not None else f"{o.error}"
+        for line, o in outcomes.items()
+    }
+    return attach_token_signal(
+        reports, results, report_field="signals", claim_fields=("csr_mean", "csr_max"), failure="signals"
+    )
 
 
 class SignalRecord(BaseModel):

@@ -21,7 +21,7 @@ import inspect
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args, get_origin
 
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from rt4chart.io import InputLine
     from rt4chart.judges import JudgeStack
     from rt4chart.repair import RepairSummary
+    from rt4chart.signals.aggtruth import AttentionRecord
+    from rt4chart.signals.csr import SignalRecord
     from rt4chart.types import Report
 
 EXIT_OK, EXIT_HALLUCINATED, EXIT_USAGE, EXIT_BUDGET, EXIT_INCOMPLETE = 0, 1, 2, 3, 4
@@ -1011,7 +1013,6 @@ def signals_csr(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the signal cache.")] = False,
 ) -> None:
     """REFIND's context sensitivity ratio of every answer token of INPUT.jsonl."""
-    from rt4chart.io import write_lines_atomically
     from rt4chart.signals import SignalError
     from rt4chart.signals.csr import SignalCache, csr_records
 
@@ -1022,10 +1023,20 @@ def signals_csr(
         records = csr_records(items, backend, delta=delta, cache=cache)
     except SignalError as error:
         raise fail(str(error)) from None
-    write_lines_atomically(out, (record.model_dump_json() for record in records))
     flagged = sum(1 for record in records if record.signals and record.signals.flagged)
+    _write_signal_records(out, records, f"{flagged} with flagged tokens")
+
+
+def _write_signal_records(
+    out: Path, records: Sequence[SignalRecord] | Sequence[AttentionRecord], flagged: str
+) -> None:
+    """Write one record per input line, say how many were flagged and how many failed; exit 2 when
+    a line failed (every line still has its record)."""
+    from rt4chart.io import write_lines_atomically
+
+    write_lines_atomically(out, (record.model_dump_json() for record in records))
     invalid = sum(1 for record in records if record.errors)
-    stderr.print(f"wrote {len(records)} records to {out}: {flagged} with flagged tokens, {invalid} with errors", highlight=False)
+    stderr.print(f"wrote {len(records)} records to {out}: {flagged}, {invalid} with errors", highlight=False)
     if invalid:
         raise typer.Exit(EXIT_USAGE)
 
@@ -1111,7 +1122,6 @@ def signals_attention(
     no_cache: NoSignalCacheOption = False,
 ) -> None:
     """AggTruth attention-probe scores of every answer of INPUT.jsonl (per window, per token, flagged spans)."""
-    from rt4chart.io import write_lines_atomically
     from rt4chart.signals import SignalError
     from rt4chart.signals.aggtruth import attention_records
     from rt4chart.signals.attention import FeatureCache
@@ -1124,12 +1134,8 @@ def signals_attention(
         )
     except SignalError as error:
         raise fail(str(error)) from None
-    write_lines_atomically(out, (record.model_dump_json() for record in records))
     flagged = sum(1 for record in records if record.attention and record.attention.flagged)
-    invalid = sum(1 for record in records if record.errors)
-    stderr.print(f"wrote {len(records)} records to {out}: {flagged} flagged, {invalid} with errors", highlight=False)
-    if invalid:
-        raise typer.Exit(EXIT_USAGE)
+    _write_signal_records(out, records, f"{flagged} flagged")
 
 
 @signals_app.command("train")

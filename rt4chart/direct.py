@@ -37,10 +37,12 @@ async def audit_directly(session: JudgeSession, sample: Sample) -> Report:
             continue
         found = answer.anchor(span.text)
         # As in the paper, a contradicted span comes with the context that refutes it.
-        evidence, missing = anchor_quotes(context_index, span.evidence if span.label == Label.CONTRADICTED else [])
+        quotes = span.evidence if span.label == Label.CONTRADICTED else []
+        anchoring = anchor_quotes(context_index, quotes)
+        evidence, missing = anchoring.evidence, anchoring.missing + anchoring.slight
         problems = ([] if found else ["the quoted span is not in the answer"]) + [
-            f"evidence not found in the context: {quote!r}" for quote in missing
-        ]
+            f"evidence not found in the context: {quote!r}" for quote in anchoring.missing
+        ] + [f"evidence too slight to count: {quote!r}" for quote in anchoring.slight]
         verdicts.append(
             ClaimVerdict(
                 index=len(verdicts),

@@ -20,6 +20,35 @@ if TYPE_CHECKING:
 PASSAGE_SEPARATOR = "\n\n"
 """Placed between passages when a context arrives as a list; offsets refer to the joined text."""
 
+def _word_set(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+STOPWORDS = _word_set(
+    """a about above after again against all also am an and any are aren't as at be because been
+    before being below between both but by can could did do does doing down during each few for
+    from further had has have having he her here hers herself him himself his how i if in into is
+    it its itself just let me more most my myself no nor not of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them themselves
+    then there these they this those through to too under until up very was we were what when
+    where which while who whom why will with would you your yours yourself yourselves may might
+    must shall 's one ones thing things also however therefore thus etc e.g i.e via based
+    according mentioned stated provided passage passages context information answer question
+    given text"""
+)
+"""Function words and the vocabulary answers use to talk about their sources: what a content word
+is not (the embedded judge's lexical cues, the evidence and claim checks)."""
+
+_WORD = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+(?:'[^\W\d_]+)?")
+
+
+def content_words(text: str) -> list[str]:
+    """The lower-cased content words of ``text`` in order: numbers, and words that are neither
+    stopwords nor a single letter."""
+    words = (match.group().lower() for match in _WORD.finditer(text))
+    return [w for w in words if w[0].isdigit() or (len(w) > 1 and w not in STOPWORDS)]
+
+
 _LINE = re.compile(r"[^\n]+")
 # A letter followed by a full stop opens a list item ("a. ", "B. ") unless another initial follows:
 # "J. K. Rowling" keeps its first initial.

@@ -144,6 +144,10 @@ class Claim(BaseModel):
     """Offsets of that sentence in the answer; ``None`` when no span is known."""
 
 
+EvidenceMatch = Literal["exact", "whitespace", "folded", "case"]
+"""How a quote was found in the context (see :attr:`Evidence.match`)."""
+
+
 class Evidence(BaseModel):
     """A context passage that supports or refutes a claim, anchored in the context."""
 
@@ -155,6 +159,10 @@ class Evidence(BaseModel):
     """Exactly ``context[start:end]``."""
     sentence_ids: list[int]
     """Context sentences the quote overlaps."""
+    match: EvidenceMatch = "exact"
+    """How the judge's quote matched: ``exact`` (verbatim), ``whitespace`` (after whitespace runs
+    were compared as one space), ``folded`` (typographic punctuation too: curly quotes, dashes,
+    ``…``, odd spaces, full-width forms) or ``case`` (letter case too, the last resort)."""
 
 
 class Verdict(BaseModel):

@@ -199,18 +199,16 @@ class ClaimJudge:
                 confidence=judgement.confidence,
                 judge=judge,
             )
-        evidence, missing = anchor_quotes(self.index, judgement.evidence, within)
+        anchoring = anchor_quotes(self.index, judgement.evidence, within)
+        problem = anchoring.problem
         return Judged(
             label=judgement.label,
-            evidence=evidence,
+            evidence=anchoring.evidence,
             rationale=judgement.rationale,
             confidence=judgement.confidence,
-            grounded=bool(evidence) and not missing,
+            grounded=problem is None,
             judge=judge,
-            error=(
-                f"evidence not found in the context: {missing!r}" if missing
-                else None if evidence else "no evidence quoted"
-            ),
+            error=problem,
         )
 
     async def _reask_ungrounded(
@@ -282,7 +280,8 @@ def reask_messages(positions: list[int], raw: str) -> list[Message]:
         Message(
             role="user",
             content=(
-                f"For claims {positions} your evidence is not a verbatim quote of the context. "
+                f"For claims {positions} your evidence is not a verbatim quote of the context "
+                "(or too short to decide anything). "
                 "Reply again with the full JSON; every evidence string must be copied exactly "
                 "from the context (without [S..] markers). If nothing in the context decides a "
                 "claim, label it baseless."

@@ -109,11 +109,104 @@ def test_within_restricts_anchoring_to_the_chunk() -> None:
 
 def test_anchor_quotes_reports_missing_quotes_and_drops_duplicates() -> None:
     index = _index()
-    evidence, missing = anchor_quotes(
+    anchoring = anchor_quotes(
         index, ["The trial lasts 14 days.", "made up", "The  trial lasts 14 days."]
     )
-    assert [e.text for e in evidence] == ["The trial lasts 14 days."]
-    assert missing == ["made up"]
+    assert [(e.text, e.match) for e in anchoring.evidence] == [("The trial lasts 14 days.", "exact")]
+    assert anchoring.missing == ["made up"]
+
+
+TYPOGRAPHIC = [
+    "The earth\u2019s orbit takes 365 days.",
+    "Tickets cost $5 \u2013 $10 \u2014 cash only\u2026",
+    "He said \u201cwait\u201d\u00a0twice.",
+    "\uff21\uff22\uff23 opened in 1990\uff0e",
+]
+
+
+@pytest.mark.parametrize(
+    ("quote", "expected_text", "match"),
+    [
+        pytest.param("The earth's orbit takes 365 days.", TYPOGRAPHIC[0], "folded", id="apostrophe"),
+        pytest.param("$5 - $10 - cash only...", "$5 \u2013 $10 \u2014 cash only\u2026", "folded", id="dashes-ellipsis"),
+        pytest.param('said "wait" twice', "said \u201cwait\u201d\u00a0twice", "folded", id="curly-quotes-nbsp"),
+        pytest.param("ABC opened in 1990.", TYPOGRAPHIC[3], "folded", id="full-width"),
+        pytest.param("the EARTH'S orbit", "The earth\u2019s orbit", "case", id="case-last"),
+        pytest.param("Tickets  cost", "Tickets cost", "whitespace", id="whitespace"),
+        pytest.param("Tickets cost $5", "Tickets cost $5", "exact", id="exact"),
+    ],
+)
+def test_typographic_quotes_anchor_to_the_contexts_own_text(quote: str, expected_text: str, match: str) -> None:
+    index = _index(TYPOGRAPHIC)
+    evidence = index.anchor(quote)
+    assert evidence is not None
+    assert (evidence.text, evidence.match) == (expected_text, match)
+    assert_anchored(index, evidence)
+
+
+@pytest.mark.parametrize(
+    "quote",
+    [
+        "The earth's orbit takes 366 days.",  # a different fact, however it is spelt
+        "Tickets cost $5 to $10",  # paraphrase
+        "cash only.",  # one dot of the ellipsis character is not the ellipsis
+        "cash only....",
+        "$5 $10",
+    ],
+)
+def test_folding_does_not_anchor_what_the_context_does_not_say(quote: str) -> None:
+    assert _index(TYPOGRAPHIC).anchor(quote) is None
+
+
+_TYPOGRAPHIC_PIECES = st.sampled_from(
+    ["earth\u2019s", "earth's", "\u201cyes\u201d", '"yes"', "5\u201310", "5-10", "wait\u2026", "wait...",
+     "Wait", "\u00a0", " ", "\n", "\u2014", "ABC", "\uff21\uff22\uff23", "x", "\u200b", "."]
+)
+
+
+def _fold(text: str) -> str:
+    """The reference folding: what two texts must share for a folded match to be right."""
+    folded = text.translate(str.maketrans({
+        "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-", "\u2026": "...",
+        "\u200b": "", "\uff21": "A", "\uff22": "B", "\uff23": "C",
+    }))
+    return re.sub(r"\s+", " ", folded).strip().lower()
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(_TYPOGRAPHIC_PIECES, min_size=1, max_size=16).map(" ".join),
+    st.lists(_TYPOGRAPHIC_PIECES, min_size=1, max_size=5).map("".join),
+)
+def test_folding_never_anchors_a_quote_to_text_it_does_not_match(context: str, quote: str) -> None:
+    index = _index(context)
+    evidence = index.anchor(quote)
+    if evidence is None:
+        # Nothing is missed either: a quote whose folded form is in the folded context is found
+        # (up to the wrapping quotes and sentence markers the lookup strips).
+        folded = _fold(quote.strip().strip("\"'\u201c\u201d\u2019 "))
+        assert not folded or folded not in _fold(context) or "." in folded or "\u200b" in context
+        return
+    assert context[evidence.start : evidence.end] == evidence.text
+    assert _fold(evidence.text) == _fold(quote.strip().strip("\"'\u201c\u201d\u2019 "))
+    if evidence.match == "exact":
+        assert evidence.text in quote
+
+
+@pytest.mark.parametrize(
+    ("quote", "slight"),
+    [
+        ("S", True),  # "quote any letter"
+        ("14", True),
+        ("The trial", True),  # one content word
+        ("lasts 14 days", False),
+        ("Yes!", False),  # a whole (short) context sentence
+    ],
+)
+def test_evidence_needs_a_whole_sentence_or_several_content_words(quote: str, slight: bool) -> None:
+    anchoring = anchor_quotes(_index([*PASSAGES, "Yes!"]), [quote])
+    assert (anchoring.slight == [quote], bool(anchoring.evidence)) == (slight, not slight)
+    assert (anchoring.problem is not None) is slight
 
 
 _CONTEXT_PIECES = st.sampled_from(

@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args, ge
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from rt4chart.backends.circuit import JudgeUnavailable
-from rt4chart.datasets import DATASET_NAMES
+from rt4chart.datasets import DATA_LOCATION_HELP, DATASET_NAMES
 from rt4chart.options import AuditOptions, EngineOptions, FailOn, OutputFormat
 
 if TYPE_CHECKING:
@@ -64,8 +64,9 @@ def _commands() -> None:
 
 
 def fail(message: str) -> typer.Exit:
-    """Report a usage error and return the exit to raise."""
-    stderr.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    """Report a usage error and return the exit to raise. ``message`` is plain text, never markup:
+    paths, ids and pip extras hold brackets (``x[/]y.jsonl``) that rich would parse."""
+    stderr.print(Text.assemble(("error:", "red"), " ", message), highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_USAGE)
 
 
@@ -143,7 +144,17 @@ def _judge_stack(
             judge, api_base=api_base, concurrency=concurrency, cache=cache, budget_usd=budget_usd, timeout_s=timeout_s
         )
     except (JudgeConfigError, CacheError) as error:
-        raise fail(escape(str(error))) from None  # escaped: "pip install 'rt4chart[redis]'" is not markup
+        raise fail(str(error)) from None
+
+
+def _guard_outputs(outputs: dict[str, Path | None], inputs: Sequence[Path | None]) -> dict[str, Path]:
+    """:func:`rt4chart.io.guard_outputs`, its refusal a usage error (before any work)."""
+    from rt4chart.io import OutputError, guard_outputs
+
+    try:
+        return guard_outputs(outputs, inputs)
+    except OutputError as error:
+        raise fail(str(error)) from None
 
 
 def _read_input(input_path: Path) -> list[InputLine]:
@@ -163,7 +174,7 @@ def _open_cache(location: Path | str | None) -> JudgeCache:
     try:
         return open_cache(location)
     except CacheError as error:
-        raise fail(escape(str(error))) from None  # escaped: "pip install 'rt4chart[redis]'" is not markup
+        raise fail(str(error)) from None
 
 
 def _run_limits(budget: float | None, concurrency: int | None, timeout: float | None) -> RunLimits:
@@ -205,7 +216,7 @@ def _engine_options(engine: str, address: str | None, workers: int, worker_cpus:
         try:
             ray_available()
         except RayUnavailable as error:
-            raise fail(escape(str(error))) from None
+            raise fail(str(error)) from None
     return options
 
 
@@ -260,24 +271,19 @@ def verify(
     import asyncio
 
     from rt4chart.audited import pair_with_inputs
-    from rt4chart.io import OutputError, resolve_output
-    from rt4chart.outputs import PublishOptions, publish, readable_stdout, unwritable_output
+    from rt4chart.io import OutputError
+    from rt4chart.outputs import PublishOptions, publish, readable_stdout
 
     limits = _run_limits(budget, concurrency, timeout)
     run_engine = _engine_options(engine, address, workers, worker_cpus)
     if resume and out is None:
         raise fail("--resume needs --out FILE")
-    try:
-        # Refused before any work: the input itself, a directory, a device, a missing folder.
-        out = resolve_output(out, input_path) if out is not None else None
-    except OutputError as error:
-        raise fail(str(error)) from None
+    guarded = _guard_outputs({"--out": out, "--report": html_report, "--junit": junit}, [input_path])
+    out, html_report, junit = (guarded.get(flag) for flag in ("--out", "--report", "--junit"))
     items = _read_input(input_path)
     outputs = PublishOptions(html=html_report, junit=junit, github=github, input_file=str(input_path),
                              text_view=readable_stdout(output_format, out, sys.stdout.isatty()),
                              title=f"rt4chart audit of {input_path.name}", fail_on=fail_on, max_rate=max_rate)
-    if problem := unwritable_output(outputs):
-        raise fail(problem)
     signal_backend = _verify_signal_backend(signals, signal_model, signal_server, signal_delta, out, signal_probe)
     cache = None if no_cache else _cache_location(cache_dir, cache_url)
     stack = _judge_stack(judge, api_base, limits.concurrency, cache, limits.budget_usd, limits.timeout_s)
@@ -329,8 +335,8 @@ def verify(
         raise typer.Exit(EXIT_BUDGET)
     if result.judge_unavailable is not None:
         stderr.print(
-            f"[red]stopped:[/red] {result.judge_unavailable}; {result.remaining} samples not audited "
-            "(records already written are kept; rerun with --resume once the judge is reachable)",
+            Text.assemble(("stopped:", "red"), f" {result.judge_unavailable}; {result.remaining} samples not audited "
+                          "(records already written are kept; rerun with --resume once the judge is reachable)"),
             highlight=False, soft_wrap=True,
         )
         raise typer.Exit(EXIT_INCOMPLETE)
@@ -393,7 +399,7 @@ def cache_stats(cache_dir: CacheDirOption = None, cache_url: CacheUrlOption = No
     except CacheError as error:
         raise fail(str(error)) from None
     cache.close()
-    stderr.print(f"{stats.directory}: {stats.entries} entries, {stats.size_bytes / 1e6:.2f} MB", highlight=False)
+    stderr.print(f"{stats.directory}: {stats.entries} entries, {stats.size_bytes / 1e6:.2f} MB", highlight=False, markup=False)
 
 
 @cache_app.command("clear")
@@ -407,7 +413,7 @@ def cache_clear(cache_dir: CacheDirOption = None, cache_url: CacheUrlOption = No
     except CacheError as error:
         raise fail(str(error)) from None
     cache.close()
-    stderr.print(f"removed {removed} entries from {cache.directory}", highlight=False)
+    stderr.print(f"removed {removed} entries from {cache.directory}", highlight=False, markup=False)
 
 
 def main() -> None:
@@ -417,7 +423,7 @@ def main() -> None:
 DatasetArgument = Annotated[str, typer.Argument(help=f"Dataset: {', '.join(DATASET_NAMES)}.")]
 DatasetPathOption = Annotated[
     Path | None,
-    typer.Option("--path", help="Dataset file or folder (default: its folder under $RT4_DATA_DIR or ../shared/data)."),
+    typer.Option("--path", help=DATA_LOCATION_HELP),
 ]
 SplitOption = Annotated[str | None, typer.Option(help="dev or test (ragtruth: train or test).")]
 LimitOption = Annotated[int | None, typer.Option(help="Only the first N samples of the split.")]
@@ -474,14 +480,14 @@ def eval_command(
 
             result, reports = evaluate(config, samples, stack, on_report)
     except JudgeUnavailable as error:
-        stderr.print(f"[red]stopped:[/red] {error}", highlight=False, soft_wrap=True)
+        stderr.print(Text.assemble(("stopped:", "red"), f" {error}"), highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_INCOMPLETE) from None
     finally:
         asyncio.run(stack.aclose())
     title = f"{dataset} {split or 'all'}: {result.judge}, {config.variant}"
     print_metrics(result.metrics, Console(), title, result_details(result))
     written = write_result(result, results_dir, reports if save_predictions else None)
-    stderr.print("wrote " + ", ".join(str(p) for p in written), highlight=False)
+    stderr.print("wrote " + ", ".join(str(p) for p in written), highlight=False, markup=False)
 
 
 @app.command()
@@ -498,6 +504,7 @@ def score(
     from rt4chart.io import PredictionsError
     from rt4chart.report import print_metrics
 
+    out = _guard_outputs({"--out": out}, [predictions, gold]).get("--out")
     try:
         result = score_predictions(predictions, gold, resamples=resamples, seed=seed)
     except (PredictionsError, DatasetError) as error:
@@ -505,7 +512,7 @@ def score(
     print_metrics(result.metrics, Console(), f"scores of {predictions.name}", score_details(result))
     if out is not None:
         out.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        stderr.print(f"wrote {out}", highlight=False)
+        stderr.print(f"wrote {out}", highlight=False, markup=False)
 
 
 @app.command()
@@ -520,12 +527,13 @@ def convert(
     from rt4chart.datasets import DatasetError, load_dataset
     from rt4chart.evaluation import write_converted
 
+    out = _guard_outputs({"--out": out}, [path])["--out"]
     try:
         samples = load_dataset(dataset, path, split, limit)
     except DatasetError as error:
         raise fail(str(error)) from None
     write_converted(samples, out)
-    stderr.print(f"wrote {len(samples)} samples to {out}", highlight=False)
+    stderr.print(f"wrote {len(samples)} samples to {out}", highlight=False, markup=False)
 
 
 @app.command()
@@ -618,8 +626,6 @@ def agree(
     seed: SeedOption = 0,
 ) -> None:
     """Agreement between judges (kappa, Fleiss, alpha) and of each judge with gold, with 95% CIs."""
-    from rich.markup import escape  # file names and pip extras hold brackets that are not markup
-
     from rt4chart.agreement import (
         AgreementInputError,
         agreement_report,
@@ -642,11 +648,12 @@ def agree(
         raise fail("rt4 agree needs at least two output files")
     if runs and (plot is not None or level != "answer"):
         raise fail("--runs compares answer-level figures only (no --plot, no --level claim)")
+    plot = _guard_outputs({"--plot": plot}, [*outputs, gold]).get("--plot")
     try:
         loaded = read_outputs(outputs)
         gold_labels = gold_column(loaded[0][1], gold)
     except AgreementInputError as error:
-        raise fail(escape(str(error))) from None
+        raise fail(str(error)) from None
     console = Console()
     if runs:
         if gold_labels is None:
@@ -669,13 +676,13 @@ def agree(
         try:
             plot_agreement(report, plot)
         except PlotUnavailableError as error:
-            raise fail(escape(str(error))) from None
+            raise fail(str(error)) from None
     if as_json:
         console.print_json(report.model_dump_json())
     else:
         print_agreement(report, console)
     if plot is not None:
-        stderr.print(f"wrote {plot}", highlight=False)
+        stderr.print(f"wrote {plot}", highlight=False, markup=False)
 
 
 @app.command()
@@ -699,8 +706,6 @@ def compare(
     """Decompose each answer once, have every judge verify that same claim set, then report agreement."""
     import asyncio
 
-    from rich.markup import escape
-
     from rt4chart.agreement import (
         AgreementInputError,
         agreement_report,
@@ -711,7 +716,7 @@ def compare(
     )
     from rt4chart.agreement_view import print_agreement
     from rt4chart.budget import Ledger
-    from rt4chart.compare import compare_judges
+    from rt4chart.compare import compare_judges, output_name
     from rt4chart.judges import JudgeConfigError, judge_stack
     from rt4chart.pipeline import Pipeline
     from rt4chart.report import AuditProgress, RunSummary
@@ -728,6 +733,12 @@ def compare(
             stacks.append(judge_stack(name, api_base=api_base, concurrency=concurrency, cache=cache, ledger=ledger))
     except JudgeConfigError as error:
         raise fail(str(error)) from None
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise fail(f"--out-dir {out_dir}: {error.strerror}") from None
+    _guard_outputs({f"--out-dir file of {stack.name}": out_dir / output_name(stack.name) for stack in stacks[: len(names)]},
+                   [input_path])
     decomposer = stacks[len(names)] if decompose_with else None
     if decomposer is not None and not decomposer.supports_decompose:
         raise fail(f"--decompose-with {decompose_with}: this judge cannot decompose answers")
@@ -749,12 +760,12 @@ def compare(
                     cache.close()
 
         paths = asyncio.run(run())
-    stderr.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
+    stderr.print("wrote " + ", ".join(str(p) for p in paths), highlight=False, markup=False)
     try:
         loaded = read_outputs(paths)
         gold_labels = gold_column(loaded[0][1], None)
     except AgreementInputError as error:
-        raise fail(escape(str(error))) from None
+        raise fail(str(error)) from None
     console = Console()
     for build in (answer_table, claim_table):
         print_agreement(agreement_report(build(loaded, gold_labels, "hallucinated"), resamples=resamples, seed=seed), console)
@@ -788,19 +799,19 @@ def report(
     max_rate: MaxRateOption = 0.0,
 ) -> None:
     """Turn existing results into an HTML report, JUnit XML or GitHub annotations; exit as rt4 verify would."""
-    from rt4chart.outputs import PublishOptions, publish, unwritable_output
+    from rt4chart.outputs import PublishOptions, publish
 
     if html is None and junit is None and not github:
         raise fail("nothing to write: give --html FILE, --junit FILE or --github")
+    guarded = _guard_outputs({"--html": html, "--junit": junit}, [results, input_path])
+    html, junit = guarded.get("--html"), guarded.get("--junit")
     audited = _read_audited(results, input_path)
     outputs = PublishOptions(html=html, junit=junit, github=github, input_file=str(input_path) if input_path else None,
                              title=f"rt4chart audit of {(input_path or results).name}", fail_on=fail_on, max_rate=max_rate)
-    if problem := unwritable_output(outputs):
-        raise fail(problem)
     fails = publish(outputs, audited, Console())
     written = [str(path) for path in (html, junit) if path is not None]
     if written:
-        stderr.print("wrote " + ", ".join(written), highlight=False)
+        stderr.print("wrote " + ", ".join(written), highlight=False, markup=False)
     if any(item.report.label is None and not item.report.incomplete for item in audited):
         raise typer.Exit(EXIT_USAGE)
     if any(item.report.incomplete for item in audited):
@@ -872,7 +883,7 @@ def _print_repair_summary(summary: RepairSummary, verify_judge: str | None) -> N
     )
     stderr.print(table)
     if verify_judge:
-        stderr.print(f"re-audited by {verify_judge}; empty repairs are not re-audited", highlight=False)
+        stderr.print(f"re-audited by {verify_judge}; empty repairs are not re-audited", highlight=False, markup=False)
 
 
 @app.command()
@@ -912,6 +923,7 @@ def repair(
         raise fail("--input SAMPLES.jsonl is required: rt4 verify records hold neither the answer nor the context")
     if not verified.is_file():
         raise fail(f"verify records not found: {verified}")
+    out = _guard_outputs({"--out": out}, [verified, input_path]).get("--out")
     samples = {item.line: item for item in _read_input(input_path)}
     records = _read_verify_records(verified)
     cache = None if no_cache else _cache_location(cache_dir, cache_url)
@@ -972,7 +984,7 @@ def repair(
     if summary.invalid:
         for result in results:
             if result.repaired is None:
-                stderr.print(f"[red]error:[/red] {'; '.join(result.errors)}", highlight=False, soft_wrap=True)
+                stderr.print(Text.assemble(("error:", "red"), " " + "; ".join(result.errors)), highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE)
     raise typer.Exit(EXIT_HALLUCINATED if summary.residual_hallucinated else EXIT_OK)
 
@@ -1016,6 +1028,7 @@ def signals_csr(
     from rt4chart.signals import SignalError
     from rt4chart.signals.csr import SignalCache, csr_records
 
+    out = _guard_outputs({"--out": out}, [input_path, model])["--out"]
     items = _read_input(input_path)
     backend = _signal_backend(model, server, delta, batch_size)
     cache = None if no_cache else SignalCache(cache_dir)
@@ -1036,7 +1049,7 @@ def _write_signal_records(
 
     write_lines_atomically(out, (record.model_dump_json() for record in records))
     invalid = sum(1 for record in records if record.errors)
-    stderr.print(f"wrote {len(records)} records to {out}: {flagged}, {invalid} with errors", highlight=False)
+    stderr.print(f"wrote {len(records)} records to {out}: {flagged}, {invalid} with errors", highlight=False, markup=False)
     if invalid:
         raise typer.Exit(EXIT_USAGE)
 
@@ -1126,6 +1139,7 @@ def signals_attention(
     from rt4chart.signals.aggtruth import attention_records
     from rt4chart.signals.attention import FeatureCache
 
+    out = _guard_outputs({"--out": out}, [input_path, model, probe])["--out"]
     items = _read_input(input_path)
     setup = _attention_setup(model, probe)
     try:
@@ -1157,6 +1171,7 @@ def signals_train(
 
     if feature not in FEATURES:
         raise fail(f"--feature must be one of {', '.join(FEATURES)} (got {feature!r})")
+    out = _guard_outputs({"--out": out}, [gold_path, model])["--out"]
     items = _read_input(gold_path)
     try:
         parsed = parse_selector(selector)
@@ -1172,5 +1187,5 @@ def signals_train(
     stderr.print(
         f"wrote {out}: {feature} probe on {len(probe.columns)} heads ({probe.selector}), "
         f"{probe.training.windows} windows ({probe.training.positive_windows} positive) from {len(samples)} answers",
-        highlight=False,
+        highlight=False, markup=False,
     )

@@ -23,13 +23,17 @@ Datasets and their gold:
 - ``generic``: rt4chart input JSONL (``id``, ``context``, ``question``, ``answer``) with gold either
   as a ``gold`` object (what ``rt4 convert`` writes) or as top-level ``spans`` / ``label``.
 
-Data location: an explicit ``path``, else the ``RT4_DATA_DIR`` environment variable, else
-``../shared/data`` next to the source checkout (where the project's shared benchmark data lives).
+Data location: an explicit ``path``, else the ``RT4_DATA_DIR`` environment variable, else the
+first of :func:`data_dir_candidates` that holds the dataset's folder: ``../shared/data`` and
+``shared/data`` from the working directory, then ``../shared/data`` beside the checkout the
+package runs from or was installed from (pip records the source directory of a non-editable
+install, so the documented default survives ``pip install .``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -37,6 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
 
@@ -54,23 +59,84 @@ class DatasetError(ValueError):
     """A dataset cannot be read: unknown name or split, missing file, or a malformed record."""
 
 
+DATA_LOCATION_HELP = (
+    f"Dataset file or folder (default: its folder under ${DATA_DIR_ENV}, else under the first of "
+    "../shared/data or shared/data from the working directory, then ../shared/data beside the "
+    "checkout rt4chart was installed from, that holds it)."
+)
+"""How a dataset is found, in the words ``--help`` shows."""
+
+
+def _installed_from_checkout() -> Path | None:
+    """The local source directory pip installed this package from (PEP 610 ``direct_url.json``), if any.
+
+    A non-editable ``pip install .`` copies the package into site-packages, so ``__file__`` no longer
+    says where the checkout is; pip's record of the install does.
+    """
+    try:
+        record = importlib.metadata.distribution("rt4chart").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if not record:
+        return None
+    try:
+        direct_url = json.loads(record)
+    except json.JSONDecodeError:
+        return None
+    url = urlparse(str(direct_url.get("url", "")))
+    # dir_info marks a directory (archive_info a wheel or sdist, which has no checkout beside it).
+    if url.scheme != "file" or "dir_info" not in direct_url:
+        return None
+    return Path(unquote(url.path))
+
+
+def data_dir_candidates() -> list[Path]:
+    """Where the data directory is looked for when neither a path nor ``$RT4_DATA_DIR`` is given, in order."""
+    working_directory = Path.cwd()
+    places = [working_directory.parent / "shared" / "data", working_directory / "shared" / "data"]
+    running_from = Path(__file__).resolve().parent.parent
+    places.append(running_from.parent / "shared" / "data")
+    checkout = _installed_from_checkout()
+    if checkout is not None:
+        places.append(checkout.parent / "shared" / "data")
+    unique: list[Path] = []
+    for place in places:
+        resolved = place.resolve()
+        if resolved not in unique:
+            unique.append(resolved)
+    return unique
+
+
 def default_data_dir() -> Path:
-    """``$RT4_DATA_DIR`` if set, else ``../shared/data`` beside the source checkout."""
+    """``$RT4_DATA_DIR`` if set, else the first existing place of :func:`data_dir_candidates` (else the first place)."""
     configured = os.environ.get(DATA_DIR_ENV)
     if configured:
         return Path(configured)
-    checkout = Path(__file__).resolve().parent.parent
-    return checkout.parent / "shared" / "data"
+    candidates = data_dir_candidates()
+    return next((place for place in candidates if place.is_dir()), candidates[0])
 
 
 def dataset_path(name: str, path: Path | None = None) -> Path:
-    """Where ``name`` is read from: ``path`` when given, else its folder in the data directory."""
+    """Where ``name`` is read from: ``path`` when given, else its folder in the data directory.
+
+    Raises :class:`DatasetError` listing every place looked in when the folder is nowhere.
+    """
     adapter = _adapter(name)
     if path is not None:
         return path
     if adapter.folder is None:
         raise DatasetError(f"the {name} dataset needs a path to a JSONL file")
-    return default_data_dir() / adapter.folder
+    configured = os.environ.get(DATA_DIR_ENV)
+    if configured:
+        return Path(configured) / adapter.folder
+    looked_in = [place / adapter.folder for place in data_dir_candidates()]
+    found = next((place for place in looked_in if place.exists()), None)
+    if found is None:
+        raise DatasetError(
+            f"{name} data not found; looked in {', '.join(str(place) for place in looked_in)} "
+            f"(pass --path, or set {DATA_DIR_ENV} to the folder holding {adapter.folder}/)"
+        )
+    return found
 
 
 def dataset_files(name: str, path: Path | None = None, split: str | None = None) -> list[Path]:
@@ -79,8 +145,9 @@ def dataset_files(name: str, path: Path | None = None, split: str | None = None)
     root = dataset_path(name, path)
     split = _check_split(name, split)
     if not root.exists():
+        where = f" (${DATA_DIR_ENV})" if path is None else ""
         raise DatasetError(
-            f"{name} data not found at {root} (pass a path, or set {DATA_DIR_ENV} to the folder "
+            f"{name} data not found at {root}{where} (pass --path, or set {DATA_DIR_ENV} to the folder "
             f"holding {adapter.folder or 'the data'}/)"
         )
     return adapter.files(root, split)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -205,3 +209,77 @@ def test_gold_keeps_the_benchmarks_label_types() -> None:
     # Untyped datasets answer "unknown", never "no".
     shroom = load_dataset("mu-shroom", FIXTURES / "mu-shroom")[0].gold
     assert shroom is not None and shroom.has_kind("contradiction") is None
+
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+SITE_PACKAGES = Path(".venv", "lib", "python3.11", "site-packages")
+
+
+def _install_like_pip(checkout: Path, site: Path) -> None:
+    """Lay ``checkout``'s package out in ``site`` as a non-editable ``pip install .`` does.
+
+    The wheel's layout comes from pyproject's hatch table (its packages and force-include), and the
+    dist-info holds pip's PEP 610 record of the source directory. Building the real wheel needs
+    hatchling from the network (build isolation), which the offline suite cannot reach.
+    """
+    import tomllib
+
+    wheel = tomllib.loads((REPOSITORY / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["hatch"]["build"][
+        "targets"
+    ]["wheel"]
+    ignore = shutil.ignore_patterns("__pycache__")
+    for package in wheel["packages"]:
+        shutil.copytree(REPOSITORY / package, site / package, ignore=ignore)
+    for source, target in wheel["force-include"].items():
+        shutil.copytree(REPOSITORY / source, site / target, ignore=ignore)
+    dist_info = site / "rt4chart-0.1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: rt4chart\nVersion: 0.1.0\n", encoding="utf-8")
+    (dist_info / "direct_url.json").write_text(
+        json.dumps({"url": checkout.as_uri(), "dir_info": {}}), encoding="utf-8"
+    )
+
+
+def _installed_rt4(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The ``rt4`` command of the installation in ``site``, run from ``cwd`` as a user would
+    (``-P``: the working directory is not put on the import path, as for a console script)."""
+    environment = {key: value for key, value in os.environ.items() if key != DATA_DIR_ENV}
+    environment["PYTHONPATH"] = str(site)
+    return subprocess.run(
+        [sys.executable, "-P", "-c", "from rt4chart.cli import main; main()", *args],
+        cwd=cwd, env=environment, capture_output=True, text=True, timeout=600, check=False,
+    )
+
+
+def test_the_readme_eval_command_finds_its_data_after_a_non_editable_install(tmp_path: Path) -> None:
+    # A user's layout: the clone and the shared data beside it; the package copied into site-packages.
+    checkout, site, elsewhere = tmp_path / "clone", tmp_path / SITE_PACKAGES, tmp_path / "home" / "user"
+    for folder in (checkout, site, elsewhere):
+        folder.mkdir(parents=True)
+    shutil.copytree(FIXTURES / "ragtruth-qa", tmp_path / "shared" / "data" / "ragtruth-qa")
+    _install_like_pip(checkout, site)
+    probe = _installed_rt4(site, checkout, "--help")
+    assert probe.returncode == 0, probe.stderr
+    readme_eval = ["eval", "ragtruth-qa", "--split", "test", "--judge", "embedded"]
+    for cwd in (checkout, elsewhere):  # from the clone (../shared/data), and from anywhere (pip's record)
+        completed = _installed_rt4(site, cwd, *readme_eval, "--resamples", "10")
+        assert completed.returncode == 0, completed.stderr
+        written = sorted((cwd / "evals" / "results").glob("*.json"))
+        assert written, completed.stderr
+        result = json.loads(written[0].read_text(encoding="utf-8"))
+        assert result["config"]["path"] == str((tmp_path / "shared" / "data" / "ragtruth-qa").resolve())
+
+
+def test_a_missing_dataset_lists_every_place_looked_in(tmp_path: Path) -> None:
+    site, elsewhere = tmp_path / SITE_PACKAGES, tmp_path / "home" / "user"
+    site.mkdir(parents=True)
+    elsewhere.mkdir(parents=True)
+    _install_like_pip(tmp_path / "gone", site)
+    completed = _installed_rt4(site, elsewhere, "eval", "ragtruth-qa", "--judge", "embedded")
+    assert completed.returncode == 2
+    message = " ".join(completed.stderr.split())
+    for place in (tmp_path / "shared" / "data", elsewhere / "shared" / "data", elsewhere.parent / "shared" / "data"):
+        assert str(place / "ragtruth-qa") in message
+    assert DATA_DIR_ENV in message and "--path" in message
+    help_text = " ".join(_installed_rt4(site, elsewhere, "eval", "--help").stdout.split())
+    assert DATA_DIR_ENV in help_text and "installed from" in help_text

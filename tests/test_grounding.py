@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+from faults import claims_in, fault_server
 from fixtures.spine.judges import (
     RecordingBackend,
     Rewrite,
@@ -17,9 +20,11 @@ from fixtures.spine.judges import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
 import rt4chart
 from rt4chart.backends.base import JudgeRequest, JudgeResponse
+from rt4chart.cli import app
 from rt4chart.grounding import ContextIndex, anchor_quotes
 from rt4chart.tasks import VerifyOutput
 from rt4chart.text import segment_context
@@ -330,3 +335,96 @@ def test_baseless_verdicts_carry_no_evidence_and_are_never_reasked() -> None:
     assert claim.evidence == [] and all(v.evidence == [] for v in claim.votes)
     assert not any(is_reask(r) for r in backend.requests)
     assert all(other.evidence == [] for other in report.claims if other.label == Label.BASELESS)
+
+
+# Against a real OpenAI-compatible server on 127.0.0.1 (tests/faults.py), through the real CLI.
+
+_ASCII = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-",
+                        "\u2026": "...", "\u00a0": " "})
+TYPOGRAPHIC_SAMPLE = {
+    "id": "typographic",
+    "context": [
+        "The earth\u2019s day lasts 24\u00a0hours.",
+        "Tickets cost $5 \u2013 $10 \u2014 \u201ccash only\u201d\u2026",
+    ],
+    "answer": "The earth's day lasts 24 hours. Tickets cost $5 - $10.",
+}
+
+
+def _context_sentence_for(claim: str, user: str) -> str | None:
+    """The numbered context sentence of a verify prompt that shares the claim's first words."""
+    for line in user.splitlines():
+        if line.startswith("[S") and "] " in line:
+            sentence = line.split("] ", 1)[1]
+            if sentence.translate(_ASCII).startswith(claim.split()[0]):
+                return sentence
+    return None
+
+
+def llm_like(quote: Any) -> Any:
+    """A reply function for a judge that decomposes into the answer's sentences and finds every claim
+    entailed, quoting the context sentence it comes from, written by ``quote``."""
+
+    def reply(body: dict[str, Any]) -> str:
+        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        if "Claims:\n" not in user:  # a decomposition request
+            sentences = re.findall(r"^\[(\d+)\] (.+)$", user, flags=re.MULTILINE)
+            return json.dumps({"sentences": [{"sentence": int(n), "claims": [text]} for n, text in sentences]})
+        judgements = []
+        for position, claim in enumerate(claims_in(body)):
+            sentence = _context_sentence_for(claim, user.rsplit("Claims:\n", 1)[0])
+            found = {"label": "entailed", "evidence": [quote(sentence)]} if sentence else {"label": "baseless"}
+            judgements.append({"claim": position, "evidence": [], "rationale": "-", "confidence": 0.9, **found})
+        return json.dumps({"judgements": judgements})
+
+    return reply
+
+
+def _verify_cli(tmp_path: Path, base_url: str, sample: dict[str, Any]) -> tuple[int, dict[str, Any], str]:
+    inputs, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inputs.write_text(json.dumps(sample) + "\n", encoding="utf-8")
+    result = CliRunner().invoke(app, [
+        "verify", str(inputs), "--judge", "openai/fault", "--api-base", base_url, "--no-cache", "--out", str(out),
+    ])
+    [record] = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    return result.exit_code, record, result.output
+
+
+def _evidence_spans(record: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for claim in record["claims"] for e in claim["evidence"]] + [
+        e for claim in record["claims"] for vote in claim["votes"] for e in vote["evidence"]
+    ]
+
+
+@pytest.mark.parametrize(("quote", "expected_match"), [
+    pytest.param(lambda sentence: sentence.translate(_ASCII), "folded", id="quotes-in-ascii"),
+    pytest.param(lambda sentence: sentence, "exact", id="quotes-exactly"),
+])
+def test_a_faithful_answer_passes_whether_the_judge_quotes_in_ascii_or_exactly(
+    tmp_path: Path, quote: Any, expected_match: str
+) -> None:
+    with fault_server(llm_like(quote)) as server:
+        exit_code, record, output = _verify_cli(tmp_path, server.base_url, TYPOGRAPHIC_SAMPLE)
+    assert exit_code == 0, output
+    assert record["label"] == "entailed" and record["hallucinated"] is False
+    assert [(c["label"], c["grounded"]) for c in record["claims"]] == [("entailed", True)] * 2
+    context = "\n\n".join(TYPOGRAPHIC_SAMPLE["context"])
+    spans = _evidence_spans(record)
+    assert spans and all(context[e["start"] : e["end"]] == e["text"] for e in spans)
+    assert {e["match"] for e in spans} == {expected_match}
+    # No re-ask: one decomposition call, then per claim batch one local and one global call.
+    assert len(server.requests) == record["usage"]["calls"] == 3
+
+
+def test_a_judge_that_repeats_an_ungrounded_reply_makes_only_the_planned_calls(tmp_path: Path) -> None:
+    # Every verify reply quotes text that is not in the context, the same way each time (a
+    # temperature-0 model answering its re-ask with its earlier reply).
+    sample = {"id": "one", "context": "The trial lasts 14 days.", "answer": "The trial lasts 14 days."}
+    with fault_server(llm_like(lambda sentence: "The trial is free for a fortnight.")) as server:
+        exit_code, record, output = _verify_cli(tmp_path, server.base_url, sample)
+    # Decomposition, the local call and its re-ask, the global call and its re-ask: the plan's 5.
+    assert len(server.requests) == record["usage"]["calls"] == 5, output
+    [claim] = record["claims"]
+    assert (claim["label"], claim["grounded"]) == ("baseless", False)
+    assert any("still ungrounded after a re-ask" in error for error in claim["errors"])
+    assert exit_code == 1

@@ -182,5 +182,5 @@ def plot_agreement(report: AgreementReport, path: Path) -> None:
         rates.set_ylabel("sensitivity")
         rates.set_title("against gold (dotted: balanced accuracy 0.5)")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, format="png")  # the named file, never NAME.png beside it
     plt.close(figure)

@@ -15,13 +15,14 @@ that run an event loop import it themselves).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
 import json
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args, get_origin
 
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
     from rt4chart.io import InputLine
     from rt4chart.judges import JudgeStack
     from rt4chart.repair import RepairSummary
-    from rt4chart.signals.aggtruth import AttentionRecord
+    from rt4chart.run import RunOutcome, RunSpec
+    from rt4chart.signals.aggtruth import AttentionRecord, AttentionSetup
     from rt4chart.signals.csr import SignalRecord
     from rt4chart.types import Report
 
@@ -68,6 +70,38 @@ def fail(message: str) -> typer.Exit:
     paths, ids and pip extras hold brackets (``x[/]y.jsonl``) that rich would parse."""
     stderr.print(Text.assemble(("error:", "red"), " ", message), highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_USAGE)
+
+
+@contextlib.contextmanager
+def _usage_errors() -> Iterator[None]:
+    """A run that cannot start as asked (:class:`rt4chart.run.RunUsageError`) is a usage error."""
+    from rt4chart.run import RunUsageError
+
+    try:
+        yield
+    except RunUsageError as error:
+        raise fail(str(error)) from None
+
+
+def _execute(spec: RunSpec, items: list[InputLine], quiet: bool) -> RunOutcome:
+    """Run ``spec`` through the run layer with the progress bar on stderr; records without --out go to stdout."""
+    from rt4chart.report import ProgressObserver
+    from rt4chart.run import execute
+
+    with _usage_errors():
+        return execute(spec, items, observer=ProgressObserver(stderr, enabled=not quiet), stdout=sys.stdout)
+
+
+def _print_stop(outcome: RunOutcome) -> None:
+    """Say why a run stopped when its judge could not be reached (the endpoint, never a key)."""
+    from rt4chart.pipeline import UnavailableStop
+
+    if isinstance(outcome.stop, UnavailableStop):
+        stderr.print(
+            Text.assemble(("stopped:", "red"), f" {outcome.stop}; {outcome.counts.remaining} samples not audited "
+                          "(records already written are kept; rerun with --resume once the judge is reachable)"),
+            highlight=False, soft_wrap=True,
+        )
 
 
 def _flag(name: str) -> str:
@@ -253,7 +287,7 @@ def verify(
     github: GithubOption = False,
     fail_on: FailOnOption = FailOn.HALLUCINATED,
     max_rate: MaxRateOption = 0.0,
-    signals: Annotated[str | None, typer.Option(help="Add white-box token signals to each record: csr, or attention (needs --signal-probe); both need --signal-model and --out.")] = None,
+    signals: Annotated[str | None, typer.Option(help="Add white-box token signals to each record before it is written: csr, or attention (needs --signal-probe); both need --signal-model.")] = None,
     signal_model: Annotated[Path | None, typer.Option(help="Model directory or GGUF file for --signals.")] = None,
     signal_probe: Annotated[Path | None, typer.Option(help="Probe file from `rt4 signals train`, for --signals attention.")] = None,
     signal_server: Annotated[str | None, typer.Option(help="Base URL of a vLLM server for --signals (prompt_logprobs).")] = None,
@@ -268,83 +302,27 @@ def verify(
     options: AuditOptions,
 ) -> None:
     """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
-    import asyncio
+    from rt4chart.outputs import PublishOptions, readable_stdout
+    from rt4chart.run import RunSpec, cache_location, engine_options, run_limits, signal_spec
 
-    from rt4chart.audited import pair_with_inputs
-    from rt4chart.io import OutputError
-    from rt4chart.outputs import PublishOptions, publish, readable_stdout
-
-    limits = _run_limits(budget, concurrency, timeout)
-    run_engine = _engine_options(engine, address, workers, worker_cpus)
-    if resume and out is None:
-        raise fail("--resume needs --out FILE")
-    guarded = _guard_outputs({"--out": out, "--report": html_report, "--junit": junit}, [input_path])
-    out, html_report, junit = (guarded.get(flag) for flag in ("--out", "--report", "--junit"))
-    items = _read_input(input_path)
-    outputs = PublishOptions(html=html_report, junit=junit, github=github, input_file=str(input_path),
-                             text_view=readable_stdout(output_format, out, sys.stdout.isatty()),
-                             title=f"rt4chart audit of {input_path.name}", fail_on=fail_on, max_rate=max_rate)
-    signal_backend = _verify_signal_backend(signals, signal_model, signal_server, signal_delta, out, signal_probe)
-    cache = None if no_cache else _cache_location(cache_dir, cache_url)
-    stack = _judge_stack(judge, api_base, limits.concurrency, cache, limits.budget_usd, limits.timeout_s)
-    from rt4chart.pipeline import Pipeline, run_audit
-    from rt4chart.report import AuditProgress, RunSummary, print_summary
-
-    pipeline = Pipeline(stack, options)
-    engine_failures: tuple[type[Exception], ...] = ()
-    if run_engine.engine == "ray":
-        from rt4chart.ray_engine import RayUnavailable, ray_pipeline
-
-        engine_failures = (RayUnavailable,)  # the cluster named by --address cannot be reached
-        pipeline = ray_pipeline(stack, options, run_engine, judge=judge, api_base=api_base, limits=limits, cache=cache)
-
-    summary = RunSummary()
-    reports: list[Report] = []
-    calls_seen = run_engine.engine != "ray"  # Ray workers make the calls, out of the driver's sight
-    with AuditProgress(len(items), stack.ledger, stderr, enabled=not quiet, calls_seen=calls_seen) as progress:
-
-        def on_report(report: Report) -> None:
-            summary.add(report)
-            reports.append(report)
-            progress.advance(summary)
-
-        async def audit() -> Any:
-            try:
-                return await run_audit(
-                    pipeline, items, out, on_report, resume=resume,
-                    stdout=None if outputs.text_view else sys.stdout,
-                )
-            finally:
-                await stack.aclose()
-
-        try:
-            result = asyncio.run(audit())
-        except OutputError as error:  # another run holds the output's lock
-            raise fail(str(error)) from None
-        except engine_failures as error:
-            raise fail(str(error)) from None
-    fails = publish(outputs, pair_with_inputs(reports, items), Console())
-    summary.remaining = result.remaining
-    summary.stopped_by_budget = result.stopped_by_budget
-    summary.spent_usd, summary.budget_usd = stack.ledger.spent_usd, stack.ledger.limit_usd
-    if signal_backend is not None and out is not None:
-        _attach_signals(out, items, signal_backend, signal_delta, use_cache=not no_cache, probe=signal_probe)
-    if not quiet:
-        print_summary(summary, stderr)
-    if result.stopped_by_budget:
-        raise typer.Exit(EXIT_BUDGET)
-    if result.judge_unavailable is not None:
-        stderr.print(
-            Text.assemble(("stopped:", "red"), f" {result.judge_unavailable}; {result.remaining} samples not audited "
-                          "(records already written are kept; rerun with --resume once the judge is reachable)"),
-            highlight=False, soft_wrap=True,
+    with _usage_errors():
+        spec = RunSpec(
+            judge=judge, api_base=api_base, limits=run_limits(budget, concurrency, timeout),
+            cache=None if no_cache else cache_location(cache_dir, cache_url), options=options,
+            engine=engine_options(engine, address, workers, worker_cpus), input_file=input_path, out=out, resume=resume,
+            outputs=PublishOptions(html=html_report, junit=junit, github=github, input_file=str(input_path),
+                                   text_view=readable_stdout(output_format, out, sys.stdout.isatty()),
+                                   title=f"rt4chart audit of {input_path.name}", fail_on=fail_on, max_rate=max_rate),
+            signals=signal_spec(signals, signal_model, probe=signal_probe, server=signal_server, delta=signal_delta,
+                                use_cache=not no_cache),
         )
-        raise typer.Exit(EXIT_INCOMPLETE)
-    if summary.invalid:
-        raise typer.Exit(EXIT_USAGE)
-    if summary.incomplete:
-        raise typer.Exit(EXIT_INCOMPLETE)
-    raise typer.Exit(EXIT_HALLUCINATED if fails else EXIT_OK)
+    outcome = _execute(spec, _read_input(input_path), quiet)
+    if not quiet:
+        from rt4chart.report import print_summary
+
+        print_summary(outcome.summary, stderr)
+    _print_stop(outcome)
+    raise typer.Exit(outcome.exit_code)
 
 
 @app.command()
@@ -1054,71 +1032,15 @@ def _write_signal_records(
         raise typer.Exit(EXIT_USAGE)
 
 
-def _verify_signal_backend(
-    signals: str | None, model: Path | None, server: str | None, delta: float, out: Path | None, probe: Path | None = None
-) -> Any:
-    """``rt4 verify --signals``: check the flags and open the signal model before any judge call."""
-    if signals is None:
-        return None
-    if signals not in ("csr", "attention"):
-        raise fail(f"--signals must be csr or attention (got {signals!r})")
-    if model is None:
-        raise fail(f"--signals {signals} needs --signal-model PATH (a model directory or a GGUF file)")
-    if out is None:
-        raise fail("--signals needs --out FILE (the signals are added to the written records)")
-    if signals == "attention":
-        if probe is None:
-            raise fail("--signals attention needs --signal-probe FILE (from rt4 signals train)")
-        if server is not None:
-            raise fail("--signals attention reads attention maps in process; --signal-server is for csr only")
-        return _attention_setup(model, probe)
-    return _signal_backend(model, server, delta)
-
-
-def _attach_signals(
-    out: Path, items: list[InputLine], backend: Any, delta: float, *, use_cache: bool, probe: Path | None = None
-) -> None:
-    """Add the signals to the records already written to ``out`` (the default signal cache, unless --no-cache)."""
+def _attention_setup(model: Path, probe_path: Path) -> AttentionSetup:
+    """The probe and the model it reads, or a usage error."""
     from rt4chart.signals import SignalError
+    from rt4chart.signals.aggtruth import open_attention_probe
 
     try:
-        if isinstance(backend, _AttentionSetup):
-            from rt4chart.signals.aggtruth import attach_attention_to_file
-            from rt4chart.signals.attention import FeatureCache
-
-            cache = FeatureCache() if use_cache else None
-            attach_attention_to_file(out, items, backend.extractor, backend.probe, backend.name, cache)
-            return
-        from rt4chart.signals.csr import SignalCache, attach_csr_to_file
-
-        attach_csr_to_file(out, items, backend, delta=delta, cache=SignalCache() if use_cache else None)
-    except SignalError as error:
-        raise fail(f"signals: {error}") from None
-
-
-@dataclasses.dataclass
-class _AttentionSetup:
-    """An opened attention model with its probe (what the attention commands share)."""
-
-    extractor: Any
-    probe: Any
-    name: str
-
-
-def _attention_setup(model: Path, probe_path: Path) -> _AttentionSetup:
-    """Load the probe (cheap, checked first), then open the model; any failure is a usage error."""
-    from rt4chart.signals import SignalError
-    from rt4chart.signals.aggtruth import probe_label
-    from rt4chart.signals.attention import open_attention_extractor
-    from rt4chart.signals.probe import load_probe
-
-    try:
-        probe = load_probe(probe_path)
-        extractor = open_attention_extractor(model)
-        probe.check_model(extractor.backend.identity)
+        return open_attention_probe(model, probe_path)
     except SignalError as error:
         raise fail(str(error)) from None
-    return _AttentionSetup(extractor, probe, probe_label(probe, probe_path))
 
 
 SignalCacheDirOption = Annotated[Path | None, typer.Option(help="Signal cache directory (default: per-user cache).")]

@@ -15,7 +15,8 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterable, Iterator
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,30 +219,93 @@ def read_completed(path: Path, items: list[InputLine], fingerprint: str | None =
 
 
 class OutputError(ValueError):
-    """An output path that cannot be used safely (the input itself, a directory, a device, a
-    missing folder, or a file another run is writing)."""
+    """An output path that cannot be used safely (an input, another output of the same run, a
+    directory, a device, a missing or unwritable folder, or a file another run is writing)."""
 
 
-def resolve_output(out: Path, inputs: Path | str | None = None) -> Path:
-    """The regular file that ``out`` names, following symlinks; raises :class:`OutputError`.
-
-    Refused: ``out`` being ``inputs`` (the same file under any name), a directory, anything that
-    is not a regular file (a device, a FIFO), and a path whose folder does not exist.
-    """
-    target = Path(os.path.realpath(out))
-    if not target.parent.is_dir():
-        raise OutputError(f"--out {out}: folder {target.parent} does not exist")
+def _stdin_identity() -> tuple[int, int] | None:
+    """(device, inode) of standard input when it is a file descriptor (``-`` inputs are compared by
+    ``fstat``: ``rt4 verify - --out F < F`` must not truncate F)."""
     try:
-        mode = os.stat(target).st_mode
-    except FileNotFoundError:
-        return target
-    if stat.S_ISDIR(mode):
-        raise OutputError(f"--out {out} is a directory; name a file")
-    if not stat.S_ISREG(mode):
-        raise OutputError(f"--out {out} is not a regular file (a device or a pipe); name a file or omit --out")
-    if inputs is not None and str(inputs) != STDIN and os.path.exists(inputs) and os.path.samefile(target, inputs):
-        raise OutputError(f"--out {out} is the input file; writing it would destroy the input")
-    return target
+        status = os.fstat(sys.stdin.fileno())
+    except (AttributeError, OSError, ValueError):  # no stdin, or one that is not a descriptor (tests)
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _identity(path: Path | str) -> tuple[int, int] | None:
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _check_folder_writable(flag: str, out: Path, folder: Path) -> None:
+    """Create and remove a temporary file in ``folder``: permissions, a read-only mount and a full
+    disk all show here, before any work, rather than after it (``os.access`` misses the last two
+    and says yes to root)."""
+    try:
+        descriptor, probe = tempfile.mkstemp(prefix=".rt4chart-write-check-", dir=folder)
+    except OSError as error:
+        raise OutputError(f"{flag} {out}: cannot write in {folder} ({error.strerror})") from None
+    os.close(descriptor)
+    os.unlink(probe)
+
+
+def guard_outputs(
+    outputs: Mapping[str, Path | None], inputs: Iterable[Path | str | None] = ()
+) -> dict[str, Path]:
+    """The regular files that ``outputs`` (flag -> path; ``None`` entries are skipped) name,
+    symlinks followed; raises :class:`OutputError` before any work is done.
+
+    Every file any command writes goes through this one guard. Refused: an output that is one of
+    ``inputs`` (the same file under any name, a hard link, or standard input for ``-``), two outputs
+    of the run that are one file, a directory, anything that is not a regular file (a device, a
+    FIFO), a path whose folder does not exist, and a folder (or an existing file) that cannot be
+    written. The returned paths are the symlinks' targets: writers rename temporary files beside
+    the target, never over the link.
+    """
+    input_identities = {
+        identity: str(source)
+        for source in inputs
+        if source is not None
+        and (identity := _stdin_identity() if str(source) == STDIN else _identity(source)) is not None
+    }
+    resolved: dict[str, Path] = {}
+    claimed: dict[Path | tuple[int, int], str] = {}
+    for flag, out in outputs.items():
+        if out is None:
+            continue
+        target = Path(os.path.realpath(out))
+        if not target.parent.is_dir():
+            raise OutputError(f"{flag} {out}: folder {target.parent} does not exist")
+        identity = _identity(target)
+        if identity is not None:
+            mode = os.stat(target).st_mode
+            if stat.S_ISDIR(mode):
+                raise OutputError(f"{flag} {out} is a directory; name a file")
+            if not stat.S_ISREG(mode):
+                raise OutputError(f"{flag} {out} is not a regular file (a device or a pipe); name a file")
+            if identity in input_identities:
+                source = input_identities[identity]
+                raise OutputError(f"{flag} {out} is the input file {source}; writing it would destroy the input")
+            if not os.access(target, os.W_OK):
+                raise OutputError(f"{flag} {out} is not writable")
+        for key in (target, identity):
+            if key is not None and key in claimed:
+                raise OutputError(f"{flag} {out} is also {claimed[key]}: one file cannot hold both outputs")
+        claimed[target] = flag
+        if identity is not None:
+            claimed[identity] = flag
+        _check_folder_writable(flag, out, target.parent)
+        resolved[flag] = target
+    return resolved
+
+
+def resolve_output(out: Path, inputs: Path | str | None = None, flag: str = "--out") -> Path:
+    """:func:`guard_outputs` for one output file."""
+    return guard_outputs({flag: out}, [inputs])[flag]
 
 
 @contextmanager
@@ -272,6 +336,7 @@ def output_lock(out: Path | None) -> Iterator[None]:
 def write_lines_atomically(path: Path, lines: Iterable[str]) -> None:
     """Replace ``path`` with ``lines`` (JSONL records, or one indented JSON document; each without its
     final newline, which is added), via a temporary file and a rename."""
+    path = Path(os.path.realpath(path))  # through a symlink to its target: the link stays a link
     temporary = path.with_name(f".{path.name}.tmp")
     with open(temporary, "w", encoding="utf-8") as handle:
         for line in lines:

@@ -46,14 +46,6 @@ class PublishOptions(BaseModel):
     """The run fails only when the share of failing answers exceeds this (0: any one)."""
 
 
-def unwritable_output(options: PublishOptions) -> str | None:
-    """Why a requested report file cannot be written (checked before an audit spends anything)."""
-    for flag, path in (("HTML report", options.html), ("JUnit", options.junit)):
-        if path is not None and (not path.parent.is_dir() or path.is_dir()):
-            return f"cannot write the {flag} to {path}: its folder does not exist or it is a folder"
-    return None
-
-
 def publish(options: PublishOptions, audited: list[AuditedSample], stdout: Console) -> bool:
     """Write what ``options`` asks for; return whether the run fails its policy."""
     if options.text_view:

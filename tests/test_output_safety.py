@@ -194,3 +194,145 @@ def test_timeout_shortens_a_hung_attempt(tmp_path: Path) -> None:
     # The hung first attempt timed out after a second and was retried; every claim got a verdict.
     assert record["usage"]["calls"] == len(server.requests) >= 2
     assert record["label"] is not None and not any("Timeout" in e for c in record["claims"] for e in c["errors"])
+
+
+# --- one guard for every output of every command (issue 27, item 1) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "clobbered"),
+    [
+        (["--report", "{input}"], "input"),
+        (["--junit", "{input}"], "input"),
+        (["--out", "{out}", "--report", "{out}"], "out"),
+        (["--out", "{out}", "--junit", "{out}"], "out"),
+        (["--report", "{out}", "--junit", "{out}"], "out"),
+    ],
+)
+def test_verify_refuses_any_output_that_is_an_input_or_another_output(
+    audit_inputs: tuple[Path, Path], flags: list[str], clobbered: str
+) -> None:
+    inputs, rules = audit_inputs
+    out = inputs.parent / "out.jsonl"
+    out.write_text("earlier records\n", encoding="utf-8")
+    before = {"input": inputs.read_bytes(), "out": out.read_bytes()}
+    args = [flag.format(input=inputs, out=out) for flag in flags]
+    code, output = verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", *args)
+    assert code == 2 and "Traceback" not in output, output
+    assert ("is the input file" if clobbered == "input" else "one file cannot hold both outputs") in output
+    assert inputs.read_bytes() == before["input"] and out.read_bytes() == before["out"]
+
+
+def test_report_refuses_to_write_over_its_results(audit_inputs: tuple[Path, Path]) -> None:
+    inputs, rules = audit_inputs
+    results = inputs.parent / "out.jsonl"
+    assert verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", "--out", str(results), "-q")[0] == 1
+    kept = results.read_bytes()
+    for flag, target in (("--html", results), ("--junit", results), ("--html", inputs)):
+        done = runner.invoke(app, ["report", str(results), "--input", str(inputs), flag, str(target)])
+        assert done.exit_code == 2 and "is the input file" in done.output, done.output
+    assert results.read_bytes() == kept
+
+
+def test_repair_refuses_an_out_that_is_its_input_or_its_verify_records(audit_inputs: tuple[Path, Path]) -> None:
+    inputs, rules = audit_inputs
+    results = inputs.parent / "out.jsonl"
+    assert verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", "--out", str(results), "-q")[0] == 1
+    before = inputs.read_bytes(), results.read_bytes()
+    for target in (inputs, results):
+        done = runner.invoke(app, ["repair", str(results), "--input", str(inputs), "--no-cache", "--out", str(target)])
+        assert done.exit_code == 2 and "is the input file" in done.output, done.output
+    assert (inputs.read_bytes(), results.read_bytes()) == before
+
+
+def test_signals_refuse_an_out_that_is_the_input_before_loading_any_model(audit_inputs: tuple[Path, Path]) -> None:
+    inputs, _ = audit_inputs
+    before = inputs.read_bytes()
+    link = inputs.parent / "link.jsonl"
+    link.symlink_to(inputs)
+    for out in (inputs, link):
+        done = runner.invoke(app, ["signals", "csr", str(inputs), "--model", str(inputs.parent / "no-model"),
+                                   "--out", str(out)])
+        assert done.exit_code == 2 and "is the input file" in done.output, done.output
+    assert inputs.read_bytes() == before and link.is_symlink()
+
+
+def test_an_atomic_write_through_a_symlink_keeps_the_link(tmp_path: Path) -> None:
+    from rt4chart.io import write_lines_atomically
+
+    target, link = tmp_path / "records.jsonl", tmp_path / "latest.jsonl"
+    target.write_text("old\n", encoding="utf-8")
+    link.symlink_to(target)
+    write_lines_atomically(link, ["new"])
+    assert link.is_symlink() and target.read_text(encoding="utf-8") == "new\n"
+
+
+def test_compare_refuses_an_out_dir_whose_judge_file_is_its_input(audit_inputs: tuple[Path, Path]) -> None:
+    from rt4chart.compare import output_name
+    from rt4chart.judges import judge_stack
+
+    inputs, rules = audit_inputs
+    other = write_rules(inputs.parent / "other.json", cost_per_call=0.001)
+    judge_name = judge_stack(f"scripted:{rules}").name
+    planted = inputs.parent / output_name(judge_name)
+    planted.write_bytes(inputs.read_bytes())
+    before = planted.read_bytes()
+    done = runner.invoke(app, ["compare", str(planted), "--judges", f"scripted:{rules},scripted:{other}",
+                               "--out-dir", str(inputs.parent), "--no-cache", "-q"])
+    assert done.exit_code == 2 and "is the input file" in done.output, done.output
+    assert planted.read_bytes() == before
+
+
+def test_verify_dash_refuses_an_out_that_is_its_stdin(audit_inputs: tuple[Path, Path]) -> None:
+    inputs, rules = audit_inputs
+    before = inputs.read_bytes()
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    with open(inputs, "rb") as stdin:
+        done = subprocess.run([sys.executable, "-m", "rt4chart", "verify", "-", "--judge", f"scripted:{rules}",
+                               "--no-cache", "--out", str(inputs)], stdin=stdin, capture_output=True, text=True,
+                              env=environment, timeout=300)
+    assert done.returncode == 2 and "is the input file" in done.stderr, done.stderr
+    assert inputs.read_bytes() == before
+
+
+@pytest.mark.parametrize("kind", ["directory", "missing folder"])
+def test_every_command_refuses_a_directory_or_missing_folder_before_any_work(
+    audit_inputs: tuple[Path, Path], kind: str
+) -> None:
+    inputs, rules = audit_inputs
+    results = inputs.parent / "out.jsonl"
+    assert verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", "--out", str(results), "-q")[0] == 1
+    target = str(inputs.parent if kind == "directory" else inputs.parent / "nope" / "file")
+    commands = [
+        ["verify", str(inputs), "--judge", f"scripted:{rules}", "--no-cache", "--report", target],
+        ["report", str(results), "--junit", target],
+        ["repair", str(results), "--input", str(inputs), "--no-cache", "--out", target],
+        ["signals", "csr", str(inputs), "--model", str(inputs.parent / "no-model"), "--out", target],
+        ["agree", str(results), str(results), "--plot", target],
+        ["score", str(results), "--out", target],
+    ]
+    for command in commands:
+        done = runner.invoke(app, command)
+        assert done.exit_code == 2, (command, done.output)
+        assert ("is a directory" if kind == "directory" else "does not exist") in done.output, (command, done.output)
+
+
+def test_agree_plot_writes_the_file_it_names(audit_inputs: tuple[Path, Path]) -> None:
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) draws --plot")
+    inputs, rules = audit_inputs
+    results = inputs.parent / "out.jsonl"
+    assert verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", "--out", str(results), "-q")[0] == 1
+    plot = inputs.parent / "heatmap"
+    done = runner.invoke(app, ["agree", str(results), str(results), "--plot", str(plot)])
+    assert done.exit_code == 0, done.output
+    assert plot.read_bytes().startswith(b"\x89PNG") and not plot.with_suffix(".png").exists()
+
+
+def test_a_folder_that_cannot_be_written_is_refused_before_any_work(audit_inputs: tuple[Path, Path]) -> None:
+    # /proc takes no new files, whoever asks (root included, for whom permission bits do not count).
+    inputs, rules = audit_inputs
+    out = inputs.parent / "out.jsonl"
+    code, output = verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", "--out", str(out),
+                          "--report", "/proc/rt4chart-report.html")
+    assert code == 2 and "cannot write in /proc" in output and "Traceback" not in output, output
+    assert not out.exists(), "refused before any work"

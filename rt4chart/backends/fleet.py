@@ -8,9 +8,10 @@ minute, or a 429, whose Retry-After sets how long) and sends the next attempt el
 A deployment that refuses (a rejected key, an unknown model, a refused connection) is one
 replica's problem, not the judge's: the request is retried on another deployment, and the
 circuit breaker (:class:`~rt4chart.backends.circuit.FleetCircuit`) opens only when every
-deployment refuses. Everything else is the litellm judge's
-(:class:`~rt4chart.backends.litellm.LiteLLMBackend`): reply parsing, re-asks, retries with backoff
-(each attempt re-routed), usage, prices, key scrubbing.
+deployment refuses. The sender (:class:`FleetSender`) is litellm's with the router in place of
+``acompletion``; everything else is the transport policy's (:mod:`rt4chart.backends.policy`):
+reply parsing, re-asks, retries with backoff (each attempt re-routed, a Retry-After left to the
+router's cool-down), usage, prices, key scrubbing.
 
 The judge's identity (its name: the profile's, so every cache key and record) is the logical
 model, never a replica: a cached verdict is reused whichever replica produced it. The deployment
@@ -25,21 +26,22 @@ model's verdicts would be stored under this judge's name.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
+# Importing litellm's router imports litellm, which fetches its model price list from the network
+# unless told to use the copy it ships (as rt4chart.backends.litellm does; a user's setting wins).
+# It must be set before that import, and ours comes first here: a fleet reaches no host at import.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
 from litellm.router import Router
 from litellm.types.router import RouterRateLimitError
-from tenacity import RetryCallState
 
 from rt4chart.backends.circuit import FleetCircuit
-from rt4chart.backends.litellm import (
-    LiteLLMBackend,
-    LiteLLMSettings,
-    litellm_provider,
-    non_transient_reason,
-    scrub,
-)
+from rt4chart.backends.litellm import LiteLLMSender, LiteLLMSettings, litellm_provider
+from rt4chart.backends.policy import PolicyBackend, non_transient_reason
+from rt4chart.backends.scrubbing import scrub
 
 log = logging.getLogger("rt4chart.fleet")
 
@@ -81,8 +83,10 @@ class FleetRouting:
     """Seconds a failing deployment gets no calls (a 429's Retry-After, when given, decides)."""
 
 
-class FleetBackend(LiteLLMBackend):
-    """A judge served by several deployments of one model, routed by litellm's ``Router``."""
+class FleetSender(LiteLLMSender):
+    """One attempt through litellm's ``Router`` over the fleet's deployments."""
+
+    routes_around_failures = True
 
     def __init__(self, settings: LiteLLMSettings, members: list[FleetMember], routing: FleetRouting) -> None:
         if not members:
@@ -90,7 +94,7 @@ class FleetBackend(LiteLLMBackend):
         self.members = members
         """The deployments, in the profile's order (their router ids are their positions)."""
         super().__init__(settings)
-        # Retries are the backend's (counted and paced); the router only picks, cools and re-routes.
+        # Retries are the policy's (counted and paced); the router only picks, cools and re-routes.
         self.router = Router(
             model_list=[
                 {
@@ -111,8 +115,7 @@ class FleetBackend(LiteLLMBackend):
             cooldown_time=routing.cooldown_s,
             num_retries=0,
         )
-        self._secrets |= {member.api_key for member in members if member.api_key}
-        self.circuit: FleetCircuit = FleetCircuit(
+        self._circuit = FleetCircuit(
             f"{self.name} (a fleet of {len(members)} deployments)",
             deployments=tuple(member.label for member in members),
         )
@@ -123,8 +126,15 @@ class FleetBackend(LiteLLMBackend):
         settings = self.settings
         return settings.name if settings.name == settings.model else f"{settings.name}/{settings.model}"
 
+    @property
+    def secrets(self) -> frozenset[str]:
+        return frozenset(member.api_key for member in self.members if member.api_key)
+
     def __repr__(self) -> str:
-        return f"FleetBackend(model={self.model!r}, deployments={[m.label for m in self.members]!r})"
+        return f"FleetSender(model={self.model!r}, deployments={[m.label for m in self.members]!r})"
+
+    def circuit(self) -> FleetCircuit:
+        return self._circuit
 
     def _structured_output(self) -> str:
         own_servers = all(m.api_base and litellm_provider(m.model) == "openai" for m in self.members)
@@ -138,7 +148,7 @@ class FleetBackend(LiteLLMBackend):
         position = "" if router_id is None else str(router_id)
         return self.members[int(position)] if position.isdigit() and int(position) < len(self.members) else None
 
-    async def _send(self, messages: list[dict[str, str]], arguments: dict[str, Any]) -> Any:
+    async def call(self, messages: list[dict[str, str]], arguments: dict[str, Any]) -> Any:
         try:
             response = await self.router.acompletion(messages=messages, **arguments)
         except Exception as error:
@@ -146,38 +156,33 @@ class FleetBackend(LiteLLMBackend):
             member = self._member(getattr(error, "failed_deployment_id", None))
             reason = non_transient_reason(error)
             if member is not None and reason is not None:
-                self.circuit.attempt_refused(member.label, scrub(reason, self._secrets))
+                self._circuit.attempt_refused(member.label, scrub(reason, self.secrets))
             elif member is not None:
-                self.circuit.attempt_answered(member.label)
+                self._circuit.attempt_answered(member.label)
             raise
         answered = self._member((getattr(response, "_hidden_params", None) or {}).get("model_id"))
         if answered is not None:
-            self.circuit.attempt_answered(answered.label)
+            self._circuit.attempt_answered(answered.label)
         return response
 
-    def _deployment(self, response: Any) -> str | None:
+    def deployment(self, response: Any) -> str | None:
         member = self._member((getattr(response, "_hidden_params", None) or {}).get("model_id"))
         label = member.label if member else None
         log.debug("%s answered by %s", self.name, label)
         return label
 
-    def _refusal(self, error: BaseException) -> str | None:
-        if isinstance(error, RouterRateLimitError) and self.circuit.all_refusing:
+    def refusal(self, error: BaseException) -> str | None:
+        if isinstance(error, RouterRateLimitError) and self._circuit.all_refusing:
             # The router has no deployment to offer because every one refused and is cooling down.
             return "every deployment refused its latest attempt"
         return non_transient_reason(error)
 
-    def _retryable(self, error: BaseException) -> bool:
-        # A refusing deployment is retried elsewhere while some deployment may still answer.
-        return (self._refusal(error) is not None and not self.circuit.all_refusing) or super()._retryable(error)
 
-    def _stop(self, state: RetryCallState) -> bool:
-        error = state.outcome.exception() if state.outcome else None
-        if error is not None and self._refusal(error) is not None and not self.circuit.all_refusing:
-            return state.attempt_number >= self.settings.max_attempts
-        return super()._stop(state)
+class FleetBackend(PolicyBackend):
+    """A judge served by several deployments of one model, routed by litellm's ``Router``."""
 
-    def _wait(self, state: RetryCallState) -> float:
-        # The router has cooled the deployment that asked for a pause; the next attempt goes to
-        # another one, so a Retry-After is not waited out here.
-        return float(self._backoff(state))
+    sender: FleetSender
+    circuit: FleetCircuit
+
+    def __init__(self, settings: LiteLLMSettings, members: list[FleetMember], routing: FleetRouting) -> None:
+        super().__init__(FleetSender(settings, members, routing), settings)

@@ -83,7 +83,10 @@ def _rt4(environment: dict[str, str], *args: str) -> subprocess.CompletedProcess
 
 def test_the_guard_catches_a_connection_outside_loopback(guarded: tuple[dict[str, str], Path]) -> None:
     environment, log = guarded
-    script = "import urllib.request\ntry:\n    urllib.request.urlopen('http://example.com', timeout=5)\nexcept OSError:\n    pass"
+    script = (
+        "import urllib.request\ntry:\n    urllib.request.urlopen('http://example.com', timeout=5)\n"
+        "except OSError:\n    pass"
+    )
     subprocess.run([sys.executable, "-c", script], env=environment, timeout=60, check=True)
     assert "example.com" in log.read_text(encoding="utf-8")
 
@@ -114,11 +117,11 @@ def test_every_judge_kind_stays_on_loopback(guarded: tuple[dict[str, str], Path]
             assert log.read_text(encoding="utf-8") == "", kind
         assert server.requests, "the loopback judges were called"
     # Judges whose variables are unset fail before any work, naming the variable, and reach nothing.
-    for judge, variable in ((str(EXAMPLES / "fleet.toml"), "RT4_VLLM_A"), ("gpt-4o-mini", "OPENAI_API_KEY")):
+    for unset_judge, variable in ((str(EXAMPLES / "fleet.toml"), "RT4_VLLM_A"), ("gpt-4o-mini", "OPENAI_API_KEY")):
         out = tmp_path / "unset.jsonl"
-        completed = _rt4(environment, "verify", str(answers), "--judge", judge, "-o", str(out))
+        completed = _rt4(environment, "verify", str(answers), "--judge", unset_judge, "-o", str(out))
         assert completed.returncode == 2, completed.stderr
         assert variable in completed.stderr
         assert not out.exists()
-        assert log.read_text(encoding="utf-8") == "", judge
+        assert log.read_text(encoding="utf-8") == "", unset_judge
     assert json.loads((tmp_path / "scripted.jsonl").read_text(encoding="utf-8").splitlines()[0])["id"]

@@ -109,10 +109,62 @@ def json_lines(lines: Iterable[str | bytes]) -> Iterator[JsonLine]:
             text = text.removeprefix("\ufeff")  # a byte order mark left by some editors
         if not text.strip():
             continue
+        if len(text) > MAX_LINE_CHARS:
+            size = f"line of {len(text):,} characters"
+            yield JsonLine(number, "", problem=f"{size}, over the limit of {MAX_LINE_CHARS:,}")
+            continue
         try:
-            yield JsonLine(number, text, value=json.loads(text), digest=line_digest(raw))
+            value = json.loads(text)
         except json.JSONDecodeError as error:
             yield JsonLine(number, text, problem=f"not valid JSON ({error.msg} at column {error.colno})")
+            continue
+        except RecursionError:
+            yield JsonLine(number, text, problem=f"not valid JSON (nested deeper than {MAX_JSON_DEPTH} levels)")
+            continue
+        except ValueError:  # the one other ValueError of json.loads: an integer over Python's digit limit
+            limit = sys.get_int_max_str_digits()
+            yield JsonLine(number, text, problem=f"not valid JSON (an integer of more than {limit} digits)")
+            continue
+        if problem := _unreadable_value(value):
+            yield JsonLine(number, text, problem=problem)
+            continue
+        yield JsonLine(number, text, value=value, digest=line_digest(raw))
+
+
+MAX_LINE_CHARS = 64 * 1024 * 1024
+"""Characters one JSONL line may hold (a 64 MiB context is far beyond any judge's window)."""
+
+MAX_JSON_DEPTH = 64
+"""Nesting depth one JSONL line may reach (samples and records need fewer than ten levels)."""
+
+
+def _unreadable_value(value: Any) -> str | None:
+    """Why a decoded line cannot travel downstream, or ``None``: nesting beyond :data:`MAX_JSON_DEPTH`,
+    or a string holding a lone surrogate (``"\\ud800"``): valid JSON, but no UTF-8 encodes it, so
+    cache keys, records and judges would crash on it. Walked without recursion."""
+    pending: list[tuple[Any, int, str]] = [(value, 1, "line")]
+    while pending:
+        item, depth, where = pending.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                return f"not valid JSON (nested deeper than {MAX_JSON_DEPTH} levels)"
+            entries = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, member in entries:
+                if isinstance(key, str) and (problem := _unencodable(key, f"a key of {where}")):
+                    return problem
+                pending.append((member, depth + 1, str(key) if where == "line" else f"{where}.{key}"))
+        elif isinstance(item, str) and (problem := _unencodable(item, where)):
+            return problem
+    return None
+
+
+def _unencodable(text: str, where: str) -> str | None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code_point = f"\\u{ord(text[error.start]):04x}"
+        return f"{where}: lone surrogate {code_point} at character {error.start + 1} (not a Unicode character)"
+    return None
 
 
 STDIN = "-"
@@ -216,6 +268,36 @@ def read_completed(path: Path, items: list[InputLine], fingerprint: str | None =
                 continue
             completed.setdefault(report.line, report)
     return completed
+
+
+def read_reusable(path: Path, items: list[InputLine], fingerprint: str) -> dict[int, Report]:
+    """Records of another audit file (``rt4 verify --baseline``) that stand for ``items`` as they are,
+    by input line number of ``items``: a record counts when its ``input_hash`` is that of an item's
+    line content under the configuration ``fingerprint`` (same line, same judge, prompt set and
+    options, wherever the line sits in either file) and it is finished (:func:`_finished`). Lines
+    that do not parse are passed over: the baseline is an optimisation, never a source of errors.
+    """
+    waiting: dict[str, list[InputLine]] = {}
+    for item in items:
+        key = record_key(item, fingerprint)
+        if key is not None and item.sample is not None:
+            waiting.setdefault(key, []).append(item)
+    reusable: dict[int, Report] = {}
+    for line in read_json_lines(path):
+        if line.problem is not None or not waiting:
+            continue
+        try:
+            report = Report.model_validate(line.value)
+        except ValidationError:
+            continue
+        candidates = waiting.get(report.input_hash or "")
+        if not candidates or not _finished(report):
+            continue
+        item = candidates.pop(0)
+        if not candidates:
+            del waiting[report.input_hash or ""]
+        reusable[item.line] = report.model_copy(update={"line": item.line})
+    return reusable
 
 
 class OutputError(ValueError):

@@ -114,3 +114,34 @@ def test_a_dumped_report_is_one_line_that_reads_back() -> None:
     text = dump_report(report)
     assert "\n" not in text
     assert Report.model_validate_json(text) == report
+
+
+# --- lines that once crashed the reader or everything after it (issue 27, item 2) ----------------
+
+POISONED = {
+    "lone-surrogate": '{"id": "p", "context": "The sky is blue.", "answer": "The sky is blue \\ud800."}',
+    "surrogate-key": '{"id": "p", "context": "c", "answer": "a", "meta": {"\\udfff": 1}}',
+    "deep": '{"id": "p", "nest": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    "deeper-than-the-limit": '{"id": "p", "nest": ' + "[" * 80 + "]" * 80 + "}",
+    "huge-integer": '{"id": "p", "context": "c", "answer": "a", "n": ' + "7" * 5000 + "}",
+}
+
+
+@pytest.mark.parametrize("kind", POISONED)
+def test_one_poisoned_line_is_one_error_and_every_other_line_is_read(tmp_path: Path, kind: str) -> None:
+    good = [json.dumps({**VALID, "id": f"g{i}"}) for i in range(3)]
+    items = _read(tmp_path, [good[0], POISONED[kind], good[1], good[2]])
+    assert [item.line for item in items] == [1, 2, 3, 4]
+    assert items[1].sample is None and items[1].error and items[1].error.startswith("line 2: ")
+    assert [item.sample.id for item in (items[0], items[2], items[3]) if item.sample] == ["g0", "g1", "g2"]
+    # What an error record carries can always be written.
+    dump_report(error_report(items[1])).encode("utf-8")
+
+
+def test_an_oversized_line_is_refused_with_its_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rt4chart.io
+
+    monkeypatch.setattr(rt4chart.io, "MAX_LINE_CHARS", 100)
+    items = _read(tmp_path, [json.dumps({**VALID, "context": "x" * 200}), json.dumps(VALID)])
+    assert items[0].error is not None and "over the limit of 100" in items[0].error
+    assert items[1].sample is not None

@@ -336,3 +336,20 @@ def test_a_folder_that_cannot_be_written_is_refused_before_any_work(audit_inputs
                           "--report", "/proc/rt4chart-report.html")
     assert code == 2 and "cannot write in /proc" in output and "Traceback" not in output, output
     assert not out.exists(), "refused before any work"
+
+
+def test_a_lone_surrogate_line_gets_its_error_record_and_the_lines_after_it_are_audited(
+    audit_inputs: tuple[Path, Path],
+) -> None:
+    inputs, rules = audit_inputs
+    lines = inputs.read_text(encoding="utf-8").splitlines()
+    poisoned = '{"id": "bad", "context": "The sky is blue.", "answer": "The sky is blue \\ud800."}'
+    inputs.write_text("\n".join([lines[0], poisoned, *lines[1:]]) + "\n", encoding="utf-8")
+    out = inputs.parent / "out.jsonl"
+    for resume in ([], ["--resume"]):
+        code, output = verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", "--out", str(out), "-q", *resume)
+        assert code == 2 and "Traceback" not in output, output
+        records = read_records(out)
+        assert [r["line"] for r in records] == [1, 2, 3, 4]
+        assert "lone surrogate" in records[1]["errors"][0] and records[1]["label"] is None
+        assert all(r["label"] is not None for r in (records[0], records[2], records[3]))

@@ -1,13 +1,21 @@
-"""Async orchestration: one sample end to end, and batches of samples in input order."""
+"""Async orchestration: one sample end to end, and batches of samples in input order.
+
+:class:`AuditEngine` is what a batch runner needs of an engine: records in, records out, in input
+order, a stop (the budget refused a call, the judge cannot be reached) as a typed value
+(:data:`RunStop`) that ends the stream instead of an exception or a string. :class:`Pipeline` is the
+local engine; :class:`rt4chart.ray_engine.RayEngine` the other one. :func:`run_audit` drives either.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Annotated, Literal, Protocol, TextIO
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from rt4chart.backends.base import Backend
 from rt4chart.backends.circuit import JudgeUnavailable
@@ -23,6 +31,7 @@ from rt4chart.io import (
     error_report,
     output_lock,
     read_completed,
+    read_reusable,
     record_key,
     resolve_output,
     unaudited_report,
@@ -33,8 +42,71 @@ from rt4chart.prompts import PromptTemplate
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import load_prompts, prompt_set_version
 from rt4chart.text import chunk_sentences, segment_context, split_sentences
-from rt4chart.types import Claim, DecompositionStats, Report, Sample, Sentence
+from rt4chart.types import Claim, DecompositionStats, Report, Sample, Sentence, answer_sha256
 from rt4chart.verification import ClaimJudge, and_join, answer_hallucinated, hallucinated_spans, verify_claims
+
+
+class BudgetStop(BaseModel):
+    """The budget refused a call: the run stops with every record finished before it kept."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["budget"] = "budget"
+    """Which stop this is (the discriminator of :data:`RunStop`)."""
+    detail: str = ""
+    """The budget's message."""
+
+    def __str__(self) -> str:
+        return self.detail or "stopped by the budget"
+
+
+class UnavailableStop(BaseModel):
+    """The judge's circuit opened (it cannot be reached, or refuses every call): the run stops."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["unavailable"] = "unavailable"
+    """Which stop this is (the discriminator of :data:`RunStop`)."""
+    endpoint: str
+    """The judge and where it is called (never a key)."""
+    failures: int
+    """Requests in a row that failed non-transiently."""
+    last_error: str
+    """The last of those errors."""
+
+    def __str__(self) -> str:
+        return str(JudgeUnavailable(self.endpoint, self.failures, self.last_error))
+
+
+RunStop = Annotated[BudgetStop | UnavailableStop, Field(discriminator="kind")]
+"""Why an engine stopped before its last record: a value that crosses processes as JSON."""
+
+
+def stop_of(error: BudgetExhausted | JudgeUnavailable) -> BudgetStop | UnavailableStop:
+    """The typed stop of the exception a backend raised."""
+    if isinstance(error, BudgetExhausted):
+        return BudgetStop(detail=str(error))
+    return UnavailableStop(endpoint=error.endpoint, failures=error.failures, last_error=error.last_error)
+
+
+class AuditEngine(Protocol):
+    """Where a batch of samples is audited: records in, records out, in input order.
+
+    ``audit`` yields one report per input line, in order, until it yields a stop (then nothing
+    more: the lines after it are not audited). ``judge_name``, ``prompt_version`` and ``options``
+    bind the records for ``--resume``: they are the driver's, whatever process makes the calls.
+    """
+
+    @property
+    def judge_name(self) -> str: ...
+
+    @property
+    def prompt_version(self) -> str: ...
+
+    @property
+    def options(self) -> AuditOptions: ...
+
+    def audit(self, items: Sequence[InputLine]) -> AsyncIterator[Report | BudgetStop | UnavailableStop]: ...
 
 
 @dataclass
@@ -51,6 +123,10 @@ class Pipeline:
     @property
     def prompt_version(self) -> str:
         return prompt_set_version(self.prompts)
+
+    @property
+    def judge_name(self) -> str:
+        return self.backend.name
 
     @property
     def decomposes_by_judge(self) -> bool:
@@ -80,6 +156,7 @@ class Pipeline:
                 "judge": self.backend.name,
                 "prompt_version": self.prompt_version,
                 "gold": sample.gold,
+                "answer_sha256": answer_sha256(sample.answer),
             }
         )
 
@@ -153,6 +230,14 @@ class Pipeline:
             for task in pending:
                 task.cancel()
 
+    async def audit(self, items: Sequence[InputLine]) -> AsyncIterator[Report | BudgetStop | UnavailableStop]:
+        """The local engine (:class:`AuditEngine`): :meth:`run`, its stop yielded as a value."""
+        try:
+            async for report in self.run(items):
+                yield report
+        except (BudgetExhausted, JudgeUnavailable) as error:
+            yield stop_of(error)
+
     async def _report(self, item: InputLine) -> Report:
         if item.sample is None:
             return error_report(item)
@@ -167,24 +252,45 @@ class AuditResult:
     """Records written by this run."""
     resumed: int = 0
     """Records kept from an earlier run (``--resume``)."""
+    reused: int = 0
+    """Records taken from the baseline audit without a judge call (``--baseline``)."""
     remaining: int = 0
-    """Input lines left without a record because the budget stopped the run."""
-    stopped_by_budget: bool = False
-    """True when a call was refused by the budget."""
-    judge_unavailable: str | None = None
-    """Why the run stopped when the judge's circuit opened (endpoint and last error)."""
+    """Input lines the run did not audit because it stopped (by the budget: left without a record;
+    the judge unavailable: given a ``not audited`` record)."""
+    stop: BudgetStop | UnavailableStop | None = None
+    """Why the run stopped before its last line; ``None`` when it did not."""
+
+    @property
+    def stopped_by_budget(self) -> bool:
+        """True when a call was refused by the budget."""
+        return isinstance(self.stop, BudgetStop)
+
+    @property
+    def judge_unavailable(self) -> str | None:
+        """Why the run stopped when the judge's circuit opened (endpoint and last error)."""
+        return str(self.stop) if isinstance(self.stop, UnavailableStop) else None
 
 
 async def run_audit(
-    pipeline: Pipeline,
+    engine: AuditEngine,
     items: list[InputLine],
     out: Path | None,
     on_report: Callable[[Report], None],
     *,
     resume: bool = False,
     stdout: TextIO | None = None,
+    enrich: Callable[[Report], Report] | None = None,
+    baseline: Path | None = None,
 ) -> AuditResult:
     """Audit ``items`` into ``out`` (or ``stdout``), one record per line, in input order.
+
+    With ``baseline`` (another audit's records, ``rt4 verify --baseline``), a line whose content
+    and audit configuration are those of a finished baseline record takes that record without a
+    judge call (:func:`rt4chart.io.read_reusable`): a CI runner with an empty cache re-judges only
+    what changed.
+
+    ``enrich`` (white-box signals, :mod:`rt4chart.run`) turns each audited record into the one
+    written, before it is written: what is published is already complete.
 
     With ``resume``, records already finished in ``out`` for the same input line content and
     audit configuration are kept and their inputs skipped. When the budget refuses a call, every
@@ -198,20 +304,24 @@ async def run_audit(
     """
     target = resolve_output(out) if out is not None else None
     with output_lock(target):
-        return await _audit(pipeline, items, target, on_report, resume=resume, stdout=stdout)
+        return await _audit(
+            engine, items, target, on_report, resume=resume, stdout=stdout, enrich=enrich, baseline=baseline
+        )
 
 
 async def _audit(
-    pipeline: Pipeline,
+    engine: AuditEngine,
     items: list[InputLine],
     out: Path | None,
     on_report: Callable[[Report], None],
     *,
     resume: bool,
     stdout: TextIO | None,
+    enrich: Callable[[Report], Report] | None,
+    baseline: Path | None,
 ) -> AuditResult:
     result = AuditResult()
-    fingerprint = audit_fingerprint(pipeline.backend.name, pipeline.prompt_version, pipeline.options)
+    fingerprint = audit_fingerprint(engine.judge_name, engine.prompt_version, engine.options)
     completed = read_completed(out, items, fingerprint) if resume and out else {}
     if out is not None:
         # Rewriting first drops a torn tail or foreign records before anything is appended.
@@ -219,31 +329,47 @@ async def _audit(
     result.resumed = len(completed)
     for report in completed.values():
         on_report(report)
-    todo = [item for item in items if item.line not in completed]
+    unfinished = [item for item in items if item.line not in completed]
+    reused = read_reusable(baseline, unfinished, fingerprint) if baseline is not None else {}
+    result.reused = len(reused)
+    reuse_order = deque(sorted(reused))
+    todo = [item for item in unfinished if item.line not in reused]
     appender = ReportAppender(out) if out is not None else None
 
-    def emit(report: Report) -> None:
-        # The record is bound to its line's content and this audit's configuration (for --resume).
-        report.input_hash = record_key(todo[result.written], fingerprint)
+    def write(report: Report) -> None:
         if appender is not None:
             appender.append(report)
         elif stdout is not None:
             stdout.write(dump_report(report) + "\n")
             stdout.flush()
-        result.written += 1
         on_report(report)
 
+    def write_reused(before_line: int | None) -> None:
+        # Baseline records go out between the audited ones, so the output stays in input order.
+        while reuse_order and (before_line is None or reuse_order[0] < before_line):
+            report = reused[reuse_order.popleft()]
+            write(enrich(report) if enrich is not None else report)
+
+    def emit(report: Report) -> None:
+        item = todo[result.written]
+        write_reused(item.line)
+        # The record is bound to its line's content and this audit's configuration (for --resume).
+        report.input_hash = record_key(item, fingerprint)
+        result.written += 1
+        write(report)
+
     try:
-        async for report in pipeline.run(todo):
-            emit(report)
-    except BudgetExhausted:
-        result.stopped_by_budget = True
-        result.remaining = len(todo) - result.written
-    except JudgeUnavailable as error:
-        result.judge_unavailable = str(error)
-        result.remaining = len(todo) - result.written
-        for item in todo[result.written :]:
-            emit(unaudited_report(item, f"not audited: {error}"))
+        async for audited in engine.audit(todo):
+            if isinstance(audited, Report):
+                emit(enrich(audited) if enrich is not None else audited)
+                continue
+            result.stop = audited
+            result.remaining = len(todo) - result.written
+            if isinstance(audited, UnavailableStop):
+                for item in todo[result.written :]:
+                    emit(unaudited_report(item, f"not audited: {audited}"))
+            break
+        write_reused(None)
     finally:
         if appender is not None:
             appender.close()

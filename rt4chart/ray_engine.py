@@ -5,11 +5,13 @@ samples into a Ray dataset and maps it in shards (``map_batches``) over a pool o
 (:class:`AuditShard`), each holding the judge stack a single-process run builds (cache and budget
 around every leaf) and auditing its shard with the same :class:`~rt4chart.pipeline.Pipeline`. The
 results come back in input order (``DataContext.execution_options.preserve_order``), and
-:class:`RayPipeline` hands them to :func:`rt4chart.pipeline.run_audit` as a pipeline would: so the
+:class:`RayEngine` (the second :class:`~rt4chart.pipeline.AuditEngine`, beside the local
+:class:`~rt4chart.pipeline.Pipeline`) hands them to :func:`rt4chart.pipeline.run_audit`: so the
 CLI's contract holds unchanged (one record per input line, input order, the output's lock,
 ``--resume`` skipping the lines, hence the shards, already finished, a budget stop or an unreachable
-judge handled as in a single-process run), and progress is reported on the driver as records
-arrive.
+judge handled as in a single-process run: a worker's stop comes back as the typed
+:data:`~rt4chart.pipeline.RunStop`, serialized, never a string to parse), and progress is reported
+on the driver as records arrive.
 
 The budget is global: with a cap, every worker's ledger reserves and settles on one
 :class:`BudgetKeeper` actor, so the cap holds across workers as it holds across the concurrent
@@ -25,18 +27,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rt4chart.backends.circuit import JudgeUnavailable
-from rt4chart.budget import BudgetExhausted, Ledger, RunLimits
+from pydantic import TypeAdapter
+
+from rt4chart.budget import Ledger, RunLimits
 from rt4chart.io import InputLine, dump_report, error_report
 from rt4chart.judges import JudgeStack, judge_stack
 from rt4chart.options import AuditOptions, EngineOptions
-from rt4chart.pipeline import Pipeline
+from rt4chart.pipeline import BudgetStop, Pipeline, RunStop, UnavailableStop
 from rt4chart.types import Report, Sample, Usage
 
 SHARD_SAMPLES = 8
@@ -44,8 +47,8 @@ SHARD_SAMPLES = 8
 records reach the driver (and the output file) steadily, large enough that a shard's samples
 overlap their judge calls."""
 
-_BUDGET = "budget"
-_UNAVAILABLE = "unavailable"
+_STOP: TypeAdapter[BudgetStop | UnavailableStop] = TypeAdapter(RunStop)
+"""Reads a worker's stop back on the driver."""
 
 
 class RayUnavailable(RuntimeError):
@@ -146,15 +149,14 @@ class AuditShard:
         return {"line": [item.line for item in items], "record": records, "stop": stops}
 
     async def _audit(self, items: list[InputLine]) -> tuple[list[str], list[str]]:
+        """The shard's records as JSON, and for the lines after a stop, the stop as JSON instead."""
         records: list[str] = []
         stop = ""
-        try:
-            async for report in self.pipeline.run(items):
-                records.append(dump_report(report))
-        except BudgetExhausted as error:
-            stop = f"{_BUDGET}:{error}"
-        except JudgeUnavailable as error:
-            stop = f"{_UNAVAILABLE}:{error.endpoint}\n{error.failures}\n{error.last_error}"
+        async for audited in self.pipeline.audit(items):
+            if isinstance(audited, (BudgetStop, UnavailableStop)):
+                stop = audited.model_dump_json()
+                break
+            records.append(dump_report(audited))
         # Lines after a stop carry it instead of a record: the driver stops there, as one process would.
         unfinished = len(items) - len(records)
         return records + [""] * unfinished, [""] * len(records) + [stop] * unfinished
@@ -166,26 +168,34 @@ class AuditShard:
             return
 
 
-def _raise_stop(stop: str) -> None:
-    kind, _, detail = stop.partition(":")
-    if kind == _BUDGET:
-        raise BudgetExhausted(detail)
-    endpoint, failures, last_error = detail.split("\n", 2)
-    raise JudgeUnavailable(endpoint, int(failures), last_error)
-
-
 @dataclass
-class RayPipeline(Pipeline):
-    """A :class:`Pipeline` whose ``run`` shards the samples over Ray workers; everything else (the
-    judge's name and prompt version that bind records for ``--resume``) is the driver's stack's,
-    which the workers rebuild from ``worker_judge``."""
+class RayEngine:
+    """The :class:`~rt4chart.pipeline.AuditEngine` that shards the samples over Ray workers; the
+    judge's name and prompt version that bind records for ``--resume`` are the driver's
+    ``pipeline``'s, whose stack the workers rebuild from ``worker_judge``."""
 
-    worker_judge: WorkerJudge = field(default_factory=lambda: WorkerJudge(judge=None))
+    pipeline: Pipeline
+    """The driver's pipeline: names the judge, the prompts and the options; makes no call."""
+    worker_judge: WorkerJudge
+    """What each worker builds its judge stack from."""
     engine: EngineOptions = field(default_factory=EngineOptions)
+    """Cluster address, workers and their CPUs."""
     ledger: Ledger | None = None
     """The driver's ledger: kept up to date with what the workers spend, for progress and summary."""
 
-    async def run(self, items: Iterable[InputLine]) -> AsyncIterator[Report]:
+    @property
+    def judge_name(self) -> str:
+        return self.pipeline.judge_name
+
+    @property
+    def prompt_version(self) -> str:
+        return self.pipeline.prompt_version
+
+    @property
+    def options(self) -> AuditOptions:
+        return self.pipeline.options
+
+    async def audit(self, items: Sequence[InputLine]) -> AsyncIterator[Report | BudgetStop | UnavailableStop]:
         ray = _ray()
         items = list(items)
         started_here = _connect(ray, self.engine)
@@ -204,7 +214,8 @@ class RayPipeline(Pipeline):
                     continue
                 row = await asyncio.to_thread(next, rows)
                 if row["stop"]:
-                    _raise_stop(row["stop"])
+                    yield _STOP.validate_json(row["stop"])
+                    return
                 report = Report.model_validate_json(row["record"])
                 self._account(report.usage, keeper is None)
                 yield report
@@ -282,7 +293,7 @@ def _connect(ray: Any, engine: EngineOptions) -> bool:
     return True
 
 
-def ray_pipeline(
+def ray_audit_engine(
     stack: JudgeStack,
     options: AuditOptions,
     engine: EngineOptions,
@@ -291,11 +302,11 @@ def ray_pipeline(
     api_base: str | None,
     limits: RunLimits,
     cache: Path | str | None,
-) -> RayPipeline:
-    """The pipeline of ``rt4 verify --engine ray``: ``stack`` is the driver's (it names the judge,
+) -> RayEngine:
+    """The engine of ``rt4 verify --engine ray``: ``stack`` is the driver's (it names the judge,
     keeps the spend for progress and summary); the workers build theirs from the same specs."""
     worker_judge = WorkerJudge(
         judge=judge, api_base=api_base, concurrency=limits.concurrency, timeout_s=limits.timeout_s,
         cache=None if cache is None else str(cache), options=options.model_dump(mode="json"),
     )
-    return RayPipeline(stack, options, worker_judge=worker_judge, engine=engine, ledger=stack.ledger)
+    return RayEngine(Pipeline(stack, options), worker_judge, engine, ledger=stack.ledger)

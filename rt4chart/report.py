@@ -169,6 +169,29 @@ class AuditProgress:
             self.console.print(line, highlight=False, soft_wrap=True)
 
 
+class ProgressObserver:
+    """:class:`AuditProgress` as a run's observer (:class:`rt4chart.run.RunObserver`): the bar
+    opens when the run has its ledger and closes when the run ends."""
+
+    def __init__(self, console: Console, *, enabled: bool = True) -> None:
+        self.console = console
+        self.enabled = enabled
+        self._progress: AuditProgress | None = None
+
+    def start(self, total: int, ledger: Ledger, calls_seen: bool) -> None:
+        self._progress = AuditProgress(total, ledger, self.console, enabled=self.enabled, calls_seen=calls_seen)
+        self._progress.__enter__()
+
+    def record(self, report: Report, summary: RunSummary) -> None:
+        if self._progress is not None:
+            self._progress.advance(summary)
+
+    def finish(self) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(None, None, None)
+            self._progress = None
+
+
 def print_estimate(plan: AuditEstimate, console: Console) -> None:
     """The table of ``rt4 estimate``."""
     table = Table(title="rt4chart estimate (no judge called)", show_header=False, title_justify="left")

@@ -203,7 +203,7 @@ def test_progress_shows_the_workers_spend_while_the_run_goes(tmp_path: Path, ray
     from rt4chart.judges import judge_stack
     from rt4chart.options import AuditOptions, EngineOptions
     from rt4chart.pipeline import run_audit
-    from rt4chart.ray_engine import SHARD_SAMPLES, ray_pipeline
+    from rt4chart.ray_engine import SHARD_SAMPLES, ray_audit_engine
     from rt4chart.report import AuditProgress, RunSummary
 
     samples = 3 * SHARD_SAMPLES
@@ -211,7 +211,7 @@ def test_progress_shows_the_workers_spend_while_the_run_goes(tmp_path: Path, ray
     judge = f"scripted:{write_rules(tmp_path / 'rules.json', cost_per_call=0.01)}"
     ledger = Ledger(limit_usd=100.0)
     stack = judge_stack(judge, ledger=ledger)
-    pipeline = ray_pipeline(stack, AuditOptions(), EngineOptions(engine="ray", workers=2, worker_cpus=0.5),
+    pipeline = ray_audit_engine(stack, AuditOptions(), EngineOptions(engine="ray", workers=2, worker_cpus=0.5),
                             judge=judge, api_base=None, limits=RunLimits(budget_usd=100.0), cache=None)
     log = io.StringIO()
     summary = RunSummary()

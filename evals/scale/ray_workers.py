@@ -9,7 +9,7 @@ global stage on) against the project's fault server
 (``openai/<model>`` on the server, ``--concurrency`` calls in flight per process or worker, no
 cache). The single-process run is :func:`rt4chart.pipeline.run_audit` with a
 :class:`~rt4chart.pipeline.Pipeline`, the Ray runs the same with ``rt4 verify --engine ray``'s
-:class:`~rt4chart.ray_engine.RayPipeline`, on one local Ray cluster started once (its start is not
+:class:`~rt4chart.ray_engine.RayEngine`, on one local Ray cluster started once (its start is not
 counted; each run's worker actors start inside the run and are). Reported per run: wall seconds,
 samples/s over the whole run, steady samples/s (from the 20th record to the last: worker start-up
 excluded), the ratio to the single-process run, the driver's CPU seconds per judge call, and the
@@ -70,10 +70,10 @@ def audit(server: FaultServer, inputs: Path, out: Path, concurrency: int, worker
     options = AuditOptions(decomposer="rules")
     pipeline: Pipeline = Pipeline(stack, options)
     if workers is not None:
-        from rt4chart.ray_engine import ray_pipeline
+        from rt4chart.ray_engine import ray_audit_engine
 
         engine = EngineOptions(engine="ray", workers=workers)
-        pipeline = ray_pipeline(stack, options, engine, judge=judge, api_base=server.base_url,
+        pipeline = ray_audit_engine(stack, options, engine, judge=judge, api_base=server.base_url,
                                 limits=RunLimits(concurrency=concurrency), cache=None)
     arrivals: list[float] = []
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -21,15 +22,44 @@ from rt4chart.signals.attention import (
     FeatureCache,
     FeatureOutcome,
     extract_features,
+    open_attention_extractor,
     token_scores_from_windows,
     window_average,
     window_bounds,
 )
 from rt4chart.signals.base import SignalError
 from rt4chart.signals.csr import attach_token_signal, flagged_spans
-from rt4chart.signals.probe import AttentionProbe, Selector, WindowSet, build_windows, train_probe, training_hash
+from rt4chart.signals.probe import (
+    AttentionProbe,
+    Selector,
+    WindowSet,
+    build_windows,
+    load_probe,
+    train_probe,
+    training_hash,
+)
 from rt4chart.signals.template import load_csr_template
 from rt4chart.types import AttentionSignalReport, ProbeTokenScore, ProbeWindowScore, Report, Sample, Span
+
+
+@dataclass(frozen=True)
+class AttentionSetup:
+    """An opened attention model with its probe (what ``rt4 signals attention`` and ``rt4 verify
+    --signals attention`` share)."""
+
+    extractor: AttentionExtractor
+    probe: AttentionProbe
+    name: str
+    """How records name the probe (:func:`probe_label`)."""
+
+
+def open_attention_probe(model: Path, probe_path: Path) -> AttentionSetup:
+    """Load the probe (cheap, checked first), then open the model it was trained on; raises
+    :class:`SignalError` when either cannot be used or they do not belong together."""
+    probe = load_probe(probe_path)
+    extractor = open_attention_extractor(model)
+    probe.check_model(extractor.backend.identity)
+    return AttentionSetup(extractor, probe, probe_label(probe, probe_path))
 
 
 def probe_label(probe: AttentionProbe, path: Path) -> str:

@@ -1,0 +1,497 @@
+"""The run layer: a run of an audit declared once (:class:`RunSpec`) and executed by every entry point.
+
+``rt4 verify``, ``rt4 eval``, ``rt4 compare``, ``rt4 repair --verify-after`` and
+:func:`rt4chart.verify` / :func:`rt4chart.averify` all end here. A run builds its judge stack, its
+engine (local or Ray, :class:`rt4chart.pipeline.AuditEngine`), audits through the one batch runner
+with the stop policy (:func:`rt4chart.pipeline.run_audit`: budget stop, judge unavailable, resume,
+the output's lock), enriches each record with white-box signals before it is written, publishes
+what the run asked for, and returns a :class:`RunOutcome` whose status is data. :func:`exit_code`
+is the one map from a status to the documented exit code (README "Exit codes": of 3, 2, 4, 1 the
+first that applies wins).
+
+Hook points for what a run does besides auditing: :func:`_publish` (every output a finished run
+writes besides its records) and :func:`outcome_of` (how a run's records and stop become its
+outcome). A run that cannot start (unknown judge, unusable cache or output, a missing extra) raises
+:class:`RunUsageError` before anything is spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from rich.console import Console
+
+from rt4chart.audited import pair_with_inputs
+from rt4chart.backends.base import Backend
+from rt4chart.budget import BudgetExhausted, Ledger, RunLimits
+from rt4chart.io import InputLine, OutputError, guard_outputs, parse_sample
+from rt4chart.judges import JudgeConfigError, JudgeStack, check_judge_serves
+from rt4chart.manifest import write_manifest
+from rt4chart.options import AuditOptions, EngineOptions, FailOn
+from rt4chart.outputs import PublishOptions, publish
+from rt4chart.pipeline import AuditEngine, AuditResult, BudgetStop, Pipeline, UnavailableStop, run_audit
+from rt4chart.ray_engine import RayUnavailable
+from rt4chart.report import RunSummary
+from rt4chart.types import Report, Sample
+
+if TYPE_CHECKING:
+    from typing import TextIO
+
+
+class RunUsageError(ValueError):
+    """A run that cannot start as specified (exit 2), found before any judge call."""
+
+
+class RunStatus(StrEnum):
+    """How a run ended, in the order the exit code decides (the first that applies)."""
+
+    STOPPED_BY_BUDGET = "stopped_by_budget"
+    """The budget refused a call; the records finished before it are kept."""
+    INVALID_INPUT = "invalid_input"
+    """At least one input line is not a valid sample (it got a record with the reason)."""
+    JUDGE_UNAVAILABLE = "judge_unavailable"
+    """The judge could not be reached or refused every call; the lines not audited got records."""
+    INCOMPLETE = "incomplete"
+    """Judge errors left at least one verdict open (``label: null``)."""
+    FAILED = "failed"
+    """The answers fail the run's policy (``--fail-on``, ``--max-rate``)."""
+    PASSED = "passed"
+    """The answers pass."""
+
+
+_EXIT_CODES: dict[RunStatus, int] = {
+    RunStatus.PASSED: 0,
+    RunStatus.FAILED: 1,
+    RunStatus.INVALID_INPUT: 2,
+    RunStatus.STOPPED_BY_BUDGET: 3,
+    RunStatus.JUDGE_UNAVAILABLE: 4,
+    RunStatus.INCOMPLETE: 4,
+}
+
+EXIT_USAGE = _EXIT_CODES[RunStatus.INVALID_INPUT]
+"""The exit code of bad input or usage (also of a :class:`RunUsageError`)."""
+
+
+def exit_code(status: RunStatus) -> int:
+    """The documented exit code of a run that ended with ``status`` (README "Exit codes")."""
+    return _EXIT_CODES[status]
+
+
+class SignalSpec(BaseModel):
+    """White-box token signals added to each record before it is written (``--signals``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    kind: Literal["csr", "attention"]
+    """csr (REFIND's context sensitivity ratio) or attention (a trained AggTruth probe)."""
+    model: Path
+    """Model directory or GGUF file that scores the answers."""
+    probe: Path | None = None
+    """Probe file from ``rt4 signals train`` (attention only)."""
+    server: str | None = None
+    """Base URL of a vLLM server that scores instead of the in-process model (csr only)."""
+    delta: float = 0.2
+    """CSR threshold: answer tokens with CSR >= delta are flagged (csr only)."""
+    use_cache: bool = True
+    """Read and write the per-user signal cache."""
+
+    @field_validator("delta")
+    @classmethod
+    def _finite(cls, delta: float) -> float:
+        if not math.isfinite(delta):
+            raise ValueError("must be a finite number")
+        return delta
+
+
+def signal_spec(
+    kind: str | None,
+    model: Path | None,
+    *,
+    probe: Path | None = None,
+    server: str | None = None,
+    delta: float = 0.2,
+    use_cache: bool = True,
+) -> SignalSpec | None:
+    """The ``--signals`` of a run (``None`` without one), or a :class:`RunUsageError` naming the flag."""
+    if kind is None:
+        return None
+    if kind not in ("csr", "attention"):
+        raise RunUsageError(f"--signals must be csr or attention (got {kind!r})")
+    if model is None:
+        raise RunUsageError(f"--signals {kind} needs --signal-model PATH (a model directory or a GGUF file)")
+    if not math.isfinite(delta):
+        raise RunUsageError("--signal-delta must be a finite number")
+    return SignalSpec.model_validate(
+        {"kind": kind, "model": model, "probe": probe, "server": server, "delta": delta, "use_cache": use_cache}
+    )
+
+
+class RunSpec(BaseModel):
+    """Everything that shapes one run besides its input: declared once, used by every entry point."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, arbitrary_types_allowed=True)
+
+    judge: str | Backend | None = None
+    """A judge spec as ``--judge`` takes it, or a backend of the caller's (left open); default: the
+    embedded offline verifier."""
+    api_base: str | None = None
+    """Base URL of an OpenAI-compatible or vLLM server for the judge."""
+    limits: RunLimits = Field(default_factory=RunLimits)
+    """Budget in USD, judge calls in flight, seconds per HTTP attempt."""
+    cache: Path | str | None = None
+    """Judge-call cache: a directory, a ``redis://`` URL, or ``None`` for no cache."""
+    options: AuditOptions = Field(default_factory=AuditOptions)
+    """The audit's options (they bind records for ``--resume``)."""
+    engine: EngineOptions = Field(default_factory=EngineOptions)
+    """Where the audit runs (this process or a Ray cluster); changes no record."""
+    input_file: Path | None = None
+    """The input file, when there is one: outputs may never overwrite it."""
+    out: Path | None = None
+    """Write the records here (atomically, under the file's lock); ``None``: the caller's stream, if any."""
+    resume: bool = False
+    """Keep the records already complete in ``out`` for the same input and configuration; audit the rest."""
+    outputs: PublishOptions = Field(default_factory=PublishOptions)
+    """What a finished run writes besides its records (view, HTML, JUnit, annotations) and how it
+    decides failure."""
+    signals: SignalSpec | None = None
+    """White-box signals added to each record before it is written; ``None``: none."""
+
+
+class RunCounts(BaseModel):
+    """The figures behind a run's status."""
+
+    records: int = 0
+    """Records of the run (written now or kept by ``--resume``)."""
+    written: int = 0
+    """Records written by this run."""
+    resumed: int = 0
+    """Records kept from an earlier run."""
+    remaining: int = 0
+    """Input lines the run did not audit because it stopped."""
+    invalid: int = 0
+    """Input lines that are not valid samples."""
+    incomplete: int = 0
+    """Records with a verdict left open by judge errors (or not audited)."""
+    hallucinated: int = 0
+    """Answers judged contradicted or baseless."""
+
+
+class RunOutcome(BaseModel):
+    """How a run ended: its status (data, for :func:`exit_code`), the counts behind it, the stop."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    status: RunStatus
+    """How the run ended."""
+    counts: RunCounts
+    """The figures the status was decided from."""
+    fails: bool = False
+    """Whether the answers fail the run's policy (``--fail-on``, ``--max-rate``)."""
+    stop: BudgetStop | UnavailableStop | None = None
+    """Why the run stopped before its last line, if it did."""
+    judge: str = ""
+    """The judge's name, as records carry it."""
+    spent_usd: float = 0.0
+    """What the run's judge calls cost."""
+    budget_usd: float | None = None
+    """The run's cap, if any."""
+    reports: list[Report] = Field(default_factory=list, exclude=True)
+    """The run's records, in input order."""
+    summary: RunSummary = Field(default_factory=RunSummary, exclude=True)
+    """Totals over the records (what the end-of-run table shows)."""
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.status)
+
+
+class RunObserver(Protocol):
+    """What follows a run as it goes (the CLI's progress bar): told the ledger first, then each record."""
+
+    def start(self, total: int, ledger: Ledger, calls_seen: bool) -> None: ...
+
+    def record(self, report: Report, summary: RunSummary) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+def input_lines(samples: Iterable[Sample | Mapping[str, Any] | InputLine]) -> list[InputLine]:
+    """Input lines numbered from 1 out of samples, mappings (validated as an input line is) or lines."""
+    lines = []
+    for position, sample in enumerate(samples, start=1):
+        if isinstance(sample, InputLine):
+            lines.append(sample)
+        elif isinstance(sample, Sample):
+            lines.append(InputLine(position, sample))
+        else:
+            lines.append(parse_sample(dict(sample), position))
+    return lines
+
+
+def cache_location(
+    cache_dir: Path | None, cache_url: str | None, *, per_user_default: bool = True
+) -> Path | str | None:
+    """The judge cache a command uses: the Redis server of --cache-url, else --cache-dir, else the
+    per-user cache directory (or none, for a command whose runs are independent by default)."""
+    from rt4chart.cache import default_cache_dir
+
+    if cache_dir is not None and cache_url is not None:
+        raise RunUsageError("--cache-dir and --cache-url are alternatives: give one")
+    return cache_url or cache_dir or (default_cache_dir() if per_user_default else None)
+
+
+def run_limits(budget: float | None, concurrency: int | None, timeout: float | None) -> RunLimits:
+    """Validated limits, or a :class:`RunUsageError` naming the flag."""
+    try:
+        return RunLimits(budget_usd=budget, concurrency=concurrency, timeout_s=timeout)
+    except ValidationError as error:
+        flags = {"budget_usd": "--budget", "concurrency": "--concurrency", "timeout_s": "--timeout"}
+        problem = error.errors()[0]
+        raise RunUsageError(f"{flags[str(problem['loc'][0])]}: {problem['msg']}") from None
+
+
+def engine_options(engine: str, address: str | None, workers: int, worker_cpus: float) -> EngineOptions:
+    """Validated engine options (Ray checked importable when asked for), or a :class:`RunUsageError`."""
+    try:
+        options = EngineOptions.model_validate(
+            {"engine": engine, "address": address, "workers": workers, "worker_cpus": worker_cpus}
+        )
+    except ValidationError as error:
+        problem = error.errors()[0]
+        raise RunUsageError(f"--{str(problem['loc'][0]).replace('_', '-')}: {problem['msg']}") from None
+    if options.engine == "ray":
+        from rt4chart.ray_engine import RayUnavailable, ray_available
+
+        try:
+            ray_available()
+        except RayUnavailable as error:
+            raise RunUsageError(str(error)) from None
+    return options
+
+
+def build_stack(
+    judge: str | Backend | None,
+    *,
+    api_base: str | None = None,
+    limits: RunLimits | None = None,
+    cache: Path | str | None = None,
+    ledger: Ledger | None = None,
+) -> JudgeStack:
+    """The run's judge stack (:func:`rt4chart.judges.judge_stack`), or a :class:`RunUsageError`."""
+    from rt4chart.cache import CacheError
+    from rt4chart.judges import JudgeConfigError, judge_stack
+
+    limits = limits or RunLimits()
+    try:
+        return judge_stack(
+            judge, api_base=api_base, concurrency=limits.concurrency, cache=cache,
+            budget_usd=None if ledger is not None else limits.budget_usd, ledger=ledger, timeout_s=limits.timeout_s,
+        )
+    except (JudgeConfigError, CacheError) as error:
+        raise RunUsageError(str(error)) from None
+
+
+def _engine(spec: RunSpec, stack: JudgeStack) -> AuditEngine:
+    try:
+        check_judge_serves(stack, spec.options)  # a method the judge cannot serve is a usage error
+    except JudgeConfigError as error:
+        raise RunUsageError(str(error)) from None
+    pipeline = Pipeline(stack, spec.options)
+    if spec.engine.engine != "ray":
+        return pipeline
+    if not isinstance(spec.judge, str | None):
+        raise RunUsageError("--engine ray rebuilds the judge on every worker: give it as a spec, not a backend")
+    from rt4chart.ray_engine import ray_audit_engine
+
+    return ray_audit_engine(
+        stack, spec.options, spec.engine, judge=spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache
+    )
+
+
+def _signal_step(spec: SignalSpec, items: Sequence[InputLine]) -> Callable[[Report], Report]:
+    """Open the signal model, score every valid sample, and return the step that adds a record's
+    signals to it; any failure is a :class:`RunUsageError` (nothing of the judge's is spent yet)."""
+    from rt4chart.signals import SignalError
+
+    valid = [item for item in items if item.sample is not None]
+    samples = [item.sample for item in valid if item.sample is not None]
+    lines = [item.line for item in valid]
+    try:
+        if spec.kind == "attention":
+            from rt4chart.signals.aggtruth import attach_attention, open_attention_probe, score_samples
+            from rt4chart.signals.attention import FeatureCache
+
+            if spec.probe is None:
+                raise RunUsageError("--signals attention needs --signal-probe FILE (from rt4 signals train)")
+            if spec.server is not None:
+                raise RunUsageError(
+                    "--signals attention reads attention maps in process; --signal-server is for csr only"
+                )
+            setup = open_attention_probe(spec.model, spec.probe)
+            cache = FeatureCache() if spec.use_cache else None
+            scores = score_samples(samples, setup.extractor, setup.probe, setup.name, cache)
+            scored = dict(zip(lines, scores, strict=True))
+            return lambda report: attach_attention([report], scored)[0]
+        from rt4chart.signals import open_backend
+        from rt4chart.signals.csr import SignalCache, attach_signals, compute_csr
+
+        backend = open_backend(spec.model, server=spec.server)
+        signal_cache = SignalCache() if spec.use_cache else None
+        outcomes = dict(zip(lines, compute_csr(samples, backend, delta=spec.delta, cache=signal_cache), strict=True))
+        return lambda report: attach_signals([report], outcomes)[0]
+    except SignalError as error:
+        raise RunUsageError(f"signals: {error}") from None
+
+
+def outcome_of(
+    reports: Sequence[Report], result: AuditResult, summary: RunSummary, fails: bool, ledger: Ledger, judge: str
+) -> RunOutcome:
+    """The outcome of a run whose records are ``reports``: its status, first of 3, 2, 4, 1 that applies."""
+    counts = RunCounts(
+        records=summary.records, written=result.written, resumed=result.resumed, remaining=result.remaining,
+        invalid=summary.invalid, incomplete=summary.incomplete, hallucinated=summary.hallucinated,
+    )
+    if isinstance(result.stop, BudgetStop):
+        status = RunStatus.STOPPED_BY_BUDGET
+    elif counts.invalid:
+        status = RunStatus.INVALID_INPUT
+    elif isinstance(result.stop, UnavailableStop):
+        status = RunStatus.JUDGE_UNAVAILABLE
+    elif counts.incomplete:
+        status = RunStatus.INCOMPLETE
+    else:
+        status = RunStatus.FAILED if fails else RunStatus.PASSED
+    summary.remaining = result.remaining
+    summary.stopped_by_budget = result.stopped_by_budget
+    summary.spent_usd, summary.budget_usd = ledger.spent_usd, ledger.limit_usd
+    return RunOutcome(
+        status=status, counts=counts, fails=fails, stop=result.stop, judge=judge, spent_usd=ledger.spent_usd,
+        budget_usd=ledger.limit_usd, reports=list(reports), summary=summary,
+    )
+
+
+def _publish(spec: RunSpec, reports: Sequence[Report], items: Sequence[InputLine], console: Console | None) -> bool:
+    """Everything a finished run writes besides its records; returns whether the run fails its policy."""
+    return publish(spec.outputs, pair_with_inputs(reports, items), console or Console(), audit_options=spec.options)
+
+
+def _check_baseline(outputs: PublishOptions) -> None:
+    """A gate against a baseline needs one, and one that is a records file (refused before any call)."""
+    from rt4chart.io import PredictionsError, read_predictions
+
+    if outputs.fail_on in (FailOn.NEW, FailOn.WORSE) and outputs.baseline is None:
+        raise RunUsageError(f"--fail-on {outputs.fail_on} compares with an earlier audit: give --baseline BASE.jsonl")
+    if outputs.baseline is not None:
+        try:
+            read_predictions(outputs.baseline)
+        except PredictionsError as error:
+            raise RunUsageError(f"--baseline: {error}") from None
+
+
+def _guarded(spec: RunSpec) -> RunSpec:
+    """``spec`` with every output it writes checked (:func:`rt4chart.io.guard_outputs`: never the
+    input, never two outputs in one file, folders that exist) and symlinks resolved to their targets."""
+    outputs = spec.outputs
+    try:
+        requested = {"--out": spec.out, "--report": outputs.html, "--junit": outputs.junit}
+        # The baseline is an input too: `--out audit.jsonl --baseline audit.jsonl` would erase it.
+        guarded = guard_outputs(requested, [spec.input_file, outputs.baseline])
+    except OutputError as error:
+        raise RunUsageError(str(error)) from None
+    published = outputs.model_copy(update={"html": guarded.get("--report"), "junit": guarded.get("--junit")})
+    return spec.model_copy(update={"out": guarded.get("--out"), "outputs": published})
+
+
+async def aexecute(
+    spec: RunSpec,
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    *,
+    observer: RunObserver | None = None,
+    stdout: TextIO | None = None,
+    console: Console | None = None,
+) -> RunOutcome:
+    """Run ``spec`` over ``samples``: one record per input line, in input order, into ``spec.out``
+    (else ``stdout`` unless it shows the readable view, else only the outcome), then publish what
+    ``spec.outputs`` asks for (the view, annotations: on ``console``).
+
+    Raises :class:`RunUsageError` (before any judge call) when the run cannot start. A stop (budget,
+    judge unavailable) is the outcome's status, not an exception.
+    """
+    items = input_lines(samples)
+    if spec.resume and spec.out is None:
+        raise RunUsageError("--resume needs --out FILE")
+    started_at = datetime.now(UTC)
+    spec = _guarded(spec)
+    _check_baseline(spec.outputs)
+    out = spec.out
+    enrich = _signal_step(spec.signals, items) if spec.signals is not None else None
+    stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)
+    summary = RunSummary()
+    reports: list[Report] = []
+    try:
+        engine = _engine(spec, stack)
+        if observer is not None:
+            # Ray workers make the calls, out of the driver's sight.
+            observer.start(len(items), stack.ledger, calls_seen=spec.engine.engine != "ray")
+
+        def on_report(report: Report) -> None:
+            summary.add(report)
+            reports.append(report)
+            if observer is not None:
+                observer.record(report, summary)
+
+        try:
+            # Records go to stdout only when it does not show the readable view instead.
+            stream = stdout if out is None and not spec.outputs.text_view else None
+            result = await run_audit(engine, items, out, on_report, resume=spec.resume, stdout=stream, enrich=enrich,
+                                     baseline=spec.outputs.baseline)
+        except OutputError as error:  # another run holds the output's lock
+            raise RunUsageError(str(error)) from None
+        except RayUnavailable as error:  # the cluster named by --address cannot be reached
+            raise RunUsageError(str(error)) from None
+        finally:
+            if observer is not None:
+                observer.finish()
+    finally:
+        await stack.aclose()
+    reports.sort(key=lambda report: report.line)
+    fails = _publish(spec, reports, items, console)
+    if out is not None:
+        # This run's calls are the ledger's: resumed and reused records cost nothing now.
+        write_manifest(
+            out, reports, judge=engine.judge_name, prompt_version=engine.prompt_version, options=spec.options,
+            input_path=spec.input_file, input_lines=len(items), usage=stack.ledger.usage, started_at=started_at,
+            ended_at=datetime.now(UTC), resumed=result.resumed, reused_from_baseline=result.reused,
+            baseline=spec.outputs.baseline,
+        )
+    return outcome_of(reports, result, summary, fails, stack.ledger, stack.name)
+
+
+def execute(
+    spec: RunSpec,
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    *,
+    observer: RunObserver | None = None,
+    stdout: TextIO | None = None,
+    console: Console | None = None,
+) -> RunOutcome:
+    """Synchronous :func:`aexecute`."""
+    return asyncio.run(aexecute(spec, samples, observer=observer, stdout=stdout, console=console))
+
+
+def raise_stop(outcome: RunOutcome) -> None:
+    """Raise the exception of the outcome's stop (what :func:`rt4chart.verify` promises: a budget
+    stop raises :class:`BudgetExhausted`, an unreachable judge :class:`JudgeUnavailable`)."""
+    from rt4chart.backends.circuit import JudgeUnavailable
+
+    if isinstance(outcome.stop, BudgetStop):
+        raise BudgetExhausted(outcome.stop.detail)
+    if isinstance(outcome.stop, UnavailableStop):
+        raise JudgeUnavailable(outcome.stop.endpoint, outcome.stop.failures, outcome.stop.last_error)

@@ -10,7 +10,7 @@ Accepted forms of ``--judge``:
 - ``cascade:A[@CONFIDENCE],B[@CONFIDENCE],C`` — each stage settles the claims it judges with at
   least that confidence (default :data:`DEFAULT_CASCADE_CONFIDENCE`), the rest go to the next stage;
 - ``vote:A,B,C`` — every member judges every claim, the majority label stands (ties:
-  contradicted > baseless > entailed), see :mod:`rt4chart.backends.vote`.
+  contradicted > baseless > entailed), see :mod:`rt4chart.ensembles.vote`.
 
 Every check that can fail (unknown name, missing API key or base URL, unreadable file) runs here,
 before any work, and raises :class:`JudgeConfigError`; messages name environment variables, never
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rt4chart.backends.base import Backend, BackendWrapper
+from rt4chart.backends.policy import CallSettings
 from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.budget import Ledger, MeteredBackend
 from rt4chart.cache import CachedBackend, JudgeCache, open_cache
@@ -35,6 +36,7 @@ from rt4chart.resources import resource_dir
 
 if TYPE_CHECKING:
     from rt4chart.backends.litellm import LiteLLMSettings
+    from rt4chart.options import AuditOptions
 
 DEFAULT_JUDGE = "embedded"
 """The judge used when none is named: needs no key and no network."""
@@ -72,10 +74,9 @@ class JudgeDeployment(BaseModel):
     """Tokens per minute this deployment accepts."""
 
 
-class JudgeProfile(BaseModel):
-    """How to call one judge: one ``judges/<name>.toml`` file."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class JudgeProfile(CallSettings):
+    """How to call one judge: one ``judges/<name>.toml`` file. Prices, pacing and retries are the
+    fields of :class:`~rt4chart.backends.policy.CallSettings`, declared there once."""
 
     name: str
     """Name used with ``--judge`` and recorded in outputs."""
@@ -91,28 +92,8 @@ class JudgeProfile(BaseModel):
     """Environment variable holding the base URL (used when ``api_base`` and ``--api-base`` are not given)."""
     api_key_env: str | None = None
     """Environment variable holding the API key; ``None`` when the server needs none."""
-    input_usd_per_mtok: float | None = Field(default=None, ge=0.0)
-    """Price per million prompt tokens; ``None`` means litellm's price list (or 0 if it has none)."""
-    output_usd_per_mtok: float | None = Field(default=None, ge=0.0)
-    """Price per million completion tokens; ``None`` as for input."""
-    concurrency: int = Field(default=8, ge=1)
-    """Calls in flight at once (``--concurrency`` overrides it)."""
     logprobs: bool = False
     """Whether the model can return token log-probabilities."""
-    response_format: Literal["auto", "json_schema", "json_object", "none"] = "auto"
-    """Structured-output mode; ``auto`` asks litellm's capability helpers."""
-    timeout_s: float = Field(default=120.0, gt=0.0)
-    """Seconds one HTTP attempt may take."""
-    max_attempts: int = Field(default=5, ge=1)
-    """Attempts per request, the first included (rate limits, 5xx, timeouts, invalid replies)."""
-    max_reasks: int = Field(default=1, ge=0)
-    """Re-asks after replies that hold no schema-valid object, within ``max_attempts``. Such a
-    reply is rarely transient: a model that overran ``max_tokens`` or ignored the schema at
-    temperature 0 mostly does it again, and each re-ask pays for a longer prompt."""
-    backoff_s: float = Field(default=1.0, ge=0.0)
-    """First retry delay; it doubles per attempt, plus up to as much random jitter."""
-    backoff_max_s: float = Field(default=60.0, ge=0.0)
-    """Longest retry delay, Retry-After included."""
     deployments: list[JudgeDeployment] = Field(default_factory=list)
     """Several deployments of ``model`` (a fleet, routed by litellm's Router); empty: one endpoint
     (``api_base``). The judge's name stays the profile's, whichever deployment answers."""
@@ -136,8 +117,8 @@ class JudgeProfile(BaseModel):
         from rt4chart.backends.litellm import LiteLLMSettings
 
         assert self.model is not None, "litellm judge profiles always name a model"
-        transport = self.model_dump(include=set(LiteLLMSettings.model_fields) - {"model", "concurrency"})
-        return LiteLLMSettings(model=self.model, concurrency=concurrency or self.concurrency, **transport)
+        call = self.model_dump(include=set(CallSettings.model_fields) - {"concurrency"})
+        return LiteLLMSettings(name=self.name, model=self.model, concurrency=concurrency or self.concurrency, **call)
 
 
 class ProfileStatus(BaseModel):
@@ -200,7 +181,7 @@ def resolve_judge(
     if concurrency is not None and concurrency < 1:
         raise JudgeConfigError(f"concurrency must be at least 1 (got {concurrency})")
     if spec.startswith("cascade:"):
-        from rt4chart.backends.cascade import CascadeBackend, CascadeStage
+        from rt4chart.ensembles.cascade import CascadeBackend, CascadeStage
 
         stages = [
             CascadeStage(backend=_resolve_leaf(stage, api_base, concurrency, wrap, timeout_s), confidence=confidence)
@@ -208,7 +189,7 @@ def resolve_judge(
         ]
         return CascadeBackend(stages)
     if spec.startswith("vote:"):
-        from rt4chart.backends.vote import VoteBackend
+        from rt4chart.ensembles.vote import VoteBackend
 
         members = [member.strip() for member in spec.removeprefix("vote:").split(",")]
         nested = any(member.startswith(("vote:", "cascade:")) for member in members)
@@ -443,3 +424,28 @@ def judge_stack(
             disk.close()
         raise
     return JudgeStack(inner, ledger, disk, owns_judge=not isinstance(judge, Backend), owns_cache=opened)
+
+
+_TEXT_JUDGES = (
+    "a model that writes text: a profile such as gpt-4o-mini, a litellm string (openai/NAME --api-base URL "
+    "for a server of your own, e.g. rt4 serve), or scripted:RULES.json"
+)
+"""Which judges can serve the steps the embedded verifier cannot, in the words of the error."""
+
+
+def check_judge_serves(backend: Backend, options: AuditOptions) -> None:
+    """Raise :class:`JudgeConfigError` when ``backend`` cannot serve a step ``options`` ask for.
+
+    A judge that only verifies claims (the embedded verifier: ``supports_decompose`` false) would
+    answer every decomposition or direct request with an error, so the run would write all-null
+    records and look like an unreachable judge; a usage error before any work says what to change.
+    """
+    if backend.supports_decompose:
+        return
+    if options.method == "direct":
+        needs = "--method direct (one call that finds the hallucinated spans)"
+    elif options.decomposer in ("judge", "holistic"):
+        needs = f"--decomposer {options.decomposer} (claims written by the judge)"
+    else:
+        return
+    raise JudgeConfigError(f"{needs} needs {_TEXT_JUDGES}; judge {backend.name!r} only verifies claims")

@@ -254,3 +254,22 @@ def test_passage_contexts_anchor_evidence_in_the_joined_text(tmp_path: Path) -> 
     [evidence] = record["claims"][0]["evidence"]
     assert joined[evidence["start"] : evidence["end"]] == evidence["text"] == "The trial lasts 14 days."
     assert evidence["sentence_ids"] == [1]
+
+
+@pytest.mark.parametrize(
+    "impossible", [["--method", "direct"], ["--decomposer", "holistic"], ["--decomposer", "judge"]]
+)
+def test_a_method_the_embedded_judge_cannot_serve_is_a_usage_error_before_any_work(
+    example: tuple[Path, Path], impossible: list[str]
+) -> None:
+    input_path, rules = example
+    out = input_path.parent / "out.jsonl"
+    result = rt4_verify(input_path, "--judge", "embedded", *impossible, "-o", str(out))
+    assert result.exit_code == EXIT_USAGE
+    message = " ".join(result.stderr.split())
+    assert impossible[1] in message and "scripted:" in message and "only verifies claims" in message
+    assert not out.exists()
+    # A judge that writes text is given the same options.
+    served = rt4_verify(input_path, "--judge", f"scripted:{rules}", *impossible, "-o", str(out))
+    assert served.exit_code != EXIT_USAGE, served.stderr
+    assert out.exists()

@@ -24,12 +24,14 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rt4chart.backends.base import Backend, BackendWrapper
 from rt4chart.backends.policy import CallSettings
 from rt4chart.backends.scripted import ScriptedBackend
+from rt4chart.backends.scrubbing import redact_url
 from rt4chart.budget import Ledger, MeteredBackend
 from rt4chart.cache import CachedBackend, JudgeCache, open_cache
 from rt4chart.resources import resource_dir
@@ -309,6 +311,13 @@ def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: i
                 f"judge {profile.name!r} needs its server's base URL: set {profile.api_base_env} "
                 "or pass --api-base"
             )
+    if base is not None and urlsplit(base).netloc.rpartition("@")[1]:
+        # The HTTP client refuses credentials in the URL beside its Authorization header on every
+        # attempt: refused here, once, before any work, never retried as if the server had failed.
+        raise JudgeConfigError(
+            f"the base URL {redact_url(base)} holds credentials (user:password@); give the key through "
+            "the profile's key variable instead"
+        )
     api_key: str | None = None
     # A key goes only to the endpoint its profile names: a --api-base of the user's own choosing
     # gets the placeholder, never the profile's cloud key (which that server could log or echo).

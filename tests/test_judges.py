@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from rt4chart.backends.base import Backend
-from rt4chart.backends.cascade import CascadeBackend
 from rt4chart.backends.litellm import LiteLLMBackend
 from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.cli import app
+from rt4chart.ensembles.cascade import CascadeBackend
 from rt4chart.judges import (
     DEFAULT_CASCADE_CONFIDENCE,
     NO_KEY,
@@ -68,8 +68,8 @@ def test_profile_with_key_builds_a_litellm_backend(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     backend = resolve_judge("gpt-4o-mini", concurrency=3)
     assert isinstance(backend, LiteLLMBackend)
-    assert (backend.name, backend.provider, backend.concurrency) == ("gpt-4o-mini", "openai", 3)
-    assert backend.structured_output == "json_schema"
+    assert (backend.name, backend.sender.provider, backend.concurrency) == ("gpt-4o-mini", "openai", 3)
+    assert backend.sender.structured_output == "json_schema"
     assert SECRET not in repr(backend)
 
 
@@ -94,17 +94,17 @@ def test_missing_configuration_fails_fast_naming_it(spec: str, variable: str) ->
 def test_vllm_profile_takes_its_base_url_from_env_or_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RT4_VLLM_BASE_URL", "http://127.0.0.1:9/v1")
     from_env = resolve_judge("qwen-vllm")
-    assert isinstance(from_env, LiteLLMBackend) and from_env.api_base == "http://127.0.0.1:9/v1"
+    assert isinstance(from_env, LiteLLMBackend) and from_env.sender.api_base == "http://127.0.0.1:9/v1"
     from_flag = resolve_judge("qwen-vllm", api_base="http://127.0.0.1:10/v1")
-    assert isinstance(from_flag, LiteLLMBackend) and from_flag.api_base == "http://127.0.0.1:10/v1"
+    assert isinstance(from_flag, LiteLLMBackend) and from_flag.sender.api_base == "http://127.0.0.1:10/v1"
 
 
 def test_raw_model_on_own_server_sends_no_environment_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     backend = resolve_judge("openai/my-model", api_base="http://127.0.0.1:9/v1")
     assert isinstance(backend, LiteLLMBackend)
-    assert backend.provider == "openai" and backend.structured_output == "json_schema"
-    assert backend._api_key == NO_KEY  # the user's OpenAI key never goes to an arbitrary server
+    assert backend.sender.provider == "openai" and backend.sender.structured_output == "json_schema"
+    assert backend.sender._api_key == NO_KEY  # the user's OpenAI key never goes to an arbitrary server
 
 
 def test_unknown_judge_is_a_config_error() -> None:

@@ -59,6 +59,11 @@ class CircuitBreaker:
     def is_open(self) -> bool:
         return self.consecutive >= self.threshold
 
+    @property
+    def another_endpoint_left(self) -> bool:
+        """Whether a request that was refused can be retried on another endpoint (one endpoint: never)."""
+        return False
+
     def check(self) -> None:
         """Raise :class:`JudgeUnavailable` when the circuit is open."""
         if self.is_open:
@@ -94,6 +99,10 @@ class FleetCircuit(CircuitBreaker):
     def all_refusing(self) -> bool:
         """Every deployment's latest attempt failed non-transiently: no replica left to try."""
         return bool(self.deployments) and all(label in self.refusing for label in self.deployments)
+
+    @property
+    def another_endpoint_left(self) -> bool:
+        return not self.all_refusing
 
     @property
     def is_open(self) -> bool:

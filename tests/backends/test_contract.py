@@ -10,10 +10,10 @@ import pytest
 from conftest import EXAMPLES, LLAMA_MAX_TOKENS, VerifyRequestFactory
 
 from rt4chart.backends.base import Backend, CostEstimator, GenerationParams, JudgeRequest, JudgeResponse
-from rt4chart.backends.cascade import CascadeBackend, CascadeStage
 from rt4chart.backends.litellm import LiteLLMBackend
 from rt4chart.backends.scripted import ScriptedBackend
-from rt4chart.backends.vote import VoteBackend
+from rt4chart.ensembles.cascade import CascadeBackend, CascadeStage
+from rt4chart.ensembles.vote import VoteBackend
 from rt4chart.judges import JudgeProfile
 from rt4chart.options import AuditOptions
 from rt4chart.pipeline import Pipeline

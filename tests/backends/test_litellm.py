@@ -16,7 +16,10 @@ from conftest import LLAMA_MAX_TOKENS, VerifyRequestFactory
 from faults import DECOY, Fault, FaultServer, fault_server
 
 from rt4chart.backends.base import Backend, CostEstimator, GenerationParams, JudgeRequest, Message
-from rt4chart.backends.litellm import LiteLLMBackend, parse_reply, prompt_token_bound, retry_after_s, scrub
+from rt4chart.backends.litellm import LiteLLMBackend
+from rt4chart.backends.policy import retry_after_s
+from rt4chart.backends.replies import parse_reply, prompt_token_bound
+from rt4chart.backends.scrubbing import scrub
 from rt4chart.judges import JudgeProfile, resolve_judge
 from rt4chart.serve import LocalServer
 from rt4chart.tasks import VerifyInput, VerifyOutput
@@ -206,7 +209,7 @@ def test_params_and_json_schema_are_sent(verify_request: VerifyRequestFactory) -
         run(backend, request)
     body = server.requests[0]
     assert (body["temperature"], body["seed"], body["max_tokens"]) == (0.0, 7, 99)
-    assert backend.structured_output == "json_schema"
+    assert backend.sender.structured_output == "json_schema"
     assert body["response_format"]["json_schema"]["schema"] == VerifyOutput.model_json_schema()
 
 

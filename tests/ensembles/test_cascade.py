@@ -13,10 +13,10 @@ from faults import Fault, claims_in, fault_server, judge_every_claim
 from typer.testing import CliRunner
 
 from rt4chart.backends.base import Backend, JudgeRequest, Message
-from rt4chart.backends.cascade import CascadeBackend, CascadeStage
 from rt4chart.backends.litellm import LiteLLMBackend
 from rt4chart.backends.scripted import ScriptedBackend, ScriptedRules
 from rt4chart.cli import app
+from rt4chart.ensembles.cascade import CascadeBackend, CascadeStage
 from rt4chart.judges import JudgeProfile
 from rt4chart.tasks import VerifyOutput
 from rt4chart.tasks import narrow_verify_request as narrow_request

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from rt4chart.backends.litellm import LiteLLMBackend
 from rt4chart.backends.scripted import ScriptedBackend, ScriptedRules
-from rt4chart.backends.vote import VoteBackend, majority
 from rt4chart.cli import app
+from rt4chart.ensembles.vote import VoteBackend, majority
 from rt4chart.judges import JudgeConfigError, JudgeProfile, resolve_judge
 from rt4chart.tasks import VerifyOutput
 from rt4chart.types import Label

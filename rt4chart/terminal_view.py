@@ -66,7 +66,9 @@ def _indented(text: Text, columns: int) -> Padding:
     return Padding(text, (0, 0, 0, columns), expand=False)
 
 
-def _claim_lines(item: AuditedSample, claim: ClaimVerdict) -> list[RenderableType]:
+def claim_lines(item: AuditedSample, claim: ClaimVerdict) -> list[RenderableType]:
+    """The lines that show one claim: label and text, rationale, each evidence quote inside its
+    context with where it sits (offsets and sentence numbers), grounding and errors."""
     heading = Text.assemble((f"[{claim.index}] ", "bold"), _label_text(claim.label), "  ", claim.text)
     details: list[Text] = []
     if claim.rationale:
@@ -78,7 +80,9 @@ def _claim_lines(item: AuditedSample, claim: ClaimVerdict) -> list[RenderableTyp
             if context is not None and context[evidence.start : evidence.end] == evidence.text
             else Text(f'"{evidence.text}"', style="reverse")
         )
-        details.append(Text.assemble("evidence: ", quote))
+        sentences = ", ".join(str(number) for number in evidence.sentence_ids)
+        where = f"  [context {evidence.start}-{evidence.end}, sentence {sentences}]"
+        details.append(Text.assemble("evidence: ", quote, (where, "dim")))
     if not claim.grounded:
         details.append(Text("evidence not found in the context", style="magenta"))
     details.extend(Text(f"error: {error}", style="red") for error in claim.errors)
@@ -99,7 +103,7 @@ def sample_view(item: AuditedSample) -> list[RenderableType]:
             lines.append(Text(f"Q: {item.sample.question}", style="dim"))
         lines.append(Text.assemble("A: ", answer_text(item.sample.answer, report.claims)))
     for claim in report.claims:
-        lines.extend(_claim_lines(item, claim))
+        lines.extend(claim_lines(item, claim))
     lines.extend(_indented(Text(f"error: {error}", style="red"), 2) for error in report.errors)
     for key, value in item.extra.items():
         lines.append(_indented(Text(f"{key}: {json.dumps(value, ensure_ascii=False)[:400]}", style="cyan"), 2))

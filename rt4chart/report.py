@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -89,12 +91,27 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     console.print(table)
 
 
+HEARTBEAT_ENV = "RT4_HEARTBEAT_S"
+"""Environment variable: seconds between progress lines when stderr is not a terminal (default 10)."""
+
+
+def heartbeat_interval_s() -> float:
+    """Seconds between the plain progress lines: ``$RT4_HEARTBEAT_S`` when it is a positive number, else 10."""
+    try:
+        configured = float(os.environ.get(HEARTBEAT_ENV, ""))
+    except ValueError:
+        return 10.0
+    return configured if configured > 0 else 10.0
+
+
 class AuditProgress:
     """Progress of a batch audit on stderr.
 
     On a terminal: a live bar with samples done/total, judge calls in flight, throughput, spend
-    against the budget, cache hit rate and ETA. Elsewhere (CI logs): one plain line every
-    ``log_every_s`` seconds. Nothing at all when disabled (``--quiet``).
+    against the budget, cache hit rate and ETA. Elsewhere (CI logs): a heartbeat, one plain line
+    every ``log_every_s`` seconds (default :func:`heartbeat_interval_s`) from a timer thread, so a
+    slow judge whose first sample takes minutes still shows calls done and in flight, spend and the
+    elapsed time. Nothing at all when disabled (``--quiet``).
     """
 
     def __init__(
@@ -104,7 +121,7 @@ class AuditProgress:
         console: Console,
         *,
         enabled: bool = True,
-        log_every_s: float = 10.0,
+        log_every_s: float | None = None,
         calls_seen: bool = True,
     ) -> None:
         self.total = total
@@ -114,13 +131,16 @@ class AuditProgress:
         self.ledger = ledger
         self.console = console
         self.enabled = enabled
-        self.log_every_s = log_every_s
+        self.log_every_s = log_every_s if log_every_s is not None else heartbeat_interval_s()
         self.started = time.monotonic()
-        self._last_log = self.started
         self._done = 0
         self._summary = RunSummary()
         self._bar: Progress | None = None
         self._task: TaskID | None = None
+        self._last_line = self.started
+        self._line_lock = threading.Lock()
+        self._stop_heartbeat = threading.Event()
+        self._heartbeat: threading.Thread | None = None
 
     def __enter__(self) -> AuditProgress:
         if self.enabled and self.console.is_terminal:
@@ -136,6 +156,10 @@ class AuditProgress:
             )
             self._bar.start()
             self._task = self._bar.add_task("audit", total=self.total, status=self.status())
+        elif self.enabled and self.log_every_s > 0:
+            # A thread, not the event loop: the line must come while a sample's calls still wait.
+            self._heartbeat = threading.Thread(target=self._beat, name="rt4-heartbeat", daemon=True)
+            self._heartbeat.start()
         return self
 
     def __exit__(
@@ -143,6 +167,28 @@ class AuditProgress:
     ) -> None:
         if self._bar is not None:
             self._bar.stop()
+        self._stop_heartbeat.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
+
+    def _beat(self) -> None:
+        while not self._stop_heartbeat.wait(self.log_every_s / 4):
+            self._print_line_when_due()
+
+    def _print_line_when_due(self) -> None:
+        """The plain line, when ``log_every_s`` has passed since the last one (a record's or the heartbeat's)."""
+        with self._line_lock:
+            now = time.monotonic()
+            if now - self._last_line < self.log_every_s:
+                return
+            self._last_line = now
+            self.console.print(self.plain_line(), highlight=False, soft_wrap=True)
+
+    def plain_line(self) -> str:
+        """Samples done, judge calls done (when this process makes them) and :meth:`status`, elapsed time."""
+        calls = f"{self.ledger.usage.calls} judge calls done | " if self.calls_seen else ""
+        elapsed = time.monotonic() - self.started
+        return f"rt4: {self._done}/{self.total} samples | {calls}{self.status()} | {elapsed:.0f}s elapsed"
 
     def status(self) -> str:
         """One line: calls in flight, samples/s, spend vs budget, cache hit rate."""
@@ -163,10 +209,8 @@ class AuditProgress:
         self._done = summary.records
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, completed=self._done, status=self.status())
-        elif self.enabled and time.monotonic() - self._last_log >= self.log_every_s:
-            self._last_log = time.monotonic()
-            line = f"rt4: {self._done}/{self.total} samples | {self.status()}"
-            self.console.print(line, highlight=False, soft_wrap=True)
+        elif self.enabled:
+            self._print_line_when_due()
 
 
 class ProgressObserver:

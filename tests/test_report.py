@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from rich.console import Console
 
 from rt4chart.budget import Ledger
-from rt4chart.report import AuditProgress, RunSummary, print_summary
+from rt4chart.report import HEARTBEAT_ENV, AuditProgress, RunSummary, print_summary
 from rt4chart.types import Label, Report, Usage
+from tests.faults import fault_server, judge_every_claim
 
 
 def finished(label: Label, calls: int, hits: int) -> Report:
@@ -72,3 +80,42 @@ def test_summary_reports_budget_stop_and_spend() -> None:
     print_summary(summary, Console(file=stream, width=120))
     text = stream.getvalue()
     assert "7 samples not audited" in text and "$0.1900 of $0.2000" in text
+
+
+def test_a_heartbeat_reaches_a_redirected_stderr_before_the_first_sample_finishes(tmp_path: Path) -> None:
+    """A CI job on a slow judge: the fault server holds every answer until the job's stderr (a file)
+    shows a progress line, so that line provably came while the first sample was still waiting."""
+    input_path = tmp_path / "in.jsonl"
+    sample = {"id": "a", "context": "Plans vary. The trial lasts 14 days.", "answer": "The trial lasts 14 days."}
+    input_path.write_text(json.dumps(sample) + "\n", encoding="utf-8")
+    log = tmp_path / "stderr.log"
+    environment = {**os.environ, HEARTBEAT_ENV: "0.2"}
+    with fault_server(judge_every_claim("entailed")) as server:
+        server.gate.clear()
+        command = [str(Path(sys.executable).with_name("rt4")), "verify", str(input_path), "--judge", "openai/judge",
+                   "--api-base", server.base_url, "-o", str(tmp_path / "out.jsonl"), "--cache-dir", str(tmp_path / "c")]
+        with log.open("w", encoding="utf-8") as stderr:
+            job = subprocess.Popen(command, stderr=stderr, stdout=subprocess.DEVNULL, env=environment)
+            try:
+                waiting = re.compile(r"rt4: 0/1 samples \| \d+ judge calls done \| 1 calls in flight")
+                heartbeat = _wait_for_line(log, waiting)
+            finally:
+                server.gate.set()
+                returncode = job.wait(timeout=300)
+    assert returncode in (0, 1), log.read_text(encoding="utf-8")
+    assert len((tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()) == 1
+    assert "elapsed" in heartbeat and "$" in heartbeat
+    assert server.requests, "the held call was answered after the heartbeat"
+    text = log.read_text(encoding="utf-8")
+    assert text.index(heartbeat) < text.index("rt4chart audit"), "the heartbeat precedes the summary"
+
+
+def _wait_for_line(path: Path, pattern: re.Pattern[str], attempts: int = 600) -> str:
+    """The first line of ``path`` matching ``pattern``, polled until it is written (a stuck run fails the test)."""
+    for _ in range(attempts):
+        match = pattern.search(path.read_text(encoding="utf-8"))
+        if match:
+            line_start = path.read_text(encoding="utf-8").rfind("\n", 0, match.start()) + 1
+            return path.read_text(encoding="utf-8")[line_start:].splitlines()[0]
+        time.sleep(0.5)
+    raise AssertionError(f"no line matching {pattern.pattern!r} in {path.read_text(encoding='utf-8')!r}")

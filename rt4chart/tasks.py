@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from rt4chart.backends.base import GenerationParams, JudgeRequest, Message
 from rt4chart.grounding import sentence_marker
 from rt4chart.prompts import PromptTemplate, load_templates
-from rt4chart.types import Label, Sentence
+from rt4chart.types import JudgeScore, Label, Sentence
 
 # --- inputs and reply schemas ---------------------------------------------------------------------
 
@@ -107,6 +108,8 @@ class ClaimJudgement(BaseModel):
     """One or two sentences explaining the label."""
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
     """Judge's confidence in the label, when it reports one."""
+    score: SkipJsonSchema[JudgeScore | None] = None
+    """A scoring judge's numbers (the embedded judge's); left out of the schema models are shown."""
 
 
 class VerifyOutput(BaseModel):

@@ -5,6 +5,7 @@ Offsets are Python string indices, end exclusive, everywhere.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
@@ -165,6 +166,30 @@ class Evidence(BaseModel):
     ``…``, odd spaces, full-width forms) or ``case`` (letter case too, the last resort)."""
 
 
+DecidedBy = Literal["head", "number_guard", "contradiction_guard", "no_content_overlap", "short_claim",
+                    "absent_numbers", "no_content"]
+"""What decided an embedded verdict: the calibrated head against its threshold, or a guard rule
+that overrides it (see :class:`JudgeScore`)."""
+
+
+class JudgeScore(BaseModel):
+    """The numbers behind a scoring judge's verdict (the embedded judge), each named for what it is."""
+
+    p_unsupported: float
+    """The head's calibrated probability that the claim is NOT entailed (what the ECE figures
+    measure). The head labels a claim entailed only when this is below ``threshold``."""
+    threshold: float
+    """The decision threshold on ``p_unsupported``, chosen on dev data for recall: often well below
+    0.5, so a baseless verdict can carry a ``p_unsupported`` below 0.5."""
+    decided_by: DecidedBy
+    """``head`` when ``p_unsupported`` against ``threshold`` decided; else the guard rule that did
+    (``number_guard``: a number the context states differently; ``contradiction_guard``: a negation
+    or antonym on a near-identical sentence; ``no_content_overlap``: none of the claim's content
+    words in view; ``short_claim``: a short claim with a word not in view; ``absent_numbers``:
+    numbers the context never states in a claim mostly not in view; ``no_content``: nothing to
+    check), whatever ``p_unsupported`` says."""
+
+
 class Verdict(BaseModel):
     """What a judge concluded about a claim, once checked against the context: the fields that a
     chunk's vote and a claim's final verdict share."""
@@ -176,7 +201,13 @@ class Verdict(BaseModel):
     rationale: str = ""
     """The judge's short explanation of the label."""
     confidence: float | None = None
-    """The judge's confidence in the label, when it reports one."""
+    """The judge's confidence in the label, when it reports one: an LLM's own figure; for the
+    embedded judge the head's probability of the label's side (``1 - p_unsupported`` for entailed,
+    ``p_unsupported`` otherwise), which falls below 0.5 whenever the threshold or a guard, not the
+    head's majority, decided (see ``score``)."""
+    score: JudgeScore | None = None
+    """For a scoring judge (the embedded one): the calibrated probability, the threshold and what
+    decided the verdict; ``None`` for LLM judges."""
     grounded: bool = True
     """False when the judge's evidence could not be found in the context even after a re-ask."""
     judge: str | None = None
@@ -363,6 +394,11 @@ class AttentionSignalReport(BaseModel):
     """True when the attention features came from the signal cache."""
 
 
+def answer_sha256(answer: str) -> str:
+    """sha256 of an answer's text (UTF-8): what a record keeps of the answer it audited."""
+    return hashlib.sha256(answer.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 class Report(BaseModel):
     """The output record of one input line."""
 
@@ -409,3 +445,6 @@ class Report(BaseModel):
     input_hash: str | None = None
     """sha256 over the input line's bytes and the audit configuration (judge, prompt version,
     options); ``--resume`` keeps a record only when it matches. ``None`` for an unreadable line."""
+    answer_sha256: str | None = None
+    """sha256 of the audited answer text: ``rt4 diff`` tells an answer that changed between two runs
+    from one judged differently. ``None`` for an unreadable line (and in records made before it)."""

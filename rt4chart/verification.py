@@ -197,6 +197,7 @@ class ClaimJudge:
                 label=judgement.label,
                 rationale=judgement.rationale,
                 confidence=judgement.confidence,
+                score=judgement.score,
                 judge=judge,
             )
         anchoring = anchor_quotes(self.index, judgement.evidence, within)
@@ -206,6 +207,7 @@ class ClaimJudge:
             evidence=anchoring.evidence,
             rationale=judgement.rationale,
             confidence=judgement.confidence,
+            score=judgement.score,
             grounded=problem is None,
             judge=judge,
             error=problem,

@@ -117,3 +117,42 @@ def test_the_cli_writes_one_record_per_line_and_exits_per_the_contract(
     invalid = [r for r in records if r["label"] is None]
     assert all(r["errors"] for r in invalid)
     assert result.exit_code == (2 if invalid else 1), result.output
+
+
+_UNIT_WORDS = [
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
+]
+_TENS_WORDS = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+
+
+def _in_words(number: int) -> str:
+    """An integer below 1000 in English words ("three hundred forty-two")."""
+    hundreds, rest = divmod(number, 100)
+    words = [f"{_UNIT_WORDS[hundreds]} hundred"] if hundreds else []
+    if rest >= 20:
+        tens, units = divmod(rest, 10)
+        words.append(_TENS_WORDS[tens - 2] + (f"-{_UNIT_WORDS[units]}" if units else ""))
+    elif rest or not words:
+        words.append(_UNIT_WORDS[rest])
+    return " ".join(words)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(2, 999), st.sampled_from([("", 1), (" thousand", 10**3), (" million", 10**6), (" billion", 10**9)]))
+def test_numbers_in_words_and_digits_read_the_same(number: int, scale: tuple[str, int]) -> None:
+    from rt4chart.backends.embedded import terms_of
+
+    word, factor = scale
+    assert terms_of(f"It has {_in_words(number)}{word} seats.").numbers == {float(number * factor)}
+    assert terms_of(f"It has {number * factor:,} seats.").numbers == {float(number * factor)}
+    assert terms_of(f"It has {number}{word} seats.").numbers == {float(number * factor)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 99), st.integers(1, 9))
+def test_a_decimal_with_a_scale_word_is_its_digits(whole: int, tenth: int) -> None:
+    from rt4chart.backends.embedded import terms_of
+
+    digits = f"{(whole * 10 + tenth) * 100_000:,}"
+    assert terms_of(f"{whole}.{tenth} million people").numbers == terms_of(f"{digits} people").numbers

@@ -41,7 +41,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from nltk.stem.porter import PorterStemmer
 from pydantic import BaseModel
@@ -49,7 +49,8 @@ from pydantic import BaseModel
 from rt4chart.backends.base import JudgeRequest, JudgeResponse
 from rt4chart.backends.embedded_model import ModelArtefact, artefact_sha256, features, load_model
 from rt4chart.tasks import ClaimJudgement, VerifyInput, VerifyOutput
-from rt4chart.types import Label, Sentence, Usage
+from rt4chart.text import STOPWORDS
+from rt4chart.types import DecidedBy, JudgeScore, Label, Sentence, Usage
 
 if TYPE_CHECKING:
     import torch
@@ -92,6 +93,15 @@ OFF_TOPIC_CONTENT_WORDS = 3
 baseless whatever the head says (it is about something else); a shorter claim is baseless as soon as
 one of its content words is missing."""
 
+NUMBER_CUE_SIMILARITY = 0.8
+"""A number cue also decides when the claim's best-matching sentence says nearly the same thing in
+other words (embedding similarity at least this: "12 million people live in Paris" against "Paris
+has about two million inhabitants"), not only when it shares the claim's words."""
+
+ABSENT_NUMBERS_COVERAGE = 0.5
+"""A claim with numbers the context never states is baseless when less than this share of its
+content words is in its evidence (a guard; the head decides above it)."""
+
 LEXICAL_WEIGHT = 0.5
 """Weight of content-word overlap (vs embedding similarity) when ranking sentences."""
 
@@ -104,19 +114,6 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-_STOPWORDS = _words(
-    """a about above after again against all also am an and any are aren't as at be because been
-    before being below between both but by can could did do does doing down during each few for
-    from further had has have having he her here hers herself him himself his how i if in into is
-    it its itself just let me more most my myself no nor not of off on once only or other our ours
-    ourselves out over own same she should so some such than that the their theirs them themselves
-    then there these they this those through to too under until up very was we were what when
-    where which while who whom why will with would you your yours yourself yourselves may might
-    must shall 's one ones thing things also however therefore thus etc e.g i.e via based
-    according mentioned stated provided passage passages context information answer question
-    given text"""
-)
-"""Function words and the vocabulary answers use to talk about their sources."""
 
 _NEGATIONS = _words(
     "not no never none nobody nothing neither nor cannot can't don't doesn't didn't isn't aren't "
@@ -162,11 +159,25 @@ for _family, _opposite in ((_RISING, _FALLING), (_FALLING, _RISING)):
         ANTONYMS[_word] = ANTONYMS.get(_word, frozenset()) | _opposite
 """Word -> the words that oppose it (also what evals/embedded/synthetic.py swaps in)."""
 
-_SMALL_NUMBERS = """zero one two three four five six seven eight nine ten eleven twelve thirteen
-    fourteen fifteen sixteen seventeen eighteen nineteen twenty"""
-_NUMBER_WORDS = {word: float(value) for value, word in enumerate(_SMALL_NUMBERS.split(sep=None))}
-# "one" is mostly a pronoun ("one of the ..."); counting it as a number makes false conflicts.
-del _NUMBER_WORDS["one"]
+def _numbered(words: str, first: int = 0) -> dict[str, float]:
+    """Each of the space-separated ``words`` with its position (counting from ``first``) as value."""
+    return {word: float(value) for value, word in enumerate(words.split(), start=first)}
+
+
+_UNITS = _numbered(
+    """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+    sixteen seventeen eighteen nineteen"""
+)
+_TENS = {word: 10 * n for word, n in _numbered("twenty thirty forty fifty sixty seventy eighty ninety", 2).items()}
+_SCALES = {"hundred": 1e2, "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12, "dozen": 12.0}
+_ORDINALS = _numbered(
+    """second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth
+    fifteenth sixteenth seventeenth eighteenth nineteenth twentieth""",
+    2,
+) | {"thirtieth": 30.0, "fortieth": 40.0, "fiftieth": 50.0, "hundredth": 100.0}
+# "one" and "first" are mostly not counts ("one of the ...", "first opened"): numbers only before a
+# scale word ("one million").
+_FRACTIONS = {"half": 0.5, "quarter": 0.25}
 
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[A-Za-z]+(?:'[A-Za-z]+)?")
 _NUMERIC = re.compile(r"\d+(?:[.,]\d+)*")
@@ -188,9 +199,7 @@ def _stem(word: str) -> str:
     return str(_stemmer.stem(word))
 
 
-def _number_value(token: str) -> float | None:
-    if token in _NUMBER_WORDS:
-        return _NUMBER_WORDS[token]
+def _digits_value(token: str) -> float | None:
     if not _NUMERIC.fullmatch(token):
         return None
     # Commas group thousands ("49,400"); a single dot is a decimal point.
@@ -198,6 +207,49 @@ def _number_value(token: str) -> float | None:
     if plain.count(".") > 1:
         return None
     return float(plain)
+
+
+def _number_at(tokens: list[str], position: int) -> tuple[float, int] | None:
+    """The number that starts at ``tokens[position]`` and how many tokens it spans: digits or
+    number words ("twenty five"), times any scale words after it ("2.5 million", "two thousand",
+    "a dozen"), ordinals ("third") and fractions ("half", "half a million")."""
+    token = tokens[position]
+    following = tokens[position + 1] if position + 1 < len(tokens) else ""
+    if token in _ORDINALS:
+        return _ORDINALS[token], 1
+    if token in _FRACTIONS:
+        if following == "a" and position + 2 < len(tokens) and tokens[position + 2] in _SCALES:
+            return _FRACTIONS[token] * _SCALES[tokens[position + 2]], 3
+        return _FRACTIONS[token], 1
+    value = _digits_value(token)
+    if value is not None:
+        span = 1
+        while position + span < len(tokens) and tokens[position + span] in _SCALES:
+            # Rounded: 4.1 * 1e6 is 4099999.9999999995 in floating point.
+            value = round(value * _SCALES[tokens[position + span]], 6)
+            span += 1
+        return value, span
+    return _words_number(tokens, position)
+
+
+def _words_number(tokens: list[str], position: int) -> tuple[float, int] | None:
+    """A number written in words from ``tokens[position]`` ("three hundred forty-two", "two
+    thousand five hundred", "a dozen", "a million"), and how many tokens it spans."""
+    total, current, end = 0.0, 0.0, position
+    while end < len(tokens):
+        word = tokens[end]
+        if word in _UNITS or word in _TENS:
+            current += _UNITS.get(word, _TENS.get(word, 0.0))
+        elif word in ("hundred", "dozen"):
+            current = max(current, 1.0) * _SCALES[word]
+        elif word in _SCALES:
+            total, current = total + max(current, 1.0) * _SCALES[word], 0.0
+        else:
+            break
+        end += 1
+    if end == position or tokens[position:end] == ["one"]:
+        return None
+    return total + current, end - position
 
 
 @dataclass(frozen=True)
@@ -221,23 +273,32 @@ def terms_of(text: str) -> Terms:
     words: set[str] = set()
     numbers: set[float] = set()
     negations = 0
-    for match in _TOKEN.finditer(text):
-        token = match.group().lower()
-        words.add(token)
-        value = _number_value(token)
-        if value is not None:
+    tokens = [match.group().lower() for match in _TOKEN.finditer(text)]
+    words.update(tokens)
+    position = 0
+    while position < len(tokens):
+        token = tokens[position]
+        number = _number_at(tokens, position)
+        if number is not None:
             # A four-digit year and a count are both just numbers here; units are not parsed.
-            numbers.add(value)
-        elif token in _NEGATIONS:
+            numbers.add(number[0])
+            position += number[1]
+            continue
+        position += 1
+        if token in _NEGATIONS:
             negations += 1
-        elif token not in _STOPWORDS and len(token) > 1:
+        elif token not in STOPWORDS and len(token) > 1:
             content.add(_stem(token))
     return Terms(frozenset(content), frozenset(words), frozenset(numbers), negations % 2 == 1)
 
 
 def _same_number(value: float, others: frozenset[float]) -> bool:
-    """Equal, or equal once rounded (an answer says "about $24" for "$23.70")."""
-    return any(value == other or round(value) == round(other) for other in others)
+    """Equal, equal once rounded (an answer says "about $24" for "$23.70"), or a fraction and its
+    percentage ("half" for "50%")."""
+    return any(
+        value == other or round(value) == round(other) or 100 * value == other or value == 100 * other
+        for other in others
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -473,40 +534,72 @@ def analyse_request(encoder: Encoder, payload: VerifyInput) -> list[ClaimAnalysi
     ]
 
 
-def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) -> tuple[Label, float, str]:
-    """Label, confidence (calibrated probability of that label) and rationale of one analysed claim."""
+class Decision(NamedTuple):
+    """One claim's verdict, and the numbers behind it."""
+
+    label: Label
+    rationale: str
+    score: JudgeScore
+
+    @property
+    def confidence(self) -> float:
+        """The head's probability of the label's side (see :attr:`Verdict.confidence`)."""
+        p = self.score.p_unsupported
+        return round(1.0 - p if self.label == Label.ENTAILED else p, 4)
+
+
+def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) -> Decision:
+    """Label, rationale and score (calibrated probability, threshold, what decided) of one claim."""
     head = model.head(has_question)
     unsupported = head.unsupported_probability(features(analysis))
+
+    def decision(label: Label, rationale: str, decided_by: DecidedBy) -> Decision:
+        score = JudgeScore(p_unsupported=round(unsupported, 4), threshold=head.threshold, decided_by=decided_by)
+        return Decision(label, rationale, score)
+
     described = f"coverage {analysis.coverage:.2f}, similarity {analysis.similarity:.2f}"
     # Guards take precedence over the head, for cases the dev data hardly holds (5 of 3,606
     # RAGTruth QA dev claims carry a number cue), where a linear head extrapolates blindly: a number
     # the context states differently, a negation or antonym on a sentence that says nearly what the
     # claim says (the head's own guard, chosen on synthetic flips; the summaries' head has one), and
-    # a claim with none of its content words in view. The confidence stays the head's probability,
-    # so a cascade sends a guarded claim the head was sure of onwards.
-    if analysis.cue_kind == "number" and analysis.cue_overlap >= CONTRADICTION_OVERLAP:
-        return Label.CONTRADICTED, round(unsupported, 4), f"contradiction cue: {analysis.cue}"
+    # a claim with none of its content words in view. The score keeps the head's probability, so a
+    # cascade sends a guarded claim the head was sure of onwards; ``decided_by`` names the guard.
+    if analysis.content_words == 0 and analysis.claim_numbers == 0:
+        return decision(Label.BASELESS, "the claim states nothing to check (no word or number)", "no_content")
+    if analysis.cue_kind == "number" and (
+        analysis.cue_overlap >= CONTRADICTION_OVERLAP or analysis.similarity >= NUMBER_CUE_SIMILARITY
+    ):
+        return decision(Label.CONTRADICTED, f"contradiction cue: {analysis.cue}", "number_guard")
     if head.guard and head.guard.fires(analysis):
-        return Label.CONTRADICTED, round(unsupported, 4), f"contradiction cue: {analysis.cue}"
+        return decision(Label.CONTRADICTED, f"contradiction cue: {analysis.cue}", "contradiction_guard")
     if analysis.best_overlap == 0.0 and analysis.content_words >= OFF_TOPIC_CONTENT_WORDS:
-        return Label.BASELESS, round(unsupported, 4), "no content word of the claim is in the context"
+        return decision(Label.BASELESS, "no content word of the claim is in the context", "no_content_overlap")
     if analysis.content_words < OFF_TOPIC_CONTENT_WORDS and analysis.missing:
         # Too few words for coverage and similarity to mean much, but a short claim still states
         # something ("Dogs bark."): it needs all its words in the context, never a free pass.
-        return (
+        return decision(
             Label.BASELESS,
-            round(unsupported, 4),
             f"short claim: {analysis.missing} of its content words are not in the context",
+            "short_claim",
+        )
+    if analysis.absent_numbers and (analysis.coverage < ABSENT_NUMBERS_COVERAGE or not analysis.content_words):
+        # Numbers the context never states, in a claim whose words are mostly not in view either
+        # ("The sky is 42 metres tall and costs 17 dollars." against "The sky is blue."): nothing
+        # supports it, whatever the similarity of its one shared word.
+        numbers = ", ".join(f"{n:g}" for n in analysis.absent_numbers)
+        return decision(
+            Label.BASELESS,
+            f"number(s) {numbers} and most content words of the claim are not in the context",
+            "absent_numbers",
         )
     if unsupported < head.threshold:
-        return Label.ENTAILED, round(1.0 - unsupported, 4), f"supported: {described}"
-    confidence = round(unsupported, 4)
+        return decision(Label.ENTAILED, f"supported: {described}", "head")
     if analysis.cue and analysis.cue_overlap >= CONTRADICTION_OVERLAP:
-        return Label.CONTRADICTED, confidence, f"contradiction cue: {analysis.cue}"
+        return decision(Label.CONTRADICTED, f"contradiction cue: {analysis.cue}", "head")
     if analysis.absent_numbers:
         numbers = ", ".join(f"{n:g}" for n in analysis.absent_numbers)
-        return Label.BASELESS, confidence, f"number(s) {numbers} of the claim are not in the context"
-    return Label.BASELESS, confidence, f"not supported: {described}"
+        return decision(Label.BASELESS, f"number(s) {numbers} of the claim are not in the context", "head")
+    return decision(Label.BASELESS, f"not supported: {described}", "head")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -559,7 +652,8 @@ class EmbeddedBackend:
         """Verdicts for every claim of one request."""
         judgements = []
         for position, analysis in enumerate(analyse_request(self.encoder, payload)):
-            label, confidence, rationale = decide(analysis, self.model, bool(payload.question))
+            decision = decide(analysis, self.model, bool(payload.question))
+            label = decision.label
             if label == Label.BASELESS:
                 chosen: list[int] = []
             elif label == Label.CONTRADICTED and analysis.cue_sentence is not None:
@@ -571,8 +665,9 @@ class EmbeddedBackend:
                     claim=position,
                     label=label,
                     evidence=[payload.sentences[i].text for i in chosen],
-                    rationale=rationale,
-                    confidence=confidence,
+                    rationale=decision.rationale,
+                    confidence=decision.confidence,
+                    score=decision.score,
                 )
             )
         return VerifyOutput(judgements=judgements)

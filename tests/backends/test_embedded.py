@@ -13,7 +13,7 @@ from rt4chart.backends.base import Backend, JudgeRequest
 from rt4chart.backends.embedded import VERSION, EmbeddedBackend, load_encoder
 from rt4chart.options import AuditOptions
 from rt4chart.pipeline import Pipeline
-from rt4chart.tasks import DecomposeInput, DecomposeOutput, VerifyInput, VerifyOutput
+from rt4chart.tasks import ClaimJudgement, DecomposeInput, DecomposeOutput, VerifyInput, VerifyOutput
 from rt4chart.text import segment_context
 from rt4chart.types import Label, Report, Sample
 
@@ -157,3 +157,60 @@ def test_a_summary_that_flips_a_sentence_is_contradicted(backend: EmbeddedBacken
     synthetic flips, evals/embedded/synthetic.py) calls them contradicted; the copies stay entailed."""
     label = only_claim_label(audit(backend, claim))
     assert label == (Label.CONTRADICTED if cue else Label.ENTAILED)
+
+
+def _judge_alone(backend: EmbeddedBackend, context: str, claims: list[str]) -> list[ClaimJudgement]:
+    _, sentences = segment_context([context])
+    return backend.judge(VerifyInput(stage="global", claims=claims, sentences=sentences, question=None)).judgements
+
+
+@pytest.mark.parametrize(
+    ("context", "claim"),
+    [
+        ("Paris has about two million inhabitants.", "About 12 million people live in Paris."),
+        ("The trial lasts 60 days.", "The trial lasts thirty days."),
+        ("The box holds a dozen eggs.", "The box holds 20 eggs."),
+        ("The library is on the third floor.", "The library is on the 5th floor."),
+    ],
+)
+def test_numbers_in_words_are_numbers_to_the_guard(backend: EmbeddedBackend, context: str, claim: str) -> None:
+    [judgement] = _judge_alone(backend, context, [claim])
+    assert judgement.label == Label.CONTRADICTED
+    assert judgement.score is not None and judgement.score.decided_by == "number_guard"
+
+
+@pytest.mark.parametrize(
+    ("context", "claim"),
+    [
+        ("The town has 2,500,000 people.", "The town has 2.5 million people."),
+        ("The box holds a dozen eggs.", "The box holds 12 eggs."),
+        ("Half of the residents voted.", "50% of the residents voted."),
+    ],
+)
+def test_the_same_number_written_two_ways_is_no_conflict(backend: EmbeddedBackend, context: str, claim: str) -> None:
+    [judgement] = _judge_alone(backend, context, [claim])
+    assert judgement.label == Label.ENTAILED
+
+
+@pytest.mark.parametrize(
+    "claim", ["\u200b\u200b", "...", "!?", "\U0001f600", "42.", "The sky is 42 metres tall and costs 17 dollars."]
+)
+def test_claims_with_nothing_checkable_in_the_context_are_baseless(backend: EmbeddedBackend, claim: str) -> None:
+    [judgement] = _judge_alone(backend, "The sky is blue.", [claim])
+    assert judgement.label == Label.BASELESS
+    assert judgement.score is not None and judgement.score.decided_by != "head"
+
+
+def test_every_verdict_names_its_probability_threshold_and_decider(backend: EmbeddedBackend) -> None:
+    claims = ["The Eiffel Tower was completed in 1901.", "Gustave Eiffel's company built the tower.", "Dogs bark."]
+    judgements = _judge_alone(backend, " ".join(CONTEXT), claims)
+    for judgement in judgements:
+        score = judgement.score
+        assert score is not None and 0.0 <= score.p_unsupported <= 1.0 and 0.0 < score.threshold < 1.0
+        # The confidence is the probability of the label's side, and a head decision obeys the threshold.
+        side = 1.0 - score.p_unsupported if judgement.label == Label.ENTAILED else score.p_unsupported
+        assert judgement.confidence == pytest.approx(side, abs=1e-4)
+        if score.decided_by == "head":
+            assert (judgement.label == Label.ENTAILED) is (score.p_unsupported < score.threshold)
+    report = audit(backend, claims[0])
+    assert report.claims[0].score is not None, "the score reaches the record"

@@ -13,39 +13,71 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast, overload
+from typing import TYPE_CHECKING, Any, Unpack, cast, overload
 
 if TYPE_CHECKING:
-    from rt4chart.backends.base import Backend, GenerationParams, JudgeRequest, JudgeResponse
-    from rt4chart.budget import BudgetExhausted
-    from rt4chart.cache import JudgeCache
-    from rt4chart.judges import JudgeConfigError, JudgeStack, judge_stack, resolve_judge
-    from rt4chart.options import AuditOptions
-    from rt4chart.pipeline import Pipeline
-    from rt4chart.types import (
-        Chunk,
-        Claim,
-        ClaimVerdict,
-        Evidence,
-        Gold,
-        Label,
-        Report,
-        Sample,
-        Sentence,
-        Span,
-        Usage,
-        Verdict,
-        Vote,
-    )
-    from rt4chart.verification import and_join, or_join
+    # ``X as X``: an explicit re-export, for type checkers that do not read a computed ``__all__``.
+    from rt4chart.backends.base import Backend as Backend
+    from rt4chart.backends.base import BackendWrapper as BackendWrapper
+    from rt4chart.backends.base import CostEstimator as CostEstimator
+    from rt4chart.backends.base import GenerationParams as GenerationParams
+    from rt4chart.backends.base import JudgeRequest as JudgeRequest
+    from rt4chart.backends.base import JudgeResponse as JudgeResponse
+    from rt4chart.backends.base import Message as Message
+    from rt4chart.backends.base import TokenCounter as TokenCounter
+    from rt4chart.backends.circuit import JudgeUnavailable as JudgeUnavailable
+    from rt4chart.backends.policy import CallSettings as CallSettings
+    from rt4chart.backends.policy import PolicyBackend as PolicyBackend
+    from rt4chart.backends.policy import Reply as Reply
+    from rt4chart.backends.policy import Sender as Sender
+    from rt4chart.backends.scripted import ScriptedBackend as ScriptedBackend
+    from rt4chart.budget import BudgetExhausted as BudgetExhausted
+    from rt4chart.cache import JudgeCache as JudgeCache
+    from rt4chart.judges import JudgeConfigError as JudgeConfigError
+    from rt4chart.judges import JudgeStack as JudgeStack
+    from rt4chart.judges import judge_stack as judge_stack
+    from rt4chart.judges import resolve_judge as resolve_judge
+    from rt4chart.options import AuditOptionKeywords as AuditOptionKeywords
+    from rt4chart.options import AuditOptions as AuditOptions
+    from rt4chart.pipeline import Pipeline as Pipeline
+    from rt4chart.tasks import ClaimJudgement as ClaimJudgement
+    from rt4chart.tasks import DecomposeInput as DecomposeInput
+    from rt4chart.tasks import DecomposeOutput as DecomposeOutput
+    from rt4chart.tasks import VerifyInput as VerifyInput
+    from rt4chart.tasks import VerifyOutput as VerifyOutput
+    from rt4chart.types import Chunk as Chunk
+    from rt4chart.types import Claim as Claim
+    from rt4chart.types import ClaimVerdict as ClaimVerdict
+    from rt4chart.types import Evidence as Evidence
+    from rt4chart.types import Gold as Gold
+    from rt4chart.types import Label as Label
+    from rt4chart.types import Report as Report
+    from rt4chart.types import Sample as Sample
+    from rt4chart.types import Sentence as Sentence
+    from rt4chart.types import Span as Span
+    from rt4chart.types import Usage as Usage
+    from rt4chart.types import Verdict as Verdict
+    from rt4chart.types import Vote as Vote
+    from rt4chart.verification import and_join as and_join
+    from rt4chart.verification import or_join as or_join
 
+# The names the package exports and the module each lives in: the one list (``__all__`` is made
+# from it). The ``TYPE_CHECKING`` imports above say the same for type checkers; tests/test_api.py
+# fails when the two differ or a public name is missing from ``__all__``.
 _EXPORTS = {
+    "AuditOptionKeywords": "rt4chart.options",
     "AuditOptions": "rt4chart.options",
     "Backend": "rt4chart.backends.base",
+    "BackendWrapper": "rt4chart.backends.base",
     "BudgetExhausted": "rt4chart.budget",
+    "CallSettings": "rt4chart.backends.policy",
     "Chunk": "rt4chart.types",
     "Claim": "rt4chart.types",
+    "ClaimJudgement": "rt4chart.tasks",
     "ClaimVerdict": "rt4chart.types",
+    "CostEstimator": "rt4chart.backends.base",
+    "DecomposeInput": "rt4chart.tasks",
+    "DecomposeOutput": "rt4chart.tasks",
     "Evidence": "rt4chart.types",
     "GenerationParams": "rt4chart.backends.base",
     "Gold": "rt4chart.types",
@@ -54,14 +86,23 @@ _EXPORTS = {
     "JudgeRequest": "rt4chart.backends.base",
     "JudgeResponse": "rt4chart.backends.base",
     "JudgeStack": "rt4chart.judges",
+    "JudgeUnavailable": "rt4chart.backends.circuit",
     "Label": "rt4chart.types",
+    "Message": "rt4chart.backends.base",
     "Pipeline": "rt4chart.pipeline",
+    "PolicyBackend": "rt4chart.backends.policy",
+    "Reply": "rt4chart.backends.policy",
     "Report": "rt4chart.types",
     "Sample": "rt4chart.types",
+    "ScriptedBackend": "rt4chart.backends.scripted",
+    "Sender": "rt4chart.backends.policy",
     "Sentence": "rt4chart.types",
     "Span": "rt4chart.types",
+    "TokenCounter": "rt4chart.backends.base",
     "Usage": "rt4chart.types",
     "Verdict": "rt4chart.types",
+    "VerifyInput": "rt4chart.tasks",
+    "VerifyOutput": "rt4chart.tasks",
     "Vote": "rt4chart.types",
     "and_join": "rt4chart.verification",
     "judge_stack": "rt4chart.judges",
@@ -69,37 +110,7 @@ _EXPORTS = {
     "resolve_judge": "rt4chart.judges",
 }
 
-__all__ = [
-    "AuditOptions",
-    "Backend",
-    "BudgetExhausted",
-    "Chunk",
-    "Claim",
-    "ClaimVerdict",
-    "Evidence",
-    "GenerationParams",
-    "Gold",
-    "JudgeCache",
-    "JudgeConfigError",
-    "JudgeRequest",
-    "JudgeResponse",
-    "JudgeStack",
-    "Label",
-    "Pipeline",
-    "Report",
-    "Sample",
-    "Sentence",
-    "Span",
-    "Usage",
-    "Verdict",
-    "Vote",
-    "and_join",
-    "averify",
-    "judge_stack",
-    "or_join",
-    "resolve_judge",
-    "verify",
-]
+__all__ = sorted([*_EXPORTS, "averify", "verify"])
 
 
 def __getattr__(name: str) -> Any:
@@ -122,7 +133,7 @@ async def averify(
     *,
     cache_dir: Path | str | None = ...,
     budget: float | None = ...,
-    **options: Any,
+    **options: Unpack[AuditOptionKeywords],
 ) -> Report: ...
 @overload
 async def averify(
@@ -131,7 +142,7 @@ async def averify(
     *,
     cache_dir: Path | str | None = ...,
     budget: float | None = ...,
-    **options: Any,
+    **options: Unpack[AuditOptionKeywords],
 ) -> list[Report]: ...
 
 
@@ -141,7 +152,7 @@ async def averify(
     *,
     cache_dir: Path | str | None = None,
     budget: float | None = None,
-    **options: Any,
+    **options: Unpack[AuditOptionKeywords],
 ) -> Report | list[Report]:
     """Audit one sample (returns a :class:`Report`) or many (returns a list, in input order).
 
@@ -150,7 +161,8 @@ async def averify(
     (default here: no cache, so a library call writes nothing to disk unless asked), or on a Redis
     server when it is a ``redis://`` URL, as ``--cache-url`` does; ``budget``
     caps the spend in USD and raises :class:`BudgetExhausted` when a call would cross it.
-    ``options`` are :class:`AuditOptions` fields (``window``, ``overlap``, ``batch_claims``, ...).
+    ``options`` are :class:`AuditOptions` fields (``window``, ``overlap``, ``batch_claims``, ...),
+    typed for checkers and IDEs by :class:`AuditOptionKeywords`.
     Invalid samples yield a report with ``errors`` instead of raising.
     """
     from rt4chart.io import InputLine, parse_sample
@@ -181,7 +193,7 @@ def verify(
     *,
     cache_dir: Path | str | None = ...,
     budget: float | None = ...,
-    **options: Any,
+    **options: Unpack[AuditOptionKeywords],
 ) -> Report: ...
 @overload
 def verify(
@@ -190,7 +202,7 @@ def verify(
     *,
     cache_dir: Path | str | None = ...,
     budget: float | None = ...,
-    **options: Any,
+    **options: Unpack[AuditOptionKeywords],
 ) -> list[Report]: ...
 
 
@@ -200,7 +212,7 @@ def verify(
     *,
     cache_dir: Path | str | None = None,
     budget: float | None = None,
-    **options: Any,
+    **options: Unpack[AuditOptionKeywords],
 ) -> Report | list[Report]:
     """Synchronous :func:`averify`."""
     import asyncio  # here, not at the top: ``import rt4chart`` (and the CLI's start-up) stays light

@@ -13,7 +13,7 @@ records it in its result.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -37,6 +37,10 @@ class FailOn(StrEnum):
     CONTRADICTED = "contradicted"
     HALLUCINATED = "hallucinated"
     NEVER = "never"
+    NEW = "new"
+    """Only hallucinations the ``--baseline`` audit did not have (and hallucinated answers new to the input)."""
+    WORSE = "worse"
+    """Only a hallucination rate above the ``--baseline``'s beyond the paired bootstrap CI."""
 
 
 class OutputFormat(StrEnum):
@@ -113,6 +117,29 @@ class AuditOptions(BaseModel):
         defaults = AuditOptions()
         return {name: value for name, value in self if value != getattr(defaults, name)}
 
+
+
+class AuditOptionKeywords(TypedDict, total=False):
+    """:class:`AuditOptions` as keyword arguments (``rt4chart.verify(..., **options)``), so type
+    checkers and IDEs know them; ``tests/test_api.py`` keeps the two in step. Values are validated
+    by :class:`AuditOptions`."""
+
+    method: Method
+    decomposer: DecomposerKind
+    decompose_per_sentence: bool
+    decompose_with_question: bool
+    max_claims_per_sentence: int
+    window: int
+    overlap: int
+    batch_claims: int
+    global_verification: bool
+    global_auto: bool
+    ungrounded: UngroundedPolicy
+    skip_decided: bool
+    max_tokens: int
+    temperature: float
+    sampling_seed: int | None
+    samples_in_flight: int
 
 Engine = Literal["local", "ray"]
 """Where an audit runs: this process, or a Ray cluster's workers."""

@@ -56,7 +56,6 @@ __all__ = [
     "SignalError",
     "TokenizedText",
     "missing_extra",
-    "open_attention_extractor",
     "open_backend",
     "require_sklearn",
 ]

@@ -1,0 +1,165 @@
+"""rt4chart.testing without pytest's plugin: assertions, their messages, event loops, judge failures
+and the budget shared between processes. Real judges: the scripted one of examples/answers.rules.json,
+litellm against the fault server and a closed port of 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES
+from faults import fault_server, grounded
+from test_judge_unavailable import closed_port_url
+
+from rt4chart.backends.circuit import JudgeUnavailable
+from rt4chart.budget import BudgetExhausted
+from rt4chart.testing import (
+    AuditSession,
+    GroundingError,
+    JudgeFailed,
+    SessionSettings,
+    SharedLedger,
+    aassert_grounded,
+    acheck_grounded,
+    assert_grounded,
+    check_grounded,
+)
+from rt4chart.types import Label, Report, Sample, Usage
+
+JUDGE = f"scripted:{EXAMPLES / 'answers.rules.json'}"
+
+
+def example(sample_id: str) -> Sample:
+    for line in (EXAMPLES / "answers.jsonl").read_text(encoding="utf-8").splitlines():
+        if json.loads(line)["id"] == sample_id:
+            return Sample.model_validate_json(line)
+    raise KeyError(sample_id)
+
+
+def test_a_grounded_answer_passes_and_returns_its_record() -> None:
+    sample = example("refund-faithful")
+    report = assert_grounded(sample.answer, sample.context, sample.question, judge=JUDGE)
+    assert report.label is Label.ENTAILED and report.claims
+
+
+def test_the_failure_names_each_failing_claim_its_label_rationale_and_evidence_in_context() -> None:
+    sample = example("paper-running-example")
+    with pytest.raises(GroundingError) as failure:
+        assert_grounded(sample.answer, sample.context, sample.question, judge=JUDGE)
+    message = str(failure.value)
+    failing = failure.value.failing
+    assert {claim.label for claim in failing} == {Label.CONTRADICTED, Label.BASELESS}
+    assert f"{len(failing)} of {len(failure.value.report.claims)} claims not grounded" in message
+    context = sample.context if isinstance(sample.context, str) else "\n".join(sample.context)
+    unwrapped = " ".join(message.split())
+    for claim in failing:
+        assert f"[{claim.index}] {claim.label} {claim.text}" in unwrapped
+        assert f"why: {claim.rationale}" in unwrapped
+        for evidence in claim.evidence:
+            assert context[evidence.start : evidence.end] == evidence.text
+            # the quote is marked inside its surrounding context, and its place is named
+            assert f"«{evidence.text}»" in unwrapped
+            sentences = ", ".join(str(n) for n in evidence.sentence_ids)
+            assert f"[context {evidence.start}-{evidence.end}, sentence {sentences}]" in unwrapped
+    entailed = [claim for claim in failure.value.report.claims if claim.label is Label.ENTAILED]
+    assert entailed and all(f"] entailed {claim.text}" not in unwrapped for claim in entailed)
+
+
+def test_fail_on_contradicted_lets_a_baseless_claim_pass_and_check_grounded_never_raises() -> None:
+    sample = example("battery-unsupported")
+    report = assert_grounded(sample.answer, sample.context, judge=JUDGE, fail_on="contradicted")
+    assert report.label is Label.BASELESS
+    with pytest.raises(GroundingError):
+        assert_grounded(sample.answer, sample.context, judge=JUDGE)
+    assert check_grounded(sample.answer, sample.context, judge=JUDGE).label is Label.BASELESS
+
+
+def test_a_policy_an_assertion_cannot_have_is_refused() -> None:
+    sample = example("refund-faithful")
+    for policy in ("never", "sometimes"):
+        with pytest.raises(ValueError, match="fail_on must be one of contradicted, hallucinated"):
+            assert_grounded(sample.answer, sample.context, judge=JUDGE, fail_on=policy)
+
+
+def test_an_answer_without_a_sentence_is_a_clear_error_not_a_pass() -> None:
+    with pytest.raises(ValueError, match="answer has no sentence to verify"):
+        check_grounded("- ", "Some context.", judge=JUDGE)
+
+
+def test_sync_and_async_assertions_work_inside_a_running_event_loop() -> None:
+    sample = example("refund-wrong-number")
+
+    async def in_a_loop() -> tuple[Label | None, Label | None, str]:
+        synchronous = check_grounded(sample.answer, sample.context, judge=JUDGE)  # no "loop already running"
+        asynchronous = await acheck_grounded(sample.answer, sample.context, judge=JUDGE)
+        with pytest.raises(GroundingError) as failure:
+            await aassert_grounded(sample.answer, sample.context, judge=JUDGE)
+        return synchronous.label, asynchronous.label, str(failure.value)
+
+    sync_label, async_label, message = asyncio.run(in_a_loop())
+    assert sync_label is async_label is Label.CONTRADICTED
+    assert "60 days" in message
+
+
+def test_an_unreachable_judge_raises_a_judge_failure_naming_the_endpoint(tmp_path: Path) -> None:
+    url = closed_port_url()
+    profile = tmp_path / "closed.toml"
+    profile.write_text(f'name = "closed"\nmodel = "openai/closed"\napi_base = "{url}"\nbackoff_s = 0.01\n'
+                       "backoff_max_s = 0.05\n", encoding="utf-8")
+    sample = example("refund-faithful")
+    with pytest.raises((JudgeUnavailable, JudgeFailed)) as failure:
+        assert_grounded(sample.answer, sample.context, judge=str(profile), decomposer="rules")
+    assert url in str(failure.value)
+    assert not isinstance(failure.value, AssertionError), "a judge failure is not a finding"
+
+
+def test_a_session_serves_sync_and_async_callers_from_one_loop_and_closes_cleanly(tmp_path: Path) -> None:
+    sample = example("refund-faithful")
+    with fault_server(grounded) as server:
+        profile = tmp_path / "fault.toml"
+        profile.write_text(f'name = "fault"\nmodel = "openai/fault"\napi_base = "{server.base_url}"\n',
+                           encoding="utf-8")
+        session = AuditSession(SessionSettings(judge=str(profile), cache=str(tmp_path / "cache")))
+
+        async def from_another_loop() -> Report:
+            return await session.aaudit(sample, {"decomposer": "rules"})
+
+        first = session.audit(sample, {"decomposer": "rules"})
+        second = asyncio.run(from_another_loop())  # a second loop: the judge's clients stay on theirs
+        session.close()
+        calls = len(server.requests)
+    assert first.label is not None and second.label == first.label
+    assert first.usage.calls == calls > 0 and second.usage.cache_hits == calls and second.usage.calls == 0
+    assert [record.report for record in session.records] == [first, second]
+    assert not [thread for thread in threading.enumerate() if thread.name == "rt4chart-judge"]
+
+
+def test_a_budget_stop_ends_the_sessions_audits_without_another_call(tmp_path: Path) -> None:
+    rules = json.loads((EXAMPLES / "answers.rules.json").read_text(encoding="utf-8"))
+    paid = tmp_path / "paid.rules.json"
+    paid.write_text(json.dumps({**rules, "cost_per_call": 0.01}), encoding="utf-8")
+    session = AuditSession(SessionSettings(judge=f"scripted:{paid}", budget_usd=0.025))
+    sample = example("refund-faithful")
+    with pytest.raises(BudgetExhausted):
+        for _ in range(10):
+            session.audit(sample, {})
+    audited = len(session.records)
+    with pytest.raises(BudgetExhausted, match="the session's budget stopped its audits"):
+        session.audit(sample, {})
+    session.close()
+    assert len(session.records) == audited and session.skipped == 1
+    assert sum(record.report.usage.cost_usd for record in session.records) <= 0.025
+
+
+def test_ledgers_sharing_one_file_share_one_cap(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    first, second = SharedLedger(path, 0.05), SharedLedger(path, 0.05)
+    assert first.reserve(0.03)
+    assert not second.reserve(0.03), "the other ledger's reservation counts against the cap"
+    first.settle(0.03, Usage(calls=1, cost_usd=0.02))
+    assert second.reserve(0.03)
+    second.settle(0.03, Usage(calls=1, cost_usd=0.03))
+    assert first.shared_spent_usd() == pytest.approx(0.05) and not first.reserve(0.001)

@@ -11,7 +11,8 @@ client (the ``redis`` extra) is imported only when a server cache is asked for.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+
+from rt4chart.backends.scrubbing import redact_url
 
 KEY_PREFIX = "rt4chart:judge-calls:"
 """Namespace of rt4chart's entries on a shared server."""
@@ -20,24 +21,13 @@ _SCAN_BATCH = 1000
 """Keys fetched per SCAN round trip when counting or clearing."""
 
 
-def redacted_url(url: str) -> str:
-    """``url`` without its password (what messages and ``rt4 cache stats`` may show)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit((parts.scheme, f"{user}{host}{port}", parts.path, parts.query, parts.fragment))
-
-
 class RedisStore:
     """rt4chart's entries on one Redis server. Raises ``ConnectionError`` (an ``OSError``) when the
     server cannot be reached when opened, so a bad ``--cache-url`` stops a run before any work; later
     failures surface as exceptions of the calls, which the judge cache treats as misses."""
 
     def __init__(self, url: str, *, timeout_s: float = 5.0) -> None:
-        self.location = redacted_url(url)
+        self.location = redact_url(url)
         """The server's URL without its password."""
         try:
             import redis

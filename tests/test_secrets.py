@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from audit_fixtures import write_samples
 from faults import Fault, claims_in, fault_server
 
@@ -116,3 +117,70 @@ def test_a_fleet_replica_echoing_its_key_leaves_it_in_no_artifact(tmp_path: Path
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
     assert len(records) == 3 and all("***" in claim["rationale"] for r in records for claim in r["claims"])
     assert files_holding(tmp_path, SENTINEL) == [] and files_holding(tmp_path, SENTINEL[3:19]) == []
+
+
+# --- every form a secret can take (issue 27, item 3) ---------------------------------------------
+
+ESCAPED_SENTINEL = "".join(f"\\u{ord(character):04x}" for character in SENTINEL)
+"""The sentinel as a model may write it inside a JSON string: every character a \\uXXXX escape."""
+
+
+def escaped_and_split_reply(body: dict[str, Any]) -> str:
+    """Entailed judgements whose rationale holds the key JSON-escaped (so the raw reply, which the
+    cache stores, never holds it as written) and in two halves."""
+    judgements = [
+        {"claim": position, "label": "entailed", "evidence": ["opens at"], "confidence": 0.9,
+         "rationale": f"escaped @@KEY@@; halves {SENTINEL[:15]} + {SENTINEL[15:]}"}
+        for position in range(len(claims_in(body)))
+    ]
+    return json.dumps({"judgements": judgements}).replace("@@KEY@@", ESCAPED_SENTINEL)
+
+
+def test_a_key_echoed_json_escaped_or_in_halves_is_in_no_artifact_the_cache_included(tmp_path: Path) -> None:
+    write_samples(tmp_path / "in.jsonl", 2)
+    with fault_server(escaped_and_split_reply) as server:
+        for resume in ([], ["--resume"]):  # the second run reads the cached raw replies back
+            done = rt4("verify", "in.jsonl", "--judge", "gpt-4o-mini", "--api-base", server.base_url,
+                       "--decomposer", "rules", "--out", "out.jsonl", "--cache-dir", "cache", "--report",
+                       "report.html", "--junit", "junit.xml", *resume, cwd=tmp_path)
+            assert done.returncode in (0, 1), done.stderr
+            (tmp_path / f"run{len(resume)}.log").write_text(done.stdout + done.stderr, encoding="utf-8")
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert all("***" in claim["rationale"] for record in records for claim in record["claims"])
+    assert (tmp_path / "cache" / "cache.db").exists()
+    for form in (SENTINEL, ESCAPED_SENTINEL, ESCAPED_SENTINEL.upper().replace("\\U", "\\u"), SENTINEL[15:]):
+        assert files_holding(tmp_path, form) == [], form
+
+
+def test_credentials_in_the_base_url_are_in_no_record_report_or_message(tmp_path: Path) -> None:
+    write_samples(tmp_path / "in.jsonl", 2)
+    with fault_server(echoing_reply) as server:
+        done = rt4("verify", "in.jsonl", "--judge", "openai/fault", "--api-base",
+                   f"{server.base_url}?api_key=QUERYSECRET42&model=x", "--decomposer", "rules", "--no-cache",
+                   "--out", "out.jsonl", "--report", "report.html", "--junit", "junit.xml", cwd=tmp_path)
+    assert done.returncode in (0, 1), done.stderr
+    assert server.requests, "the query string does not stop the judge from being reached"
+    (tmp_path / "run.log").write_text(done.stdout + done.stderr, encoding="utf-8")
+    record = json.loads((tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert record["judge"].endswith("?api_key=***&model=x")
+    assert files_holding(tmp_path, "QUERYSECRET42") == []
+
+
+def test_userinfo_in_the_base_url_is_refused_once_before_any_call(tmp_path: Path) -> None:
+    write_samples(tmp_path / "in.jsonl", 2)
+    with fault_server(echoing_reply) as server:
+        done = rt4("verify", "in.jsonl", "--judge", "openai/fault", "--api-base",
+                   server.base_url.replace("http://", "http://alice:hunter2-pass@"), "--decomposer", "rules",
+                   "--no-cache", "--out", "out.jsonl", cwd=tmp_path)
+    assert done.returncode == 2 and "holds credentials" in done.stderr, done.stderr
+    assert "hunter2" not in done.stderr + done.stdout and "Traceback" not in done.stderr
+    assert not server.requests and not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0?password=hunter2-pass", "redis://:hunter2-pass@127.0.0.1:abc/0"])
+def test_a_redis_password_in_any_form_is_never_printed(tmp_path: Path, url: str) -> None:
+    pytest.importorskip("redis", reason="the redis extra opens --cache-url")
+    for command in (["cache", "stats"], ["cache", "clear"]):
+        done = rt4(*command, "--cache-url", url, cwd=tmp_path)
+        assert done.returncode == 2 and "cannot use the cache server" in done.stderr, done.stderr
+        assert "hunter2" not in done.stderr + done.stdout and "Traceback" not in done.stderr

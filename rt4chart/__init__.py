@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from rt4chart.backends.scripted import ScriptedBackend as ScriptedBackend
     from rt4chart.budget import BudgetExhausted as BudgetExhausted
     from rt4chart.cache import JudgeCache as JudgeCache
+    from rt4chart.joins import and_join as and_join
+    from rt4chart.joins import or_join as or_join
     from rt4chart.judges import JudgeConfigError as JudgeConfigError
     from rt4chart.judges import JudgeStack as JudgeStack
     from rt4chart.judges import judge_stack as judge_stack
@@ -58,8 +60,6 @@ if TYPE_CHECKING:
     from rt4chart.types import Usage as Usage
     from rt4chart.types import Verdict as Verdict
     from rt4chart.types import Vote as Vote
-    from rt4chart.verification import and_join as and_join
-    from rt4chart.verification import or_join as or_join
 
 # The names the package exports and the module each lives in: the one list (``__all__`` is made
 # from it). The ``TYPE_CHECKING`` imports above say the same for type checkers; tests/test_api.py
@@ -104,9 +104,9 @@ _EXPORTS = {
     "VerifyInput": "rt4chart.tasks",
     "VerifyOutput": "rt4chart.tasks",
     "Vote": "rt4chart.types",
-    "and_join": "rt4chart.verification",
+    "and_join": "rt4chart.joins",
     "judge_stack": "rt4chart.judges",
-    "or_join": "rt4chart.verification",
+    "or_join": "rt4chart.joins",
     "resolve_judge": "rt4chart.judges",
 }
 

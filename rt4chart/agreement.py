@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, Field
 from scipy import stats
 
+from rt4chart.joins import and_join
 from rt4chart.metrics import binary_prf, claim_gold_unsupported
 from rt4chart.types import ClaimVerdict, Gold, Label, Report
 
@@ -461,7 +462,7 @@ def claim_table(
         for sentence in sorted(shared):
             items.append(f"{key}/{sentence}")
             for column, g in zip(columns, grouped, strict=True):
-                column.append(_scaled(_and_join(g[sentence]), scale))
+                column.append(_scaled(and_join(c.label for c in g[sentence]), scale))
             first = grouped[0][sentence][0]
             gold_column.append(claim_gold_unsupported(first, sample_gold) if sample_gold else None)
     alignment = "shared claim set" if by_sentence == 0 else f"by answer sentence in {by_sentence} records"
@@ -483,17 +484,6 @@ def _by_sentence(claims: Sequence[ClaimVerdict]) -> dict[int, list[ClaimVerdict]
         if claim.sentence_index is not None:
             grouped.setdefault(claim.sentence_index, []).append(claim)
     return grouped
-
-
-def _and_join(claims: Sequence[ClaimVerdict]) -> Label | None:
-    """The sentence's label: contradicted > baseless > entailed; ``None`` if a claim has none."""
-    labels = [c.label for c in claims]
-    if any(label is None for label in labels):
-        return None
-    for label in (Label.CONTRADICTED, Label.BASELESS):
-        if label in labels:
-            return label
-    return Label.ENTAILED
 
 
 # --- the report --------------------------------------------------------------------------------

@@ -15,56 +15,13 @@ from typing import Any
 
 from rt4chart.backends.base import JudgeRequest, JudgeResponse, Message
 from rt4chart.grounding import ContextIndex, anchor_quotes
+from rt4chart.joins import and_join as and_join  # re-exported: pipeline and direct import the joins from here
+from rt4chart.joins import answer_hallucinated as answer_hallucinated
+from rt4chart.joins import or_join
 from rt4chart.options import AuditOptions, UngroundedPolicy
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import ClaimJudgement, VerifyInput, VerifyOutput
 from rt4chart.types import Chunk, Claim, ClaimVerdict, Label, Sentence, Span, Verdict, Vote, merge_spans
-
-
-def or_join(labels: Iterable[Label | None]) -> Label | None:
-    """Local join over chunk votes: contradicted > entailed > baseless.
-
-    Votes without a label (skipped, or the judge call failed) are ignored. When votes were cast and
-    none of them has a label, every judge call failed: the result is ``None`` (unknown), because an
-    unreachable judge is not a finding. No votes at all (an empty context) is baseless.
-    """
-    labels = list(labels)
-    present = set(labels)
-    if Label.CONTRADICTED in present:
-        return Label.CONTRADICTED
-    if Label.ENTAILED in present:
-        return Label.ENTAILED
-    if Label.BASELESS in present or not labels:
-        return Label.BASELESS
-    return None
-
-
-def and_join(labels: Iterable[Label | None]) -> Label | None:
-    """Answer join over claims: contradicted > baseless > entailed.
-
-    A claim the judge could not judge (``None``) leaves the answer's label open (``None``) unless a
-    contradicted claim already decides it. An answer with no claim at all is baseless: nothing in it
-    was verified, and an answer must never pass for having no claim.
-    """
-    present = set(labels)
-    if not present:
-        return Label.BASELESS
-    if Label.CONTRADICTED in present:
-        return Label.CONTRADICTED
-    if None in present:
-        return None
-    if Label.BASELESS in present:
-        return Label.BASELESS
-    return Label.ENTAILED
-
-
-def answer_hallucinated(labels: Iterable[Label | None]) -> bool | None:
-    """Whether an answer is hallucinated: any claim contradicted or baseless; ``None`` when that is
-    not known because some claims could not be judged and every known one is entailed."""
-    present = set(labels)
-    if not present or present & {Label.CONTRADICTED, Label.BASELESS}:
-        return True
-    return None if None in present else False
 
 
 def hallucinated_spans(verdicts: Iterable[ClaimVerdict]) -> list[Span]:

@@ -49,6 +49,108 @@ def content_words(text: str) -> list[str]:
     return [w for w in words if w[0].isdigit() or (len(w) > 1 and w not in STOPWORDS)]
 
 
+# Numbers, as the number guard and the claim checks read them: digits ("2,500,000", "2.5") or words
+# ("two million", "twenty-five", "a dozen"), times scale words, ordinals and fractions.
+
+_DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
+
+def _numbered(words: str, first: int = 0) -> dict[str, float]:
+    """Each of the space-separated ``words`` with its position (counting from ``first``) as value."""
+    return {word: float(value) for value, word in enumerate(words.split(), start=first)}
+
+
+_UNITS = _numbered(
+    """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+    sixteen seventeen eighteen nineteen"""
+)
+_TENS = {word: 10 * n for word, n in _numbered("twenty thirty forty fifty sixty seventy eighty ninety", 2).items()}
+_SCALES = {"hundred": 1e2, "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12, "dozen": 12.0}
+_ORDINALS = _numbered(
+    """second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth
+    fifteenth sixteenth seventeenth eighteenth nineteenth twentieth""",
+    2,
+) | {"thirtieth": 30.0, "fortieth": 40.0, "fiftieth": 50.0, "hundredth": 100.0}
+# "one" and "first" are mostly not counts ("one of the ...", "first opened"): numbers only before a
+# scale word ("one million").
+_FRACTIONS = {"half": 0.5, "quarter": 0.25}
+
+def _digits_value(token: str) -> float | None:
+    if not _DIGITS.fullmatch(token):
+        return None
+    # Commas group thousands ("49,400"); a single dot is a decimal point.
+    plain = token.replace(",", "")
+    if plain.count(".") > 1:
+        return None
+    return float(plain)
+
+
+def number_at(tokens: list[str], position: int) -> tuple[float, int] | None:
+    """The number that starts at ``tokens[position]`` and how many tokens it spans: digits or
+    number words ("twenty five"), times any scale words after it ("2.5 million", "two thousand",
+    "a dozen"), ordinals ("third") and fractions ("half", "half a million")."""
+    token = tokens[position]
+    following = tokens[position + 1] if position + 1 < len(tokens) else ""
+    if token in _ORDINALS:
+        return _ORDINALS[token], 1
+    if token in _FRACTIONS:
+        if following == "a" and position + 2 < len(tokens) and tokens[position + 2] in _SCALES:
+            return _FRACTIONS[token] * _SCALES[tokens[position + 2]], 3
+        return _FRACTIONS[token], 1
+    value = _digits_value(token)
+    if value is not None:
+        span = 1
+        while position + span < len(tokens) and tokens[position + span] in _SCALES:
+            # Rounded: 4.1 * 1e6 is 4099999.9999999995 in floating point.
+            value = round(value * _SCALES[tokens[position + span]], 6)
+            span += 1
+        return value, span
+    return _words_number(tokens, position)
+
+
+def _words_number(tokens: list[str], position: int) -> tuple[float, int] | None:
+    """A number written in words from ``tokens[position]`` ("three hundred forty-two", "two
+    thousand five hundred", "a dozen", "a million"), and how many tokens it spans."""
+    total, current, end = 0.0, 0.0, position
+    while end < len(tokens):
+        word = tokens[end]
+        if word in _UNITS or word in _TENS:
+            current += _UNITS.get(word, _TENS.get(word, 0.0))
+        elif word in ("hundred", "dozen"):
+            current = max(current, 1.0) * _SCALES[word]
+        elif word in _SCALES:
+            total, current = total + max(current, 1.0) * _SCALES[word], 0.0
+        else:
+            break
+        end += 1
+    if end == position or tokens[position:end] == ["one"]:
+        return None
+    return total + current, end - position
+
+
+def numbers_in(text: str) -> frozenset[float]:
+    """The numeric values ``text`` states (see :func:`number_at`)."""
+    tokens = [match.group().lower() for match in _WORD.finditer(text)]
+    numbers: set[float] = set()
+    position = 0
+    while position < len(tokens):
+        number = number_at(tokens, position)
+        if number is None:
+            position += 1
+        else:
+            numbers.add(number[0])
+            position += number[1]
+    return frozenset(numbers)
+
+
+def same_number(value: float, others: frozenset[float]) -> bool:
+    """Equal, equal once rounded (an answer says "about $24" for "$23.70"), or a fraction and its
+    percentage ("half" for "50%")."""
+    return any(
+        value == other or round(value) == round(other) or 100 * value == other or value == 100 * other
+        for other in others
+    )
+
+
 _LINE = re.compile(r"[^\n]+")
 # A letter followed by a full stop opens a list item ("a. ", "B. ") unless another initial follows:
 # "J. K. Rowling" keeps its first initial.

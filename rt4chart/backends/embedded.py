@@ -49,7 +49,7 @@ from pydantic import BaseModel
 from rt4chart.backends.base import JudgeRequest, JudgeResponse
 from rt4chart.backends.embedded_model import ModelArtefact, artefact_sha256, features, load_model
 from rt4chart.tasks import ClaimJudgement, VerifyInput, VerifyOutput
-from rt4chart.text import STOPWORDS
+from rt4chart.text import STOPWORDS, number_at, same_number
 from rt4chart.types import DecidedBy, JudgeScore, Label, Sentence, Usage
 
 if TYPE_CHECKING:
@@ -159,28 +159,7 @@ for _family, _opposite in ((_RISING, _FALLING), (_FALLING, _RISING)):
         ANTONYMS[_word] = ANTONYMS.get(_word, frozenset()) | _opposite
 """Word -> the words that oppose it (also what evals/embedded/synthetic.py swaps in)."""
 
-def _numbered(words: str, first: int = 0) -> dict[str, float]:
-    """Each of the space-separated ``words`` with its position (counting from ``first``) as value."""
-    return {word: float(value) for value, word in enumerate(words.split(), start=first)}
-
-
-_UNITS = _numbered(
-    """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
-    sixteen seventeen eighteen nineteen"""
-)
-_TENS = {word: 10 * n for word, n in _numbered("twenty thirty forty fifty sixty seventy eighty ninety", 2).items()}
-_SCALES = {"hundred": 1e2, "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12, "dozen": 12.0}
-_ORDINALS = _numbered(
-    """second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth
-    fifteenth sixteenth seventeenth eighteenth nineteenth twentieth""",
-    2,
-) | {"thirtieth": 30.0, "fortieth": 40.0, "fiftieth": 50.0, "hundredth": 100.0}
-# "one" and "first" are mostly not counts ("one of the ...", "first opened"): numbers only before a
-# scale word ("one million").
-_FRACTIONS = {"half": 0.5, "quarter": 0.25}
-
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[A-Za-z]+(?:'[A-Za-z]+)?")
-_NUMERIC = re.compile(r"\d+(?:[.,]\d+)*")
 _META = re.compile(
     r"\b(?:passages?|context|provided (?:text|information|documents?)|given (?:text|information))\b"
     r".{0,60}\b(?:not|no|does ?n[o']t|do ?n[o']t|neither)\b"
@@ -197,59 +176,6 @@ _stemmer = PorterStemmer()
 @cache
 def _stem(word: str) -> str:
     return str(_stemmer.stem(word))
-
-
-def _digits_value(token: str) -> float | None:
-    if not _NUMERIC.fullmatch(token):
-        return None
-    # Commas group thousands ("49,400"); a single dot is a decimal point.
-    plain = token.replace(",", "")
-    if plain.count(".") > 1:
-        return None
-    return float(plain)
-
-
-def _number_at(tokens: list[str], position: int) -> tuple[float, int] | None:
-    """The number that starts at ``tokens[position]`` and how many tokens it spans: digits or
-    number words ("twenty five"), times any scale words after it ("2.5 million", "two thousand",
-    "a dozen"), ordinals ("third") and fractions ("half", "half a million")."""
-    token = tokens[position]
-    following = tokens[position + 1] if position + 1 < len(tokens) else ""
-    if token in _ORDINALS:
-        return _ORDINALS[token], 1
-    if token in _FRACTIONS:
-        if following == "a" and position + 2 < len(tokens) and tokens[position + 2] in _SCALES:
-            return _FRACTIONS[token] * _SCALES[tokens[position + 2]], 3
-        return _FRACTIONS[token], 1
-    value = _digits_value(token)
-    if value is not None:
-        span = 1
-        while position + span < len(tokens) and tokens[position + span] in _SCALES:
-            # Rounded: 4.1 * 1e6 is 4099999.9999999995 in floating point.
-            value = round(value * _SCALES[tokens[position + span]], 6)
-            span += 1
-        return value, span
-    return _words_number(tokens, position)
-
-
-def _words_number(tokens: list[str], position: int) -> tuple[float, int] | None:
-    """A number written in words from ``tokens[position]`` ("three hundred forty-two", "two
-    thousand five hundred", "a dozen", "a million"), and how many tokens it spans."""
-    total, current, end = 0.0, 0.0, position
-    while end < len(tokens):
-        word = tokens[end]
-        if word in _UNITS or word in _TENS:
-            current += _UNITS.get(word, _TENS.get(word, 0.0))
-        elif word in ("hundred", "dozen"):
-            current = max(current, 1.0) * _SCALES[word]
-        elif word in _SCALES:
-            total, current = total + max(current, 1.0) * _SCALES[word], 0.0
-        else:
-            break
-        end += 1
-    if end == position or tokens[position:end] == ["one"]:
-        return None
-    return total + current, end - position
 
 
 @dataclass(frozen=True)
@@ -278,7 +204,7 @@ def terms_of(text: str) -> Terms:
     position = 0
     while position < len(tokens):
         token = tokens[position]
-        number = _number_at(tokens, position)
+        number = number_at(tokens, position)
         if number is not None:
             # A four-digit year and a count are both just numbers here; units are not parsed.
             numbers.add(number[0])
@@ -290,15 +216,6 @@ def terms_of(text: str) -> Terms:
         elif token not in STOPWORDS and len(token) > 1:
             content.add(_stem(token))
     return Terms(frozenset(content), frozenset(words), frozenset(numbers), negations % 2 == 1)
-
-
-def _same_number(value: float, others: frozenset[float]) -> bool:
-    """Equal, equal once rounded (an answer says "about $24" for "$23.70"), or a fraction and its
-    percentage ("half" for "50%")."""
-    return any(
-        value == other or round(value) == round(other) or 100 * value == other or value == 100 * other
-        for other in others
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -491,7 +408,7 @@ def analyse_claim(
             covered |= gain
     in_view = frozenset().union(*(t.numbers for t in sentence_terms))
     words_in_view = frozenset().union(*(t.content for t in sentence_terms))
-    absent = sorted(n for n in claim_terms.numbers if not _same_number(n, in_view))
+    absent = sorted(n for n in claim_terms.numbers if not same_number(n, in_view))
     cue: tuple[CueKind, str, str] | None = None
     cue_sentence, cue_overlap = None, 0.0
     for position in ranking[:CUE_SENTENCES]:

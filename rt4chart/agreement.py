@@ -35,7 +35,13 @@ from pydantic import BaseModel, Field
 from scipy import stats
 
 from rt4chart.joins import and_join
-from rt4chart.metrics import binary_prf, claim_gold_unsupported
+from rt4chart.metrics import (
+    balanced_accuracy,
+    binary_prf,
+    bootstrap_interval,
+    claim_gold_unsupported,
+    sensitivity_specificity,
+)
 from rt4chart.types import ClaimVerdict, Gold, Label, Report
 
 Level = Literal["answer", "claim"]
@@ -268,25 +274,19 @@ def label_distribution(judge: str, column: Column, labels: Sequence[str]) -> Jud
 
 
 def _rates(gold: NDArray[np.int64], predicted: NDArray[np.int64]) -> tuple[float, float, float, list[str]]:
-    """Sensitivity, specificity, balanced accuracy of binary codes (1 = positive)."""
+    """Sensitivity, specificity, balanced accuracy of binary codes (1 = positive), undefined ones
+    reported as 0 with a warning (the figures are :mod:`rt4chart.metrics`' own)."""
     warnings: list[str] = []
-    positives, negatives = int((gold == 1).sum()), int((gold == 0).sum())
-    defined: list[float] = []
-    sensitivity = specificity = 0.0
-    if positives:
-        sensitivity = float(((predicted == 1) & (gold == 1)).sum() / positives)
-        defined.append(sensitivity)
-    else:
+    positive, flagged = (gold == 1).tolist(), (predicted == 1).tolist()
+    sensitivity, specificity = sensitivity_specificity(positive, flagged)
+    balanced = balanced_accuracy(positive, flagged)
+    if sensitivity is None:
         warnings.append("no gold positives: sensitivity undefined, reported as 0")
-    if negatives:
-        specificity = float(((predicted == 0) & (gold == 0)).sum() / negatives)
-        defined.append(specificity)
-    else:
+    if specificity is None:
         warnings.append("no gold negatives: specificity undefined, reported as 0")
-    if not defined:
+    if balanced is None:
         warnings.append("no items: balanced accuracy undefined, reported as 0")
-    balanced = float(np.mean(defined)) if defined else 0.0
-    return sensitivity, specificity, balanced, warnings
+    return sensitivity or 0.0, specificity or 0.0, balanced or 0.0, warnings
 
 
 def versus_gold(
@@ -308,18 +308,6 @@ def _bool_codes(values: Sequence[bool | None]) -> NDArray[np.int64]:
 
 
 # --- the bootstrap -----------------------------------------------------------------------------
-
-
-def bootstrap_interval(
-    statistic: Callable[[NDArray[np.int64]], float], n: int, resamples: int, seed: int
-) -> tuple[float | None, float | None]:
-    """Percentile 95% interval of ``statistic(indices)`` over item resamples (with replacement)."""
-    if resamples <= 0 or n == 0:
-        return None, None
-    rng = np.random.default_rng(seed)
-    values = [statistic(rng.integers(0, n, size=n)) for _ in range(resamples)]
-    low, high = np.percentile(values, [2.5, 97.5])
-    return float(low), float(high)
 
 
 PairFunction = Callable[[NDArray[np.int64], NDArray[np.int64]], float]

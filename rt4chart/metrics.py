@@ -25,14 +25,17 @@ Bootstrap CIs resample samples with replacement (seeded) and take the 2.5 / 97.5
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel
 
 from rt4chart.types import ClaimVerdict, Gold, GoldKind, Label, Report, Span
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 T = TypeVar("T")
 
@@ -143,15 +146,24 @@ def binary_prf(gold: Sequence[bool], predicted: Sequence[bool]) -> PRF:
     return prf(tp, fp, fn)
 
 
-def balanced_accuracy(gold: Sequence[bool], predicted: Sequence[bool]) -> float | None:
-    """Mean recall over the classes present in ``gold``; ``None`` for no samples."""
+def sensitivity_specificity(gold: Sequence[bool], predicted: Sequence[bool]) -> tuple[float | None, float | None]:
+    """Recall of the positive class (sensitivity) and of the negative class (specificity); ``None``
+    for a class ``gold`` does not hold."""
+    import numpy as np  # here: the quick commands that import this module need no numpy
+
     _same_length(gold, predicted)
-    recalls = []
-    for cls in (True, False):
-        members = [p for g, p in zip(gold, predicted, strict=True) if g is cls]
-        if members:
-            recalls.append(sum(p is cls for p in members) / len(members))
-    return sum(recalls) / len(recalls) if recalls else None
+    g, p = np.asarray(gold, dtype=bool), np.asarray(predicted, dtype=bool)
+    positives, negatives = int(g.sum()), int((~g).sum())
+    sensitivity = float((p & g).sum() / positives) if positives else None
+    specificity = float((~p & ~g).sum() / negatives) if negatives else None
+    return sensitivity, specificity
+
+
+def balanced_accuracy(gold: Sequence[bool], predicted: Sequence[bool]) -> float | None:
+    """Mean recall over the classes present in ``gold`` (the defined ones of sensitivity and
+    specificity); ``None`` for no samples. ``rt4 eval`` and ``rt4 agree`` both use this one."""
+    defined = [rate for rate in sensitivity_specificity(gold, predicted) if rate is not None]
+    return sum(defined) / len(defined) if defined else None
 
 
 def auroc(gold: Sequence[bool], scores: Sequence[float]) -> float | None:
@@ -213,13 +225,26 @@ def iou(gold: Iterable[Span], predicted: Iterable[Span]) -> float:
     return len(gold_chars & predicted_chars) / len(union) if union else 1.0
 
 
-def percentile(values: Sequence[float], fraction: float) -> float:
-    """Linear-interpolated percentile (numpy's default method) of non-empty ``values``."""
-    ordered = sorted(values)
-    position = fraction * (len(ordered) - 1)
-    lower = int(position)
-    upper = min(lower + 1, len(ordered) - 1)
-    return ordered[lower] + (ordered[upper] - ordered[lower]) * (position - lower)
+def bootstrap_interval(
+    statistic: Callable[[NDArray[np.int64]], float | None], n: int, resamples: int, seed: int
+) -> tuple[float | None, float | None]:
+    """Percentile 95% interval of ``statistic(indices)`` over ``resamples`` resamples of ``n`` items
+    with replacement; resamples on which the statistic is undefined (``None``) are skipped.
+
+    Every bootstrap of the package draws its resamples here (numpy's default generator seeded with
+    ``seed``), so one seed gives the same resamples, and for one statistic the same interval, in
+    ``rt4 eval`` and ``rt4 agree``.
+    """
+    import numpy as np  # here: the quick commands that import this module need no numpy
+
+    if resamples <= 0 or n == 0:
+        return None, None
+    rng = np.random.default_rng(seed)
+    draws = [value for _ in range(resamples) if (value := statistic(rng.integers(0, n, size=n))) is not None]
+    if not draws:
+        return None, None
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return float(low), float(high)
 
 
 def bootstrap(
@@ -228,7 +253,8 @@ def bootstrap(
     resamples: int = 1000,
     seed: int = 0,
 ) -> Estimate:
-    """``statistic`` on ``items`` with a percentile bootstrap 95% CI over resampled items.
+    """``statistic`` on ``items`` with a percentile bootstrap 95% CI over resampled items
+    (:func:`bootstrap_interval`).
 
     The figure is undefined (``None``) without items; resamples on which the statistic is
     undefined are skipped.
@@ -236,16 +262,10 @@ def bootstrap(
     value = statistic(items) if items else None
     if value is None or resamples < 1:
         return Estimate(value=value)
-    rng = random.Random(seed)
-    draws: list[float] = []
-    for _ in range(resamples):
-        resample = [items[rng.randrange(len(items))] for _ in items]
-        result = statistic(resample)
-        if result is not None:
-            draws.append(result)
-    if not draws:
-        return Estimate(value=value)
-    return Estimate(value=value, low=percentile(draws, 0.025), high=percentile(draws, 0.975))
+    low, high = bootstrap_interval(
+        lambda indices: statistic([items[i] for i in indices]), len(items), resamples, seed
+    )
+    return Estimate(value=value, low=low, high=high)
 
 
 def claim_unsupported_score(claim: ClaimVerdict) -> float | None:

@@ -85,21 +85,33 @@ def _usage_errors() -> Iterator[None]:
 
 def _execute(spec: RunSpec, items: list[InputLine], quiet: bool) -> RunOutcome:
     """Run ``spec`` through the run layer with the progress bar on stderr; records without --out go to stdout."""
-    from rt4chart.report import ProgressObserver
-    from rt4chart.run import execute
+    from rt4chart.report import ProgressObserver, print_interrupted
+    from rt4chart.run import RunInterrupted, execute
 
-    with _usage_errors():
-        return execute(spec, items, observer=ProgressObserver(stderr, enabled=not quiet), stdout=sys.stdout)
+    try:
+        with _usage_errors():
+            return execute(spec, items, observer=ProgressObserver(stderr, enabled=not quiet), stdout=sys.stdout)
+    except RunInterrupted as interrupted:
+        print_interrupted(interrupted.out, interrupted.records, stderr)
+        raise typer.Exit(interrupted.exit_code) from None
 
 
 def _print_stop(outcome: RunOutcome) -> None:
-    """Say why a run stopped when its judge could not be reached (the endpoint, never a key)."""
+    """Say why a run stopped when its judge could not be reached (the endpoint, never a key), or
+    why its verdicts were left open."""
     from rt4chart.pipeline import UnavailableStop
+    from rt4chart.run import RunStatus
 
     if isinstance(outcome.stop, UnavailableStop):
         stderr.print(
             Text.assemble(("stopped:", "red"), f" {outcome.stop}; {outcome.counts.remaining} samples not audited "
                           "(records already written are kept; rerun with --resume once the judge is reachable)"),
+            highlight=False, soft_wrap=True,
+        )
+    elif outcome.status is RunStatus.INCOMPLETE and (error := outcome.first_open_error) is not None:
+        stderr.print(
+            Text.assemble(("incomplete:", "red"), f" {outcome.counts.incomplete} records of {outcome.judge} with "
+                          f"verdicts left open by judge errors; the first: {error}"),
             highlight=False, soft_wrap=True,
         )
 
@@ -266,6 +278,7 @@ JunitOption = Annotated[Path | None, typer.Option(help="Also write JUnit XML her
 GithubOption = Annotated[bool, typer.Option("--github", help="Print GitHub Actions annotations on the offending input lines.")]
 FailOnOption = Annotated[FailOn, typer.Option(help="Which answers fail the run (exit 1).")]
 MaxRateOption = Annotated[float, typer.Option(min=0.0, max=1.0, help="Fail only when the share of failing answers exceeds R.")]
+BaselineOption = Annotated[Path | None, typer.Option(help="An earlier audit of these answers (its --out): --fail-on new|worse gate against it, and unchanged lines reuse its records without a judge call.")]
 
 
 @app.command()
@@ -287,6 +300,7 @@ def verify(
     github: GithubOption = False,
     fail_on: FailOnOption = FailOn.HALLUCINATED,
     max_rate: MaxRateOption = 0.0,
+    baseline: BaselineOption = None,
     signals: Annotated[str | None, typer.Option(help="Add white-box token signals to each record before it is written: csr, or attention (needs --signal-probe); both need --signal-model.")] = None,
     signal_model: Annotated[Path | None, typer.Option(help="Model directory or GGUF file for --signals.")] = None,
     signal_probe: Annotated[Path | None, typer.Option(help="Probe file from `rt4 signals train`, for --signals attention.")] = None,
@@ -312,7 +326,8 @@ def verify(
             engine=engine_options(engine, address, workers, worker_cpus), input_file=input_path, out=out, resume=resume,
             outputs=PublishOptions(html=html_report, junit=junit, github=github, input_file=str(input_path),
                                    text_view=readable_stdout(output_format, out, sys.stdout.isatty()),
-                                   title=f"rt4chart audit of {input_path.name}", fail_on=fail_on, max_rate=max_rate),
+                                   title=f"rt4chart audit of {input_path.name}", fail_on=fail_on, max_rate=max_rate,
+                                   baseline=baseline),
             signals=signal_spec(signals, signal_model, probe=signal_probe, server=signal_server, delta=signal_delta,
                                 use_cache=not no_cache),
         )
@@ -395,7 +410,16 @@ def cache_clear(cache_dir: CacheDirOption = None, cache_url: CacheUrlOption = No
 
 
 def main() -> None:
-    app()
+    """The ``rt4`` command; an exception no command handled exits 2 (a full disk, an unwritable
+    output) or 5 (a bug, its traceback in a log), never 1 (:mod:`rt4chart.crash`)."""
+    try:
+        app()
+    except Exception as error:  # the last stop before a traceback, by design
+        from rt4chart.crash import exit_for
+
+        crash = exit_for(error)
+        stderr.print(Text.assemble(("error:", "red"), " ", crash.message), highlight=False, soft_wrap=True)
+        sys.exit(crash.code)
 
 
 DatasetArgument = Annotated[str, typer.Argument(help=f"Dataset: {', '.join(DATASET_NAMES)}.")]
@@ -682,71 +706,24 @@ def compare(
     options: AuditOptions,
 ) -> None:
     """Decompose each answer once, have every judge verify that same claim set, then report agreement."""
-    import asyncio
-
-    from rt4chart.agreement import (
-        AgreementInputError,
-        agreement_report,
-        answer_table,
-        claim_table,
-        gold_column,
-        read_outputs,
-    )
     from rt4chart.agreement_view import print_agreement
-    from rt4chart.budget import Ledger
-    from rt4chart.compare import compare_judges, output_name
-    from rt4chart.judges import JudgeConfigError, judge_stack
-    from rt4chart.pipeline import Pipeline
-    from rt4chart.report import AuditProgress, RunSummary
+    from rt4chart.report import ProgressObserver
+    from rt4chart.run import RunSpec, cache_location, compare, run_limits
 
     names = [name.strip() for name in judges_spec.split(",") if name.strip()]
-    if len(names) < 2 or len(set(names)) != len(names):
-        raise fail(f"--judges needs at least two different judges (got {judges_spec!r})")
     items = _read_input(input_path)
-    ledger = Ledger()
-    cache = None if no_cache else _open_cache(_cache_location(cache_dir, cache_url))  # shared by every judge; closed here
-    stacks: list[JudgeStack] = []
-    try:
-        for name in [*names, *([decompose_with] if decompose_with else [])]:
-            stacks.append(judge_stack(name, api_base=api_base, concurrency=concurrency, cache=cache, ledger=ledger))
-    except JudgeConfigError as error:
-        raise fail(str(error)) from None
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise fail(f"--out-dir {out_dir}: {error.strerror}") from None
-    _guard_outputs({f"--out-dir file of {stack.name}": out_dir / output_name(stack.name) for stack in stacks[: len(names)]},
-                   [input_path])
-    decomposer = stacks[len(names)] if decompose_with else None
-    if decomposer is not None and not decomposer.supports_decompose:
-        raise fail(f"--decompose-with {decompose_with}: this judge cannot decompose answers")
-    pipelines = [Pipeline(stack, options) for stack in stacks[: len(names)]]
-    with AuditProgress(len(items), ledger, stderr, enabled=not quiet) as progress:
-        summary = RunSummary()
-
-        def on_sample() -> None:
-            summary.records += 1
-            progress.advance(summary)
-
-        async def run() -> list[Path]:
-            try:
-                return await compare_judges(items, pipelines, decomposer, out_dir, on_sample)
-            finally:
-                for stack in stacks:
-                    await stack.aclose()
-                if cache is not None:
-                    cache.close()
-
-        paths = asyncio.run(run())
-    stderr.print("wrote " + ", ".join(str(p) for p in paths), highlight=False, markup=False)
-    try:
-        loaded = read_outputs(paths)
-        gold_labels = gold_column(loaded[0][1], None)
-    except AgreementInputError as error:
-        raise fail(str(error)) from None
+    with _usage_errors():
+        spec = RunSpec(api_base=api_base, limits=run_limits(None, concurrency, None), options=options,
+                       cache=None if no_cache else cache_location(cache_dir, cache_url), input_file=input_path)
+        outcome = compare(spec, names, items, out_dir, decompose_with=decompose_with, resamples=resamples, seed=seed,
+                          observer=ProgressObserver(stderr, enabled=not quiet))
+    stderr.print("wrote " + ", ".join(str(p) for p in outcome.paths), highlight=False, markup=False)
+    for judged in outcome.by_judge:
+        _print_stop(judged)
     console = Console()
-    for build in (answer_table, claim_table):
-        print_agreement(agreement_report(build(loaded, gold_labels, "hallucinated"), resamples=resamples, seed=seed), console)
+    for report in outcome.agreement:
+        print_agreement(report, console)
+    raise typer.Exit(outcome.exit_code)
 
 
 ResultsArgument = Annotated[Path, typer.Argument(metavar="RESULTS.jsonl", help="Output of rt4 verify.")]
@@ -775,9 +752,10 @@ def report(
     github: GithubOption = False,
     fail_on: FailOnOption = FailOn.HALLUCINATED,
     max_rate: MaxRateOption = 0.0,
+    baseline: BaselineOption = None,
 ) -> None:
     """Turn existing results into an HTML report, JUnit XML or GitHub annotations; exit as rt4 verify would."""
-    from rt4chart.outputs import PublishOptions, publish
+    from rt4chart.outputs import PublishOptions, baseline_problem, publish
 
     if html is None and junit is None and not github:
         raise fail("nothing to write: give --html FILE, --junit FILE or --github")
@@ -785,7 +763,10 @@ def report(
     html, junit = guarded.get("--html"), guarded.get("--junit")
     audited = _read_audited(results, input_path)
     outputs = PublishOptions(html=html, junit=junit, github=github, input_file=str(input_path) if input_path else None,
-                             title=f"rt4chart audit of {(input_path or results).name}", fail_on=fail_on, max_rate=max_rate)
+                             title=f"rt4chart audit of {(input_path or results).name}", fail_on=fail_on, max_rate=max_rate,
+                             baseline=baseline)
+    if problem := baseline_problem(outputs):
+        raise fail(problem)
     fails = publish(outputs, audited, Console())
     written = [str(path) for path in (html, junit) if path is not None]
     if written:
@@ -795,6 +776,36 @@ def report(
     if any(item.report.incomplete for item in audited):
         raise typer.Exit(EXIT_INCOMPLETE)
     raise typer.Exit(EXIT_HALLUCINATED if fails else EXIT_OK)
+
+
+@app.command()
+def diff(
+    base: Annotated[Path, typer.Argument(metavar="BASE.jsonl", help="The earlier audit (e.g. the main branch's artifact).")],
+    new: Annotated[Path, typer.Argument(metavar="NEW.jsonl", help="The audit to compare with it.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole diff as JSON on stdout.")] = False,
+    markdown: Annotated[Path | None, typer.Option(help="Write a Markdown summary here (a PR comment, $GITHUB_STEP_SUMMARY).")] = None,
+    html: Annotated[Path | None, typer.Option(help="Write the self-contained HTML diff here.")] = None,
+    resamples: Annotated[int, typer.Option(min=1, help="Paired bootstrap resamples of the rate difference's 95% CI.")] = 10_000,
+    seed: SeedOption = 0,
+) -> None:
+    """What changed between two audits of the same answers, and whether the change of the hallucination rate is real."""
+    from rt4chart.diff import DiffError, diff_files
+    from rt4chart.diff_view import diff_markdown, print_diff, write_diff_html
+
+    guarded = _guard_outputs({"--markdown": markdown, "--html": html}, [base, new])
+    try:
+        result = diff_files(base, new, resamples=resamples, seed=seed)
+    except DiffError as error:
+        raise fail(str(error)) from None
+    title = f"rt4chart diff: {base.name} -> {new.name}"
+    if "--markdown" in guarded:
+        guarded["--markdown"].write_text(diff_markdown(result, title), encoding="utf-8")
+    if "--html" in guarded:
+        write_diff_html(guarded["--html"], result, title)
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        print_diff(result, Console())
 
 
 @app.command()
@@ -885,12 +896,12 @@ def repair(
 ) -> None:
     """Repair the flagged answers of VERIFIED.jsonl; one record per verify record: original, repaired, edits.
 
-    Exit codes: 0 done; 1 with --verify-after, some repaired answer is still flagged; 2 bad input or usage.
+    Exit codes: 0 done; 1 with --verify-after, some repaired answer is still flagged; 2 bad input or usage;
+    3 stopped by the budget; 4 the repairing or re-auditing judge could not be reached or left verdicts open.
     """
-    import asyncio
-
-    from rt4chart.pipeline import Pipeline
-    from rt4chart.repair import STRATEGIES, Repairer, RepairRecord, summarize, verify_repairs
+    from rt4chart.repair import STRATEGIES
+    from rt4chart.run import RunSpec, cache_location, run_limits
+    from rt4chart.run import repair as run_repair
 
     if strategy not in STRATEGIES:
         raise fail(f"--strategy must be one of {', '.join(STRATEGIES)} (got {strategy!r})")
@@ -902,69 +913,30 @@ def repair(
     if not verified.is_file():
         raise fail(f"verify records not found: {verified}")
     out = _guard_outputs({"--out": out}, [verified, input_path]).get("--out")
-    samples = {item.line: item for item in _read_input(input_path)}
+    items = _read_input(input_path)
     records = _read_verify_records(verified)
-    cache = None if no_cache else _cache_location(cache_dir, cache_url)
-    repairing: JudgeStack | None = _judge_stack(judge, api_base, concurrency, cache) if judge else None
-    if repairing is not None and not repairing.supports_decompose:
-        raise fail(f"judge {repairing.name} cannot write text; repair needs a language-model or scripted judge")
-    # --api-base belongs to --judge; a separate --verify-judge is resolved on its own.
-    rejudging = (
-        _judge_stack(judge if verify_judge is None else verify_judge,
-                     api_base if verify_judge is None else None, concurrency, cache)
-        if verify_after else None
-    )
-
-    async def run() -> list[RepairRecord]:
-        repairer = Repairer(chosen, repairing, options.params)
-        results: list[RepairRecord | None] = []
-        jobs = []
-        for position, record in enumerate(records, start=1):
-            if isinstance(record, str):
-                results.append(RepairRecord(id=None, line=position, strategy=chosen, original=None,
-                                            repaired=None, errors=[record]))
-                continue
-            item = samples.get(record.line)
-            if item is None or item.sample is None or item.sample.id != record.id:
-                results.append(RepairRecord(
-                    id=record.id, line=record.line, strategy=chosen, original=None, repaired=None,
-                    errors=[f"no valid sample with id {record.id!r} on line {record.line} of {input_path.name}"],
-                ))
-                continue
-            results.append(None)
-            jobs.append((len(results) - 1, repairer.repair(record, item.sample)))
-        for (slot, _), done in zip(jobs, await asyncio.gather(*(job for _, job in jobs)), strict=True):
-            results[slot] = done
-        finished = [r for r in results if r is not None]
-        if rejudging is not None:
-            by_line = {line: item.sample for line, item in samples.items() if item.sample is not None}
-            await verify_repairs(finished, by_line, Pipeline(rejudging, options))
-        return finished
-
-    async def run_and_close() -> list[RepairRecord]:
-        try:
-            return await run()
-        finally:
-            for stack in (repairing, rejudging):
-                if stack is not None:
-                    await stack.aclose()
-
-    results = asyncio.run(run_and_close())
-    lines = "".join(r.model_dump_json() + "\n" for r in results)
+    with _usage_errors():
+        spec = RunSpec(judge=judge, api_base=api_base, limits=run_limits(None, concurrency, None), options=options,
+                       cache=None if no_cache else cache_location(cache_dir, cache_url))
+        outcome = run_repair(spec, records, items, chosen, input_name=input_path.name, verify_after=verify_after,
+                             verify_judge=verify_judge)
+    lines = "".join(r.model_dump_json() + "\n" for r in outcome.records)
     if out is None:
         sys.stdout.write(lines)
     else:
         out.write_text(lines, encoding="utf-8")
-    summary = summarize(chosen, results)
     if not quiet:
-        judged_by = next((r.verified_after.judge for r in results if r.verified_after), None)
-        _print_repair_summary(summary, judged_by)
-    if summary.invalid:
-        for result in results:
+        judged_by = next((r.verified_after.judge for r in outcome.records if r.verified_after), None)
+        _print_repair_summary(outcome.summary, judged_by)
+    if outcome.reaudit is not None:
+        _print_stop(outcome.reaudit)
+    elif outcome.stop is not None:
+        stderr.print(Text.assemble(("stopped:", "red"), f" {outcome.stop}"), highlight=False, soft_wrap=True)
+    if outcome.summary.invalid:
+        for result in outcome.records:
             if result.repaired is None:
                 stderr.print(Text.assemble(("error:", "red"), " " + "; ".join(result.errors)), highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_USAGE)
-    raise typer.Exit(EXIT_HALLUCINATED if summary.residual_hallucinated else EXIT_OK)
+    raise typer.Exit(outcome.exit_code)
 
 
 # --- rt4 signals: white-box token signals of a self-hosted model (rt4chart.signals) ---------------

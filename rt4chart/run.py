@@ -52,6 +52,8 @@ class RunUsageError(ValueError):
 class RunStatus(StrEnum):
     """How a run ended, in the order the exit code decides (the first that applies)."""
 
+    CRASHED = "crashed"
+    """An unexpected error (a bug): one line and a log of the traceback (:mod:`rt4chart.crash`)."""
     STOPPED_BY_BUDGET = "stopped_by_budget"
     """The budget refused a call; the records finished before it are kept."""
     INVALID_INPUT = "invalid_input"
@@ -73,6 +75,7 @@ _EXIT_CODES: dict[RunStatus, int] = {
     RunStatus.STOPPED_BY_BUDGET: 3,
     RunStatus.JUDGE_UNAVAILABLE: 4,
     RunStatus.INCOMPLETE: 4,
+    RunStatus.CRASHED: 5,
 }
 
 EXIT_USAGE = _EXIT_CODES[RunStatus.INVALID_INPUT]

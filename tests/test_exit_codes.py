@@ -1,0 +1,105 @@
+"""Exit codes when something goes wrong outside the audit: a full disk or an unwritable output is
+exit 2 with what was kept, a bug is exit 5 with a log of its traceback, and brackets in paths or ids
+(rich markup) never raise. Never exit 1, the code a CI job reads as "hallucinations found"."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from audit_fixtures import write_rules, write_samples
+from typer.testing import CliRunner
+
+from rt4chart.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+
+
+def rt4(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    return subprocess.run([sys.executable, "-m", "rt4chart", *args], cwd=cwd, env=environment,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB file system of its own (tmpfs), so the disk really fills up."""
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=False)
+
+
+def test_a_full_disk_is_exit_2_with_what_was_kept(tmp_path: Path, tiny_disk: Path) -> None:
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json")
+    write_samples(inputs, 400)  # about 1 KiB of records each: far more than the disk holds
+    out = tiny_disk / "out.jsonl"
+    done = rt4("verify", str(inputs), "--judge", f"scripted:{rules}", "--no-cache", "--out", str(out), "-q",
+               cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "No space left on device" in done.stderr and "kept" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 3
+
+
+def test_an_unexpected_error_is_exit_5_with_its_traceback_in_a_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import rt4chart.io
+    from rt4chart.cli import main
+
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json")
+    write_samples(inputs, 1)
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("a bug in the reader")
+
+    monkeypatch.setattr(rt4chart.io, "read_jsonl", broken)
+    monkeypatch.setattr(sys, "argv", ["rt4", "verify", str(inputs), "--judge", f"scripted:{rules}", "--no-cache"])
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == 5
+    message = capsys.readouterr().err
+    assert "internal error (RuntimeError: a bug in the reader)" in message and "Traceback" not in message
+    [log] = tmp_path.glob("rt4chart-crash-*.log")
+    assert str(log) in message.replace("\n", "")
+    assert "Traceback" in log.read_text(encoding="utf-8") and "a bug in the reader" in log.read_text(encoding="utf-8")
+
+
+def test_brackets_in_paths_and_ids_are_text_never_markup(tmp_path: Path) -> None:
+    folder = tmp_path / "x["
+    folder.mkdir()
+    inputs, rules = folder / "]y.jsonl", write_rules(tmp_path / "rules.json")
+    samples = write_samples(inputs, 2)
+    samples[0]["id"] = "[/]"
+    inputs.write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
+    out = folder / "]out[/].jsonl".replace("/", "")
+    commands = [
+        ["verify", str(inputs), "--judge", f"scripted:{rules}", "--no-cache", "--out", str(out)],
+        ["show", str(out), "--input", str(inputs)],
+        ["show", str(out), "--id", "[/]nothing"],
+        ["report", str(out), "--input", str(inputs), "--html", str(folder / "r[/b].html".replace("/", ""))],
+        ["repair", str(out), "--input", str(inputs), "--no-cache", "--out", str(folder / "[red]fixed.jsonl")],
+        ["show", str(folder / "[/]missing.jsonl".replace("/", ""))],
+        ["verify", str(folder / "[bold]missing.jsonl"), "--judge", "embedded"],
+    ]
+    for command in commands:
+        done = runner.invoke(app, command)
+        assert done.exception is None or isinstance(done.exception, SystemExit), (command, repr(done.exception))
+        assert done.exit_code in (0, 1, 2), (command, done.output)
+    assert runner.invoke(app, ["show", str(out), "--id", "[/]"]).output.count("[/]") >= 1

@@ -239,8 +239,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         payload = {"records": sent, "skipped": audits.skipped, "stopped": audits.stopped}
         worker_output[_WORKER_OUTPUT] = json.dumps(payload)
         return
-    if audits.settings.ledger_file is not None:  # the controller's: every worker is done with it
-        shutil.rmtree(audits.settings.ledger_file.parent, ignore_errors=True)
     records = _numbered(audits.records)
     out, html = session.config.getoption("rt4_out"), session.config.getoption("rt4_report")
     if out:
@@ -252,6 +250,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         from rt4chart.html_report import write_html
 
         write_html(Path(html), [AuditedSample(r.report, r.sample) for r in records], "rt4chart: test session audits")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    audits = config.stash.get(_SESSION_KEY, None)
+    if audits is None:
+        return
+    from rt4chart.testing import activate
+
+    activate(None)
+    ledger_file = audits.settings.ledger_file
+    if ledger_file is not None and not hasattr(config, "workerinput"):  # the controller made it; all are done
+        shutil.rmtree(ledger_file.parent, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -192,6 +192,11 @@ class SharedLedger(Ledger):
         with self._lock:
             return self._totals()["spent"]
 
+    @classmethod
+    def read_spent_usd(cls, path: Path) -> float:
+        """What the processes sharing the file at ``path`` have spent (0 before any call)."""
+        return cls(path, None).shared_spent_usd()
+
 
 class SessionSettings(BaseModel):
     """How a test session audits (the plugin's ``--rt4-*`` options)."""
@@ -259,6 +264,7 @@ class AuditSession:
         """The node id of the test being run (set by the plugin)."""
         self._loop: _JudgeLoop | None = None
         self._stack: JudgeStack | None = None
+        self._ledger: Ledger | None = None
         self._guard = threading.Lock()
 
     @property
@@ -268,12 +274,12 @@ class AuditSession:
 
     def _build(self) -> JudgeStack:
         settings = self.settings
-        ledger: Ledger = (
+        self._ledger = (
             SharedLedger(settings.ledger_file, settings.budget_usd)
             if settings.ledger_file is not None
             else Ledger(limit_usd=settings.budget_usd)
         )
-        return judge_stack(settings.judge, api_base=settings.api_base, cache=settings.cache, ledger=ledger)
+        return judge_stack(settings.judge, api_base=settings.api_base, cache=settings.cache, ledger=self._ledger)
 
     def judge(self) -> JudgeStack:
         """The session's judge stack, built on its own loop on first use."""
@@ -314,9 +320,13 @@ class AuditSession:
         return await asyncio.wrap_future(self._loop.submit(self._audit(sample, options)))
 
     def spent_usd(self) -> float:
-        """What the session spent (every process of a distributed session, once merged)."""
-        if self._stack is not None and isinstance(self._stack.ledger, SharedLedger):
-            return self._stack.ledger.shared_spent_usd()
+        """What the session spent, audits stopped half-way included: every process of a
+        distributed session (their shared ledger file), else this process's ledger; a session
+        that built no judge (a controller without a budget) sums its workers' records."""
+        if self.settings.ledger_file is not None:
+            return SharedLedger.read_spent_usd(self.settings.ledger_file)
+        if self._ledger is not None:
+            return self._ledger.spent_usd
         return sum(record.report.usage.cost_usd for record in self.records)
 
     def close(self) -> None:

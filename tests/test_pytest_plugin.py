@@ -1,0 +1,257 @@
+"""The pytest plugin, driven through pytester in real pytest processes (the plugin loads from its
+``pytest11`` entry point, as in a user's suite; no conftest.py): messages in the terminal and in
+JUnit XML, the samples marker, judge failures as errors, budget stops as skips, the HTML report in
+a real chromium, pytest-xdist with a shared cache (calls counted at the fault server) and a shared
+budget, pytest-asyncio tests, and a session that never audits staying untouched."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES
+from faults import fault_server, grounded
+from playwright.sync_api import sync_playwright
+from test_html_report import CHROMIUM_ARGS, OpenedReport
+from test_judge_unavailable import closed_port_url
+
+pytest_plugins = ["pytester"]
+
+RUN_TIMEOUT_S = 300
+"""Ceiling on one pytest process (a hung run fails instead of blocking the suite)."""
+
+RULES = EXAMPLES / "answers.rules.json"
+JUDGE = f"--rt4-judge=scripted:{RULES}"
+
+REFUND = [
+    "Laptops bought from our online store can be returned within 30 days of delivery. "
+    "The laptop must be in its original packaging.",
+    "Refunds are issued to the original payment method within 5 business days after we receive the item.",
+]
+REFUND_FILE = f"""
+from rt4chart.testing import assert_grounded
+
+CONTEXT = {REFUND!r}
+
+def test_grounded():
+    assert_grounded("You can return a laptop within 30 days of delivery, in its original packaging.", CONTEXT)
+
+def test_wrong_number():
+    assert_grounded("You can return a laptop within 60 days of delivery.", CONTEXT)
+"""
+SKY = "The sky is blue. Grass is green. Snow is white. Coal is black."
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A test directory of its own; pytest-asyncio's loop scope set so its warning stays out."""
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    return pytester
+
+
+def run(suite: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return suite.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=RUN_TIMEOUT_S)
+
+
+def profile_at(directory: Path, name: str, api_base: str) -> Path:
+    """A litellm judge profile calling ``api_base`` (an OpenAI-compatible server), retrying fast."""
+    path = directory / f"{name}.toml"
+    path.write_text(f'name = "{name}"\nmodel = "openai/{name}"\napi_base = "{api_base}"\n'
+                    "backoff_s = 0.01\nbackoff_max_s = 0.05\n", encoding="utf-8")
+    return path
+
+
+def test_a_failing_assertion_names_the_claim_and_its_evidence_in_the_terminal_and_in_junit(
+    suite: pytest.Pytester,
+) -> None:
+    suite.makepyfile(test_refund=REFUND_FILE)
+    result = run(suite, JUDGE, "--junitxml=junit.xml")
+    result.assert_outcomes(passed=1, failed=1)
+    output = result.stdout.str()
+    claim = "[0] contradicted  You can return a laptop within 60 days of delivery."
+    quote = "«Laptops bought from our online store can be returned within 30 days of delivery.»"
+    assert claim in output and quote in output and "[context 0-80, sentence 0]" in output
+    assert "2 answers audited, 1 with failing claims (1 claims)" in output
+    assert "test_refund.py::test_wrong_number: contradicted" in output
+    cases = {case.get("name"): case for case in ElementTree.parse(suite.path / "junit.xml").iter("testcase")}
+    failure = cases["test_wrong_number"].find("failure")
+    assert failure is not None and cases["test_grounded"].find("failure") is None
+    assert "1 of 1 claims not grounded" in failure.get("message", "")
+    assert claim in (failure.text or "") and quote in (failure.text or "")
+
+
+def test_the_samples_marker_runs_a_test_once_per_line_and_an_invalid_line_errors(suite: pytest.Pytester) -> None:
+    lines = (EXAMPLES / "answers.jsonl").read_text(encoding="utf-8").splitlines()
+    (suite.path / "answers.jsonl").write_text("\n".join([*lines, '{"id": "no-answer", "context": "x"}']) + "\n",
+                                              encoding="utf-8")
+    suite.makepyfile(test_file="""
+import pytest
+from rt4chart.testing import assert_grounded
+
+@pytest.mark.rt4_samples("answers.jsonl")
+def test_answer(rt4_sample):
+    assert_grounded(rt4_sample.answer, rt4_sample.context, rt4_sample.question)
+""")
+    result = run(suite, JUDGE, "-v")
+    # refund-faithful holds; the other three example answers hallucinate; the last line is no sample.
+    result.assert_outcomes(passed=1, failed=3, errors=1)
+    output = result.stdout.str()
+    for sample_id in ("refund-faithful", "refund-wrong-number", "battery-unsupported", "paper-running-example"):
+        assert f"test_answer[{sample_id}]" in output
+    assert f"line {len(lines) + 1}: answer: Field required" in output
+
+
+def test_an_unreachable_judge_is_a_test_error_naming_the_endpoint(suite: pytest.Pytester) -> None:
+    url = closed_port_url()
+    profile = profile_at(suite.path, "closed", url)
+    suite.makepyfile(test_refund=REFUND_FILE.replace(", CONTEXT)", ", CONTEXT, decomposer='rules')"))
+    result = run(suite, f"--rt4-judge={profile}", "--junitxml=junit.xml")
+    result.assert_outcomes(errors=2)
+    output = result.stdout.str()
+    assert "ERROR test_refund.py::test_grounded" in output and url in output
+    assert "AssertionError" not in output, "not a finding"
+
+
+def test_a_budget_stop_skips_the_remaining_audits_with_the_reason(suite: pytest.Pytester, tmp_path: Path) -> None:
+    paid = tmp_path / "paid.rules.json"
+    paid.write_text(json.dumps({**json.loads(RULES.read_text(encoding="utf-8")), "cost_per_call": 0.01}),
+                    encoding="utf-8")
+    tests = 6
+    suite.makepyfile(test_many="""
+import pytest
+from rt4chart.testing import assert_grounded
+
+@pytest.mark.parametrize("attempt", range(%d))
+def test_refund(attempt):
+    assert_grounded("You can return a laptop within 30 days of delivery, in its original packaging.", %r)
+""" % (tests, REFUND))
+    budget = 0.05
+    result = run(suite, f"--rt4-judge=scripted:{paid}", f"--rt4-budget={budget}", "-rs")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) >= 1 and outcomes.get("skipped", 0) >= 1
+    assert outcomes.get("passed", 0) + outcomes.get("skipped", 0) == tests and "failed" not in outcomes
+    output = result.stdout.str()
+    assert "rt4chart budget:" in output and "would cross the budget" in output
+    assert f"{outcomes['skipped'] - 1} audits skipped" in output  # the first skip is the stop itself
+    spent = float(re.search(r"budget: \$([0-9.]+) spent of \$", output).group(1))  # type: ignore[union-attr]
+    assert 0 < spent <= budget
+
+
+def test_the_report_option_writes_the_sessions_audits_as_one_html_report(suite: pytest.Pytester) -> None:
+    suite.makepyfile(test_refund=REFUND_FILE)
+    result = run(suite, JUDGE, "--rt4-report=audits.html", "--rt4-out=audits.jsonl")
+    result.assert_outcomes(passed=1, failed=1)
+    records = [json.loads(line) for line in (suite.path / "audits.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [(r["id"], r["line"], r["label"]) for r in records] == [
+        ("test_refund.py::test_grounded", 1, "entailed"), ("test_refund.py::test_wrong_number", 2, "contradicted"),
+    ]
+    executable = shutil.which("chromium")
+    if executable is None:
+        pytest.fail("Debian's chromium is not installed (apt-get install chromium; bash .ci/run does it)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        report = OpenedReport(browser, suite.path / "audits.html")
+        card = report.page.locator(report.card("test_refund.py::test_wrong_number"))
+        text = card.inner_text()
+        browser.close()
+    assert "You can return a laptop within 60 days of delivery." in text and "contradicted" in text
+    assert report.errors == [] and all(url.startswith("file:") for url in report.requests)
+
+
+def test_xdist_workers_share_a_warm_cache_and_make_no_judge_call(suite: pytest.Pytester) -> None:
+    answers = SKY.split(". ")
+    suite.makepyfile(test_sky="""
+import pytest
+from rt4chart.testing import assert_grounded
+
+@pytest.mark.parametrize("answer", %r)
+def test_sky(answer):
+    assert_grounded(answer, %r, decomposer="rules")
+""" % (answers, SKY))
+    with fault_server(grounded) as server:
+        profile = profile_at(suite.path, "recording", server.base_url)
+        options = (f"--rt4-judge={profile}", f"--rt4-cache-dir={suite.path / 'cache'}")
+        warm = run(suite, *options)
+        warm.assert_outcomes(passed=len(answers))
+        calls = len(server.requests)
+        assert calls > 0
+        distributed = run(suite, *options, "-n", "2")
+        distributed.assert_outcomes(passed=len(answers))
+        assert len(server.requests) == calls, "every call came from the shared cache"
+    output = distributed.stdout.str()
+    assert "2 workers" in output
+    assert f"{len(answers)} answers audited, 0 with failing claims (0 claims); judge calls 0, cache hits {calls}" in output
+
+
+def test_one_budget_holds_across_xdist_workers(suite: pytest.Pytester, tmp_path: Path) -> None:
+    paid = tmp_path / "paid.rules.json"
+    paid.write_text(json.dumps({**json.loads(RULES.read_text(encoding="utf-8")), "cost_per_call": 0.01}),
+                    encoding="utf-8")
+    suite.makepyfile(test_many="""
+import pytest
+from rt4chart.testing import assert_grounded
+
+@pytest.mark.parametrize("attempt", range(8))
+def test_refund(attempt):
+    assert_grounded("You can return a laptop within 30 days of delivery, in its original packaging.", %r)
+""" % (REFUND,))
+    # One audit costs more than half the budget: two workers with a budget each would both audit.
+    budget = 0.045
+    result = run(suite, f"--rt4-judge=scripted:{paid}", f"--rt4-budget={budget}", "-n", "2", "-rs")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 1 and outcomes.get("skipped") == 7, result.stdout.str()
+    spent = float(re.search(r"budget: \$([0-9.]+) spent of \$", result.stdout.str()).group(1))  # type: ignore[union-attr]
+    assert 0 < spent <= budget
+
+
+def test_async_tests_and_sync_assertions_inside_their_loops(suite: pytest.Pytester) -> None:
+    suite.makepyfile(test_async="""
+import pytest
+from rt4chart.testing import aassert_grounded, assert_grounded
+
+CONTEXT = %r
+
+@pytest.mark.asyncio
+async def test_async_assertion():
+    await aassert_grounded("The sky is blue.", CONTEXT, decomposer="rules")
+
+@pytest.mark.asyncio
+async def test_sync_assertion_in_a_running_loop():
+    assert_grounded("Grass is green.", CONTEXT, decomposer="rules")
+
+@pytest.mark.asyncio
+async def test_async_failure():
+    await aassert_grounded("The sky is green.", CONTEXT, decomposer="rules")
+""" % SKY)
+    with fault_server(grounded) as server:
+        profile = profile_at(suite.path, "recording", server.base_url)
+        result = run(suite, f"--rt4-judge={profile}", "-W", "error::RuntimeWarning")
+    result.assert_outcomes(passed=2, failed=1)
+    output = result.stdout.str() + result.stderr.str()
+    assert "[0] baseless  The sky is green." in output
+    for trouble in ("Event loop is closed", "Task was destroyed", "was never awaited", "Unclosed", "unclosed"):
+        assert trouble not in output
+
+
+def test_a_session_that_never_audits_is_left_alone(suite: pytest.Pytester) -> None:
+    suite.makepyfile(test_plain="""
+import sys, threading
+
+def test_plain():
+    assert "rt4chart.testing" not in sys.modules
+    assert not [t for t in threading.enumerate() if t.name == "rt4chart-judge"]
+""")
+    result = run(suite)
+    result.assert_outcomes(passed=1)
+    assert "rt4chart" not in result.stdout.str().split("collected", 1)[1]
+
+
+def test_the_example_test_file_runs_offline(suite: pytest.Pytester) -> None:
+    for name in ("test_rag_answers.py", "answers.jsonl", "answers.rules.json"):
+        shutil.copy(EXAMPLES / name, suite.path / name)
+    result = run(suite, f"--rt4-judge=scripted:{suite.path / 'answers.rules.json'}")
+    result.assert_outcomes(passed=6)

@@ -103,3 +103,47 @@ def test_brackets_in_paths_and_ids_are_text_never_markup(tmp_path: Path) -> None
         assert done.exception is None or isinstance(done.exception, SystemExit), (command, repr(done.exception))
         assert done.exit_code in (0, 1, 2), (command, done.output)
     assert runner.invoke(app, ["show", str(out), "--id", "[/]"]).output.count("[/]") >= 1
+
+
+# --- the precedence table: of 3, 2, 4, 1 the first that applies, in every combination ---------------
+
+EXPECTED_ORDER = (("budget", 3), ("invalid", 2), ("unavailable", 4), ("incomplete", 4), ("fails", 1))
+"""README "Exit codes", written out independently of rt4chart.run."""
+
+
+@pytest.mark.parametrize("stop", [None, "budget", "unavailable"])
+@pytest.mark.parametrize("invalid", [False, True])
+@pytest.mark.parametrize("incomplete", [False, True])
+@pytest.mark.parametrize("fails", [False, True])
+def test_every_combination_of_outcomes_exits_with_the_first_code_that_applies(
+    stop: str | None, invalid: bool, incomplete: bool, fails: bool
+) -> None:
+    from rt4chart.budget import Ledger
+    from rt4chart.pipeline import AuditResult, BudgetStop, UnavailableStop
+    from rt4chart.report import RunSummary
+    from rt4chart.run import outcome_of
+
+    summary = RunSummary(records=3, invalid=int(invalid), incomplete=int(incomplete))
+    unavailable = UnavailableStop(endpoint="http://127.0.0.1:9/v1", failures=3, last_error="connection refused")
+    result = AuditResult(written=3, stop={None: None, "budget": BudgetStop(), "unavailable": unavailable}[stop])
+    outcome = outcome_of([], result, summary, fails, Ledger(), "scripted")
+    applies = {"budget": stop == "budget", "invalid": invalid, "unavailable": stop == "unavailable",
+               "incomplete": incomplete, "fails": fails}
+    expected = next((code for name, code in EXPECTED_ORDER if applies[name]), 0)
+    assert outcome.exit_code == expected
+
+
+def test_an_invalid_line_and_an_unreachable_judge_exit_2(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on: every call is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    inputs = tmp_path / "in.jsonl"
+    write_samples(inputs, 3)
+    with open(inputs, "a", encoding="utf-8") as handle:
+        handle.write("{not json\n")
+    done = rt4("verify", str(inputs), "--judge", "openai/refused", "--api-base", f"http://127.0.0.1:{port}/v1",
+               "--decomposer", "rules", "--no-cache", "-q", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stdout.splitlines()) == 4, "every line still has its record"

@@ -96,7 +96,7 @@ def _execute(spec: RunSpec, items: list[InputLine], quiet: bool) -> RunOutcome:
         raise typer.Exit(interrupted.exit_code) from None
 
 
-def _print_stop(outcome: RunOutcome) -> None:
+def _print_stop(outcome: RunOutcome, rerun: str = "rerun with --resume once the judge is reachable") -> None:
     """Say why a run stopped when its judge could not be reached (the endpoint, never a key), or
     why its verdicts were left open."""
     from rt4chart.pipeline import UnavailableStop
@@ -105,7 +105,7 @@ def _print_stop(outcome: RunOutcome) -> None:
     if isinstance(outcome.stop, UnavailableStop):
         stderr.print(
             Text.assemble(("stopped:", "red"), f" {outcome.stop}; {outcome.counts.remaining} samples not audited "
-                          "(records already written are kept; rerun with --resume once the judge is reachable)"),
+                          f"(records already written are kept; {rerun})"),
             highlight=False, soft_wrap=True,
         )
     elif outcome.status is RunStatus.INCOMPLETE and (error := outcome.first_open_error) is not None:
@@ -929,7 +929,7 @@ def repair(
         judged_by = next((r.verified_after.judge for r in outcome.records if r.verified_after), None)
         _print_repair_summary(outcome.summary, judged_by)
     if outcome.reaudit is not None:
-        _print_stop(outcome.reaudit)
+        _print_stop(outcome.reaudit, rerun="rerun once the judge is reachable")
     elif outcome.stop is not None:
         stderr.print(Text.assemble(("stopped:", "red"), f" {outcome.stop}"), highlight=False, soft_wrap=True)
     if outcome.summary.invalid:

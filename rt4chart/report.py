@@ -7,12 +7,14 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from rt4chart.budget import Ledger
 from rt4chart.metrics import EvaluationMetrics, metric_rows
@@ -58,6 +60,17 @@ class RunSummary:
     @property
     def hallucinated(self) -> int:
         return self.labels[Label.CONTRADICTED] + self.labels[Label.BASELESS]
+
+
+def print_interrupted(out: Path | None, records: int, console: Console) -> None:
+    """What an interrupted run kept and how to go on (SIGINT / SIGTERM)."""
+    if out is None:
+        text = ("interrupted: the records finished so far went to stdout; give --out FILE to make a run "
+                "resumable (rerun it with --resume)")
+    else:
+        text = (f"interrupted: {records} complete records are in {out}; rerun the same command with --resume "
+                "to audit only the lines not yet there")
+    console.print(Text(text, style="yellow"), highlight=False, soft_wrap=True)
 
 
 def print_summary(summary: RunSummary, console: Console) -> None:

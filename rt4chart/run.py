@@ -18,8 +18,11 @@ outcome). A run that cannot start (unknown judge, unusable cache or output, a mi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import signal
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -28,16 +31,20 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from rich.console import Console
 
+from rt4chart.agreement import AgreementReport
 from rt4chart.audited import pair_with_inputs
 from rt4chart.backends.base import Backend
+from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.budget import BudgetExhausted, Ledger, RunLimits
+from rt4chart.cache import JudgeCache
 from rt4chart.io import InputLine, OutputError, guard_outputs, parse_sample
 from rt4chart.judges import JudgeConfigError, JudgeStack, check_judge_serves
 from rt4chart.manifest import write_manifest
-from rt4chart.options import AuditOptions, EngineOptions, FailOn
-from rt4chart.outputs import PublishOptions, publish
-from rt4chart.pipeline import AuditEngine, AuditResult, BudgetStop, Pipeline, UnavailableStop, run_audit
+from rt4chart.options import AuditOptions, EngineOptions
+from rt4chart.outputs import PublishOptions, baseline_problem, publish
+from rt4chart.pipeline import AuditEngine, AuditResult, BudgetStop, Pipeline, UnavailableStop, run_audit, stop_of
 from rt4chart.ray_engine import RayUnavailable
+from rt4chart.repair import RepairRecord, RepairStrategy, RepairSummary
 from rt4chart.report import RunSummary
 from rt4chart.types import Report, Sample
 
@@ -214,6 +221,16 @@ class RunOutcome(BaseModel):
     def exit_code(self) -> int:
         return exit_code(self.status)
 
+    @property
+    def first_open_error(self) -> str | None:
+        """The first error of a record the judge left open (it names the endpoint when the judge
+        could not be reached): what says why an incomplete run is incomplete."""
+        for report in self.reports:
+            if report.incomplete:
+                for error in [*report.errors, *(e for claim in report.claims for e in claim.errors)]:
+                    return error
+        return None
+
 
 class RunObserver(Protocol):
     """What follows a run as it goes (the CLI's progress bar): told the ledger first, then each record."""
@@ -284,7 +301,7 @@ def build_stack(
     *,
     api_base: str | None = None,
     limits: RunLimits | None = None,
-    cache: Path | str | None = None,
+    cache: JudgeCache | Path | str | None = None,
     ledger: Ledger | None = None,
 ) -> JudgeStack:
     """The run's judge stack (:func:`rt4chart.judges.judge_stack`), or a :class:`RunUsageError`."""
@@ -385,18 +402,6 @@ def _publish(spec: RunSpec, reports: Sequence[Report], items: Sequence[InputLine
     return publish(spec.outputs, pair_with_inputs(reports, items), console or Console(), audit_options=spec.options)
 
 
-def _check_baseline(outputs: PublishOptions) -> None:
-    """A gate against a baseline needs one, and one that is a records file (refused before any call)."""
-    from rt4chart.io import PredictionsError, read_predictions
-
-    if outputs.fail_on in (FailOn.NEW, FailOn.WORSE) and outputs.baseline is None:
-        raise RunUsageError(f"--fail-on {outputs.fail_on} compares with an earlier audit: give --baseline BASE.jsonl")
-    if outputs.baseline is not None:
-        try:
-            read_predictions(outputs.baseline)
-        except PredictionsError as error:
-            raise RunUsageError(f"--baseline: {error}") from None
-
 
 def _guarded(spec: RunSpec) -> RunSpec:
     """``spec`` with every output it writes checked (:func:`rt4chart.io.guard_outputs`: never the
@@ -432,7 +437,8 @@ async def aexecute(
         raise RunUsageError("--resume needs --out FILE")
     started_at = datetime.now(UTC)
     spec = _guarded(spec)
-    _check_baseline(spec.outputs)
+    if problem := baseline_problem(spec.outputs):  # refused before any judge call
+        raise RunUsageError(problem)
     out = spec.out
     enrich = _signal_step(spec.signals, items) if spec.signals is not None else None
     stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)
@@ -485,16 +491,335 @@ def execute(
     stdout: TextIO | None = None,
     console: Console | None = None,
 ) -> RunOutcome:
-    """Synchronous :func:`aexecute`."""
-    return asyncio.run(aexecute(spec, samples, observer=observer, stdout=stdout, console=console))
+    """Synchronous :func:`aexecute`; SIGINT and SIGTERM raise :class:`RunInterrupted`."""
+    with _terminate_as_interrupt():
+        try:
+            return asyncio.run(aexecute(spec, samples, observer=observer, stdout=stdout, console=console))
+        except KeyboardInterrupt:
+            raise RunInterrupted(spec.out, _complete_lines(spec.out)) from None
+
+
+class RunInterrupted(Exception):
+    """SIGINT or SIGTERM stopped a run. Every record finished before it is in ``out`` (appended one
+    whole line at a time), so the same command with ``--resume`` audits only the rest."""
+
+    exit_code = 130
+    """The shell's code for a process ended by SIGINT (128 + 2), for SIGTERM too: one code for "stopped from outside"."""
+
+    def __init__(self, out: Path | None, records: int) -> None:
+        super().__init__(f"interrupted after {records} records")
+        self.out = out
+        self.records = records
+        """Complete records in ``out`` (those of earlier runs it resumed included); 0 without ``out``."""
+
+
+def _complete_lines(out: Path | None) -> int:
+    if out is None or not out.is_file():
+        return 0
+    with out.open("rb") as records:
+        return sum(line.endswith(b"\n") for line in records)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI job cancelled, ``kill``) stops the run as Ctrl-C does: records kept, a resume hint."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def raise_stop(outcome: RunOutcome) -> None:
     """Raise the exception of the outcome's stop (what :func:`rt4chart.verify` promises: a budget
     stop raises :class:`BudgetExhausted`, an unreachable judge :class:`JudgeUnavailable`)."""
-    from rt4chart.backends.circuit import JudgeUnavailable
-
     if isinstance(outcome.stop, BudgetStop):
         raise BudgetExhausted(outcome.stop.detail)
     if isinstance(outcome.stop, UnavailableStop):
         raise JudgeUnavailable(outcome.stop.endpoint, outcome.stop.failures, outcome.stop.last_error)
+
+
+_PRECEDENCE = list(RunStatus)
+"""Statuses in the order the exit code decides (the declaration order of :class:`RunStatus`)."""
+
+
+def first_status(statuses: Iterable[RunStatus]) -> RunStatus:
+    """Of several runs' statuses, the one the exit code follows (3, 2, 4, 1: the first that applies)."""
+    return min(statuses, key=_PRECEDENCE.index, default=RunStatus.PASSED)
+
+
+def _stack_cache(spec: RunSpec) -> JudgeCache | None:
+    """One cache opened for several stacks of a run (closed by the run), or ``None``."""
+    from rt4chart.cache import CacheError, open_cache
+
+    if spec.cache is None:
+        return None
+    try:
+        return open_cache(spec.cache)
+    except CacheError as error:
+        raise RunUsageError(str(error)) from None
+
+
+class CompareOutcome(BaseModel):
+    """How ``rt4 compare`` ended: one outcome per judge, their files and, when every judge finished,
+    the agreement between them (answer level, then claim level)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    status: RunStatus
+    """The status the exit code follows (the first of the judges' that applies)."""
+    by_judge: list[RunOutcome]
+    """Each judge's run, in ``--judges`` order."""
+    paths: list[Path]
+    """Each judge's output file, in the same order."""
+    agreement: list[AgreementReport] = Field(default_factory=list)
+    """Answer- and claim-level agreement; empty when a run stopped or left verdicts open."""
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.status)
+
+    @property
+    def stop(self) -> BudgetStop | UnavailableStop | None:
+        """The first judge's stop, if any stopped."""
+        return next((outcome.stop for outcome in self.by_judge if outcome.stop is not None), None)
+
+
+async def acompare(
+    spec: RunSpec,
+    judges: Sequence[str],
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    out_dir: Path,
+    *,
+    decompose_with: str | None = None,
+    resamples: int = 1000,
+    seed: int = 0,
+    observer: RunObserver | None = None,
+) -> CompareOutcome:
+    """``rt4 compare``: decompose each answer once (``decompose_with``, else by rules), have every
+    judge verify those claims through the run's stop policy, one file per judge in ``out_dir``.
+
+    ``spec.judge`` is not used (``judges`` are the judges); its api base, limits, cache and options
+    apply to every judge. Raises :class:`RunUsageError` before any judge call when it cannot start.
+    """
+    from rt4chart.compare import SharedClaimsEngine, decompose_once, output_name
+
+    items = input_lines(samples)
+    if len(judges) < 2 or len(set(judges)) != len(judges):
+        raise RunUsageError(f"--judges needs at least two different judges (got {','.join(judges)!r})")
+    ledger = Ledger(limit_usd=spec.limits.budget_usd)
+    cache = _stack_cache(spec)  # shared by every judge; closed here
+    stacks: list[JudgeStack] = []
+    try:
+        for name in [*judges, *([decompose_with] if decompose_with else [])]:
+            stacks.append(build_stack(name, api_base=spec.api_base, limits=spec.limits, cache=cache, ledger=ledger))
+        judging, decomposer = stacks[: len(judges)], (stacks[len(judges)] if decompose_with else None)
+        if decomposer is not None and not decomposer.supports_decompose:
+            raise RunUsageError(f"--decompose-with {decompose_with}: this judge cannot decompose answers")
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise RunUsageError(f"--out-dir {out_dir}: {error.strerror}") from None
+        try:
+            requested = {f"--out-dir file of {stack.name}": out_dir / output_name(stack.name) for stack in judging}
+            paths = list(guard_outputs(requested, [spec.input_file]).values())
+        except OutputError as error:
+            raise RunUsageError(str(error)) from None
+        if observer is not None:
+            observer.start(len(items) * len(judging), ledger, calls_seen=True)
+        try:
+            shared = await decompose_once(items, decomposer, spec.options)
+            decomposer_stop = None
+        except (BudgetExhausted, JudgeUnavailable) as error:
+            shared, decomposer_stop = {}, stop_of(error)
+        engines = [SharedClaimsEngine(Pipeline(stack, spec.options), shared, decomposer_stop) for stack in judging]
+        runs = await asyncio.gather(
+            *(_run_engine(engine, items, path, observer) for engine, path in zip(engines, paths, strict=True))
+        )
+    finally:
+        if observer is not None:
+            observer.finish()
+        for stack in stacks:
+            await stack.aclose()
+        if cache is not None:
+            cache.close()
+    by_judge = [
+        outcome_of(reports, result, summary, False, ledger, engine.judge_name)
+        for engine, (reports, result, summary) in zip(engines, runs, strict=True)
+    ]
+    status = first_status(outcome.status for outcome in by_judge)
+    agreement = []
+    if status in (RunStatus.PASSED, RunStatus.FAILED, RunStatus.INVALID_INPUT):
+        agreement = _agreement(paths, resamples, seed)
+    return CompareOutcome(status=status, by_judge=by_judge, paths=paths, agreement=agreement)
+
+
+async def _run_engine(
+    engine: AuditEngine, items: list[InputLine], out: Path | None, observer: RunObserver | None
+) -> tuple[list[Report], AuditResult, RunSummary]:
+    """One engine through :func:`run_audit` (no resume, no stdout), its records and totals collected."""
+    summary = RunSummary()
+    reports: list[Report] = []
+
+    def on_report(report: Report) -> None:
+        summary.add(report)
+        reports.append(report)
+        if observer is not None:
+            observer.record(report, summary)
+
+    try:
+        result = await run_audit(engine, items, out, on_report)
+    except OutputError as error:  # another run holds the output's lock
+        raise RunUsageError(str(error)) from None
+    reports.sort(key=lambda report: report.line)
+    return reports, result, summary
+
+
+def _agreement(paths: list[Path], resamples: int, seed: int) -> list[AgreementReport]:
+    from rt4chart.agreement import (
+        AgreementInputError,
+        agreement_report,
+        answer_table,
+        claim_table,
+        gold_column,
+        read_outputs,
+    )
+
+    try:
+        loaded = read_outputs(paths)
+        gold_labels = gold_column(loaded[0][1], None)
+    except AgreementInputError as error:
+        raise RunUsageError(str(error)) from None
+    return [
+        agreement_report(build(loaded, gold_labels, "hallucinated"), resamples=resamples, seed=seed)
+        for build in (answer_table, claim_table)
+    ]
+
+
+def compare(
+    spec: RunSpec,
+    judges: Sequence[str],
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    out_dir: Path,
+    **keywords: Any,
+) -> CompareOutcome:
+    """Synchronous :func:`acompare`."""
+    return asyncio.run(acompare(spec, judges, samples, out_dir, **keywords))
+
+
+class RepairOutcome(BaseModel):
+    """How ``rt4 repair`` ended: the repair records, their summary, and the re-audit's outcome."""
+
+    status: RunStatus
+    """Invalid records first, then the re-audit's status (a judge that cannot be reached is 4,
+    never "still flagged"); ``failed`` when a repaired answer is still flagged."""
+    records: list[RepairRecord]
+    """One per verify record, in their order."""
+    summary: RepairSummary
+    """Retention and residual hallucination over the records."""
+    reaudit: RunOutcome | None = None
+    """The re-audit of the repaired answers (``--verify-after``)."""
+    stop: BudgetStop | UnavailableStop | None = None
+    """Why the repair or its re-audit stopped, if it did."""
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.status)
+
+
+async def arepair(
+    spec: RunSpec,
+    records: Sequence[Report | str],
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    strategy: RepairStrategy,
+    *,
+    input_name: str = "the input",
+    verify_after: bool = False,
+    verify_judge: str | None = None,
+) -> RepairOutcome:
+    """``rt4 repair``: repair the flagged answers of ``records`` (verify records, or why a line is
+    not one) against their ``samples`` with ``spec.judge`` (``None``: no repairing judge), then, with
+    ``verify_after``, re-audit the repaired answers as a run of its own (:func:`aexecute`) with
+    ``verify_judge`` (default: ``spec.judge``, else the embedded verifier)."""
+    from rt4chart.repair import Repairer, record_reaudit, repaired_samples, summarize
+
+    by_line = {item.line: item for item in input_lines(samples)}
+    if strategy == "rewrite" and spec.judge is None:
+        raise RunUsageError("--strategy rewrite needs --judge: a judge that writes text")
+    repairing = (
+        build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache) if spec.judge else None
+    )
+    results: list[RepairRecord | None] = []
+    stop: BudgetStop | UnavailableStop | None = None
+    try:
+        if repairing is not None and not repairing.supports_decompose:
+            raise RunUsageError(
+                f"judge {repairing.name} cannot write text; repair needs a language-model or scripted judge"
+            )
+        repairer = Repairer(strategy, repairing, spec.options.params)
+        jobs: list[tuple[int, Report, Awaitable[RepairRecord]]] = []
+        for position, record in enumerate(records, start=1):
+            if isinstance(record, str):
+                results.append(RepairRecord(id=None, line=position, strategy=strategy, original=None,
+                                            repaired=None, errors=[record]))
+                continue
+            item = by_line.get(record.line)
+            if item is None or item.sample is None or item.sample.id != record.id:
+                results.append(RepairRecord(
+                    id=record.id, line=record.line, strategy=strategy, original=None, repaired=None,
+                    errors=[f"no valid sample with id {record.id!r} on line {record.line} of {input_name}"],
+                ))
+                continue
+            results.append(None)
+            jobs.append((len(results) - 1, record, repairer.repair(record, item.sample)))
+        try:
+            for (slot, _, _), done in zip(jobs, await asyncio.gather(*(job for _, _, job in jobs)), strict=True):
+                results[slot] = done
+        except (BudgetExhausted, JudgeUnavailable) as error:
+            stop = stop_of(error)
+            for slot, record, _ in jobs:
+                results[slot] = RepairRecord(id=record.id, line=record.line, strategy=strategy, original=None,
+                                             repaired=None, errors=[f"not repaired: {stop}"])
+    finally:
+        if repairing is not None:
+            await repairing.aclose()
+    finished = [r for r in results if r is not None]
+    reaudit = None
+    if verify_after and stop is None:
+        valid = {line: item.sample for line, item in by_line.items() if item.sample is not None}
+        todo = repaired_samples(finished, valid)
+        # --api-base belongs to --judge; a separate --verify-judge is resolved on its own.
+        rejudge = spec.model_copy(update={
+            "judge": spec.judge if verify_judge is None else verify_judge,
+            "api_base": spec.api_base if verify_judge is None else None,
+            "out": None, "resume": False, "outputs": PublishOptions(), "signals": None, "input_file": None,
+        })
+        reaudit = await aexecute(rejudge, [sample for _, sample in todo])
+        for (repaired, _), after in zip(todo, reaudit.reports, strict=True):
+            record_reaudit(repaired, after)
+        stop = reaudit.stop
+    summary = summarize(strategy, finished)
+    found = [RunStatus.FAILED] if summary.residual_hallucinated else []
+    if summary.invalid and stop is None:  # records a stop left unrepaired are not bad input
+        found.append(RunStatus.INVALID_INPUT)
+    if isinstance(stop, BudgetStop):
+        found.append(RunStatus.STOPPED_BY_BUDGET)
+    elif stop is not None:
+        found.append(RunStatus.JUDGE_UNAVAILABLE)
+    if reaudit is not None and reaudit.counts.incomplete:
+        found.append(RunStatus.INCOMPLETE)
+    return RepairOutcome(status=first_status(found), records=finished, summary=summary, reaudit=reaudit, stop=stop)
+
+
+def repair(
+    spec: RunSpec,
+    records: Sequence[Report | str],
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    strategy: RepairStrategy,
+    **keywords: Any,
+) -> RepairOutcome:
+    """Synchronous :func:`arepair`."""
+    return asyncio.run(arepair(spec, records, samples, strategy, **keywords))

@@ -6,10 +6,13 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -110,7 +113,7 @@ def test_a_heartbeat_reaches_a_redirected_stderr_before_the_first_sample_finishe
     assert text.index(heartbeat) < text.index("rt4chart audit"), "the heartbeat precedes the summary"
 
 
-def _wait_for_line(path: Path, pattern: re.Pattern[str], attempts: int = 600) -> str:
+def _wait_for_line(path: Path, pattern: re.Pattern[str], attempts: int = 240) -> str:
     """The first line of ``path`` matching ``pattern``, polled until it is written (a stuck run fails the test)."""
     for _ in range(attempts):
         match = pattern.search(path.read_text(encoding="utf-8"))
@@ -118,4 +121,42 @@ def _wait_for_line(path: Path, pattern: re.Pattern[str], attempts: int = 600) ->
             line_start = path.read_text(encoding="utf-8").rfind("\n", 0, match.start()) + 1
             return path.read_text(encoding="utf-8")[line_start:].splitlines()[0]
         time.sleep(0.5)
-    raise AssertionError(f"no line matching {pattern.pattern!r} in {path.read_text(encoding='utf-8')!r}")
+    tail = path.read_text(encoding="utf-8")[-1500:]
+    raise AssertionError(f"no line matching {pattern.pattern!r}; stderr ends {tail!r}")
+
+
+def test_sigterm_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
+    """A cancelled CI job: SIGTERM while the second sample's call is held by the server (its reply
+    waits on an event the test never sets before the signal)."""
+    input_path = tmp_path / "in.jsonl"
+    samples = [{"id": "a", "context": "Plans vary. The trial lasts 14 days.", "answer": "The trial lasts 14 days."},
+               {"id": "b", "context": "Plans vary. The trial lasts 30 days.", "answer": "The trial lasts 30 days."}]
+    input_path.write_text("".join(json.dumps(sample) + "\n" for sample in samples), encoding="utf-8")
+    out, log = tmp_path / "out.jsonl", tmp_path / "stderr.log"
+    release = threading.Event()
+    entailed = judge_every_claim("entailed")
+
+    def hold_the_second_sample(body: dict[str, Any]) -> str:
+        if "30 days" in json.dumps(body):
+            release.wait(timeout=120)
+        return entailed(body)
+
+    with fault_server(hold_the_second_sample) as server:
+        command = [str(Path(sys.executable).with_name("rt4")), "verify", str(input_path), "--judge", "openai/judge",
+                   "--api-base", server.base_url, "-o", str(out), "--no-cache", "--concurrency", "1",
+                   "--samples-in-flight", "1"]
+        with log.open("w", encoding="utf-8") as stderr:
+            job = subprocess.Popen(command, stderr=stderr, stdout=subprocess.DEVNULL,
+                                   env={**os.environ, HEARTBEAT_ENV: "0.2"})
+            try:
+                _wait_for_line(log, re.compile(r"rt4: 1/2 samples .* 1 calls in flight"))
+                job.send_signal(signal.SIGTERM)
+                returncode = job.wait(timeout=120)
+            finally:
+                release.set()
+                if job.poll() is None:
+                    job.kill()
+    message = " ".join(log.read_text(encoding="utf-8").split())
+    assert returncode == 130, message[-2000:]
+    assert f"interrupted: 1 complete records are in {out}" in message and "--resume" in message
+    assert [json.loads(line)["id"] for line in out.read_text(encoding="utf-8").splitlines()] == ["a"]

@@ -9,15 +9,12 @@ judges' verdicts added by other tools) so those views can show them as they are.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from rt4chart.io import InputLine
+from rt4chart.io import InputLine, read_records
 from rt4chart.options import FailOn
 from rt4chart.text import join_passages
 from rt4chart.types import Label, Report, Sample
@@ -60,7 +57,8 @@ class AuditedSample:
         label = self.report.label
         if fail_on is FailOn.CONTRADICTED:
             return label is Label.CONTRADICTED
-        if fail_on is FailOn.HALLUCINATED:
+        if fail_on in (FailOn.HALLUCINATED, FailOn.NEW, FailOn.WORSE):
+            # Against a baseline, which of these are new is the gate's business (rt4chart.diff).
             return label in (Label.CONTRADICTED, Label.BASELESS)
         return False
 
@@ -82,25 +80,19 @@ def read_results(path: Path, items: list[InputLine] | None = None) -> list[Audit
         raise ResultsError(f"results file not found: {path}")
     samples = {item.line: item.sample for item in items or []}
     audited: list[AuditedSample] = []
-    with open(path, encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                raw = json.loads(text)
-                report = Report.model_validate(raw)
-            except (json.JSONDecodeError, ValidationError) as error:
-                reason = error.msg if isinstance(error, json.JSONDecodeError) else "not an rt4chart output record"
-                raise ResultsError(f"{path} line {number}: {reason}") from None
-            sample = samples.get(report.line)
-            if items is not None and report.line not in samples:
-                raise ResultsError(f"{path} line {number}: record {report.id!r} names input line {report.line}, "
-                                   "which the input file does not have")
-            if items is not None and sample is not None and sample.id != report.id:
-                raise ResultsError(
-                    f"{path} line {number}: record {report.id!r} does not match input line {report.line} "
-                    f"(id {sample.id!r}); were these results made from another input file?"
-                )
-            extra = {key: value for key, value in raw.items() if key not in Report.model_fields}
-            audited.append(AuditedSample(report, sample, extra))
+    for record in read_records(path):
+        number, report = record.number, record.report
+        if report is None or record.value is None:
+            raise ResultsError(f"{path} line {number}: {record.problem}")
+        sample = samples.get(report.line)
+        if items is not None and report.line not in samples:
+            raise ResultsError(f"{path} line {number}: record {report.id!r} names input line {report.line}, "
+                               "which the input file does not have")
+        if items is not None and sample is not None and sample.id != report.id:
+            raise ResultsError(
+                f"{path} line {number}: record {report.id!r} does not match input line {report.line} "
+                f"(id {sample.id!r}); were these results made from another input file?"
+            )
+        extra = {key: value for key, value in record.value.items() if key not in Report.model_fields}
+        audited.append(AuditedSample(report, sample, extra))
     return audited

@@ -77,12 +77,20 @@ def _failure_policy(fail_on: FailOn) -> FailOn:
     return FailOn.HALLUCINATED if fail_on is FailOn.NEVER else fail_on
 
 
-def junit_xml(audited: list[AuditedSample], suite_name: str, fail_on: FailOn = FailOn.HALLUCINATED) -> str:
-    """The run as JUnit XML (the Ant/Surefire format Jenkins, GitLab and GitHub tools read)."""
+def junit_xml(
+    audited: list[AuditedSample], suite_name: str, fail_on: FailOn = FailOn.HALLUCINATED,
+    pre_existing: frozenset[int] = frozenset(),
+) -> str:
+    """The run as JUnit XML (the Ant/Surefire format Jenkins, GitLab and GitHub tools read).
+
+    ``pre_existing``: input lines whose hallucination the ``--baseline`` audit had too; they are
+    skipped with that reason rather than failed (only what a change brings fails it).
+    """
     policy = _failure_policy(fail_on)
-    failures = sum(_judged_failure(item, policy) for item in audited)
+    failing = [item for item in audited if _judged_failure(item, policy)]
+    skipped = sum(item.report.line in pre_existing for item in failing)
     errors = sum(_problem(item) is not None for item in audited)
-    counts = {"tests": str(len(audited)), "failures": str(failures), "errors": str(errors)}
+    counts = {"tests": str(len(audited)), "failures": str(len(failing) - skipped), "errors": str(errors)}
     root = ElementTree.Element("testsuites", {"name": "rt4chart", **counts})
     suite = ElementTree.SubElement(
         root,
@@ -90,7 +98,7 @@ def junit_xml(audited: list[AuditedSample], suite_name: str, fail_on: FailOn = F
         {
             "name": suite_name,
             **counts,
-            "skipped": "0",
+            "skipped": str(skipped),
             "timestamp": datetime.now(UTC).replace(microsecond=0, tzinfo=None).isoformat(),
             "hostname": socket.gethostname(),
         },
@@ -112,14 +120,20 @@ def junit_xml(audited: list[AuditedSample], suite_name: str, fail_on: FailOn = F
         if _judged_failure(item, policy):
             bad = sum(claim.label is not Label.ENTAILED for claim in report.claims)
             message = f"line {report.line}: {report.label}, {bad} of {len(report.claims)} claims not entailed"
-            failure = ElementTree.SubElement(case, "failure", {"type": str(report.label), "message": message})
-            failure.text = "\n".join(finding_lines(item))
+            if report.line in pre_existing:
+                message += "; hallucinated in the baseline too"
+            kind = "skipped" if report.line in pre_existing else "failure"
+            finding = ElementTree.SubElement(case, kind, {"type": str(report.label), "message": message})
+            finding.text = "\n".join(finding_lines(item))
     ElementTree.indent(root)
     return ElementTree.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def write_junit(path: Path, audited: list[AuditedSample], suite_name: str, fail_on: FailOn) -> None:
-    path.write_text(junit_xml(audited, suite_name, fail_on), encoding="utf-8")
+def write_junit(
+    path: Path, audited: list[AuditedSample], suite_name: str, fail_on: FailOn,
+    pre_existing: frozenset[int] = frozenset(),
+) -> None:
+    path.write_text(junit_xml(audited, suite_name, fail_on, pre_existing), encoding="utf-8")
 
 
 def _escape_data(text: str) -> str:
@@ -131,12 +145,14 @@ def _escape_property(text: str) -> str:
 
 
 def github_annotations(
-    audited: Iterable[AuditedSample], input_file: str | None, fail_on: FailOn = FailOn.HALLUCINATED
+    audited: Iterable[AuditedSample], input_file: str | None, fail_on: FailOn = FailOn.HALLUCINATED,
+    pre_existing: frozenset[int] = frozenset(),
 ) -> list[str]:
     """GitHub Actions workflow commands (``::error file=F,line=N,title=T::message``), one per sample.
 
     Samples that fail the policy and samples that could not be judged are errors; hallucinated
-    samples the policy lets pass are warnings; entailed samples get none.
+    samples the policy lets pass, and those the ``--baseline`` audit had too (``pre_existing``
+    input lines), are warnings; entailed samples get none.
     """
     policy = _failure_policy(fail_on)
     commands: list[str] = []
@@ -146,8 +162,10 @@ def github_annotations(
         if problem is not None:
             level, title, lines = "error", "rt4chart: not judged", [problem]
         elif report.hallucinated:
-            level = "error" if item.fails(policy) else "warning"
-            title, lines = f"rt4chart: {report.label}", finding_lines(item)
+            known = report.line in pre_existing
+            level = "error" if item.fails(policy) and not known else "warning"
+            title = f"rt4chart: {report.label}" + (" (also in the baseline)" if known else "")
+            lines = finding_lines(item)
         else:
             continue
         where = [f"file={_escape_property(input_file)}", f"line={report.line}"] if input_file else []

@@ -76,6 +76,11 @@ def summary_rows(audited: list[AuditedSample]) -> dict[str, Any]:
     }
 
 
+def render_template(name: str, **values: Any) -> str:
+    """Render one of the package's HTML templates (autoescaped) with ``values``."""
+    return _TEMPLATES.get_template(name).render(**values)
+
+
 def render_html(audited: list[AuditedSample], title: str) -> str:
     """The whole report as one HTML document."""
     template = _TEMPLATES.get_template("report.html.j2")

@@ -239,6 +239,44 @@ def _finished(report: Report) -> bool:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class RecordLine:
+    """One non-blank line of a file of output records: the record, or why the line is not one."""
+
+    number: int
+    """1-based line number."""
+    report: Report | None
+    """The record; ``None`` when the line is not one."""
+    value: dict[str, Any] | None = None
+    """The decoded line (fields the record model does not know included); ``None`` with no record."""
+    problem: str | None = None
+    """Why the line is not a record, without the line number."""
+    torn: bool = False
+    """The line has no line break: the last line of a file whose writer died mid-line."""
+
+
+def read_records(path: Path | str) -> Iterator[RecordLine]:
+    """Every non-blank line of a file of ``rt4 verify`` / ``rt4 eval`` records, in order.
+
+    The one reader of output records: resume (:func:`read_completed`), scoring and agreement
+    (:func:`read_predictions`), the reporting commands (:func:`rt4chart.audited.read_results`) and
+    repair read through it, so a line that is not a record is named the same way everywhere.
+    """
+    for line in read_json_lines(path):
+        torn = bool(line.text) and not line.text.endswith("\n")
+        if line.problem is not None:
+            yield RecordLine(line.number, None, problem=line.problem, torn=torn)
+            continue
+        try:
+            report = Report.model_validate(line.value)
+        except ValidationError as error:
+            first = error.errors()[0]
+            problem = f"not an rt4chart output record ({first['loc']}: {first['msg']})"
+            yield RecordLine(line.number, None, problem=problem, torn=torn)
+            continue
+        yield RecordLine(line.number, report, line.value, torn=torn)
+
+
 def read_completed(path: Path, items: list[InputLine], fingerprint: str | None = None) -> dict[int, Report]:
     """Records already complete in an output file, by input line number.
 
@@ -254,19 +292,15 @@ def read_completed(path: Path, items: list[InputLine], fingerprint: str | None =
     completed: dict[int, Report] = {}
     if not path.exists():
         return completed
-    with open(path, encoding="utf-8") as handle:
-        for text in handle:
-            if not text.endswith("\n"):
-                break  # torn: the run died while writing this line
-            try:
-                report = Report.model_validate_json(text)
-            except ValidationError:
-                continue
-            if report.line not in expected or expected[report.line] != report.id:
-                continue
-            if fingerprint and (report.input_hash != keys[report.line] or not _finished(report)):
-                continue
-            completed.setdefault(report.line, report)
+    for record in read_records(path):
+        if record.torn:
+            break  # the run died while writing this line
+        report = record.report
+        if report is None or report.line not in expected or expected[report.line] != report.id:
+            continue
+        if fingerprint and (report.input_hash != keys[report.line] or not _finished(report)):
+            continue
+        completed.setdefault(report.line, report)
     return completed
 
 
@@ -459,18 +493,13 @@ class PredictionsError(ValueError):
 
 
 def read_predictions(path: Path) -> list[Report]:
-    """Read ``rt4 verify`` / ``rt4 eval`` output records; raises :class:`PredictionsError`."""
+    """Read ``rt4 verify`` / ``rt4 eval`` output records; raises :class:`PredictionsError` at the
+    first line that is not one."""
     if not path.is_file():
         raise PredictionsError(f"predictions file not found: {path}")
     reports = []
-    for line in read_json_lines(path):
-        if line.problem is not None:
-            raise PredictionsError(f"{path}:{line.number}: {line.problem}")
-        try:
-            reports.append(Report.model_validate(line.value))
-        except ValidationError as error:
-            problem = error.errors()[0]
-            raise PredictionsError(
-                f"{path}:{line.number}: not an rt4chart output record ({problem['loc']}: {problem['msg']})"
-            ) from None
+    for record in read_records(path):
+        if record.report is None:
+            raise PredictionsError(f"{path}:{record.number}: {record.problem}")
+        reports.append(record.report)
     return reports

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 from rich.console import Console
+from rich.text import Text
 
 from rt4chart.audited import AuditedSample
 from rt4chart.ci_formats import github_annotations, run_fails, write_junit
-from rt4chart.options import FailOn, OutputFormat
+from rt4chart.options import AuditOptions, FailOn, OutputFormat
 from rt4chart.terminal_view import print_samples
 
 
@@ -44,10 +45,47 @@ class PublishOptions(BaseModel):
     """Which answers fail the run."""
     max_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     """The run fails only when the share of failing answers exceeds this (0: any one)."""
+    baseline: Path | None = None
+    """An earlier audit of these answers (``--baseline``): ``--fail-on new|worse`` gate against it,
+    JUnit skips and annotations warn (rather than fail) the hallucinations it had too."""
 
 
-def publish(options: PublishOptions, audited: list[AuditedSample], stdout: Console) -> bool:
-    """Write what ``options`` asks for; return whether the run fails its policy."""
+def baseline_problem(options: PublishOptions) -> str | None:
+    """Why the run's baseline settings cannot work (checked before any work), or ``None``."""
+    from rt4chart.io import PredictionsError, read_predictions
+
+    if options.fail_on in (FailOn.NEW, FailOn.WORSE) and options.baseline is None:
+        return f"--fail-on {options.fail_on} compares with an earlier audit: give --baseline BASE.jsonl"
+    if options.baseline is not None:
+        try:
+            read_predictions(options.baseline)
+        except PredictionsError as error:
+            return f"--baseline: {error}"
+    return None
+
+
+def publish(
+    options: PublishOptions, audited: list[AuditedSample], stdout: Console,
+    audit_options: AuditOptions | None = None, stderr: Console | None = None,
+) -> bool:
+    """Write what ``options`` asks for; return whether the run fails its policy.
+
+    With a baseline, the gate's verdict and any difference of judge or prompt version between the
+    two audits are said on ``stderr``; ``audit_options`` (this run's) are compared with the
+    baseline manifest's.
+    """
+    gate = None
+    if options.baseline is not None:
+        from rt4chart.diff import baseline_gate, this_run_config  # numpy and scipy: only with a baseline
+
+        reports = [item.report for item in audited]
+        gate = baseline_gate(reports, this_run_config(reports, audit_options, options.input_file),
+                             options.baseline, options.fail_on)
+        notices = stderr or Console(stderr=True)
+        for warning in gate.warnings:
+            notices.print(Text.assemble(("warning:", "bold yellow"), " ", warning), highlight=False, soft_wrap=True)
+        notices.print(Text(f"baseline {options.baseline}: {gate.reason}"), highlight=False, soft_wrap=True)
+    pre_existing = frozenset(gate.pre_existing_lines) if gate is not None else frozenset()
     if options.text_view:
         print_samples(audited, stdout)
     if options.html is not None:
@@ -55,8 +93,10 @@ def publish(options: PublishOptions, audited: list[AuditedSample], stdout: Conso
 
         write_html(options.html, audited, options.title)
     if options.junit is not None:
-        write_junit(options.junit, audited, options.title, options.fail_on)
+        write_junit(options.junit, audited, options.title, options.fail_on, pre_existing)
     if options.github:
-        for command in github_annotations(audited, options.input_file, options.fail_on):
+        for command in github_annotations(audited, options.input_file, options.fail_on, pre_existing):
             stdout.print(command, markup=False, highlight=False, emoji=False, soft_wrap=True)
+    if gate is not None and options.fail_on in (FailOn.NEW, FailOn.WORSE):
+        return gate.fails
     return run_fails(audited, options.fail_on, options.max_rate)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal, Protocol, TextIO
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rt4chart.backends.base import Backend
 from rt4chart.backends.circuit import JudgeUnavailable
-from rt4chart.budget import BudgetExhausted
+from rt4chart.budget import BudgetExhausted, SampleAdmission
 from rt4chart.decompose import Decomposition, decompose_by_judge, decompose_holistically, rule_decomposition
 from rt4chart.direct import audit_directly
 from rt4chart.grounding import ContextIndex
@@ -37,6 +37,7 @@ from rt4chart.io import (
     unaudited_report,
     write_reports_atomically,
 )
+from rt4chart.judges import JudgeStack
 from rt4chart.options import AuditOptions
 from rt4chart.prompts import PromptTemplate
 from rt4chart.session import JudgeSession
@@ -87,6 +88,42 @@ def stop_of(error: BudgetExhausted | JudgeUnavailable) -> BudgetStop | Unavailab
     if isinstance(error, BudgetExhausted):
         return BudgetStop(detail=str(error))
     return UnavailableStop(endpoint=error.endpoint, failures=error.failures, last_error=error.last_error)
+
+
+async def in_input_order(
+    items: Iterable[InputLine],
+    audit: Callable[[InputLine], Awaitable[Report]],
+    in_flight: int,
+    admission: SampleAdmission | None = None,
+) -> AsyncIterator[Report]:
+    """``audit`` every item, up to ``in_flight`` at a time (fewer when ``admission``, the budget's,
+    says so), yielding the reports in input order; an exception of one audit (a stop) cancels the
+    others and propagates."""
+    pending: deque[asyncio.Task[Report]] = deque()
+    iterator = iter(items)
+
+    def start_next() -> bool:
+        item = next(iterator, None)
+        if item is None:
+            return False
+        pending.append(asyncio.ensure_future(audit(item)))
+        return True
+
+    def fill() -> None:
+        while len(pending) < in_flight and (admission is None or admission.may_start(len(pending))) and start_next():
+            pass
+
+    fill()
+    try:
+        while pending:
+            report = await pending.popleft()
+            if admission is not None:
+                admission.sample_finished(report.usage.cost_usd)
+            fill()
+            yield report
+    finally:
+        for task in pending:
+            task.cancel()
 
 
 class AuditEngine(Protocol):
@@ -209,26 +246,10 @@ class Pipeline:
 
     async def run(self, items: Iterable[InputLine]) -> AsyncIterator[Report]:
         """Audit input lines concurrently; yield one report per line, in input order."""
-        pending: deque[asyncio.Task[Report]] = deque()
-        iterator = iter(items)
-
-        def start_next() -> bool:
-            item = next(iterator, None)
-            if item is None:
-                return False
-            pending.append(asyncio.ensure_future(self._report(item)))
-            return True
-
-        while len(pending) < self.options.samples_in_flight and start_next():
-            pass
-        try:
-            while pending:
-                report = await pending.popleft()
-                start_next()
-                yield report
-        finally:
-            for task in pending:
-                task.cancel()
+        ledger = self.backend.ledger if isinstance(self.backend, JudgeStack) else None
+        admission = SampleAdmission(ledger)
+        async for report in in_input_order(items, self._report, self.options.samples_in_flight, admission):
+            yield report
 
     async def audit(self, items: Sequence[InputLine]) -> AsyncIterator[Report | BudgetStop | UnavailableStop]:
         """The local engine (:class:`AuditEngine`): :meth:`run`, its stop yielded as a value."""

@@ -303,6 +303,10 @@ class DecompositionStats(BaseModel):
     """Sentences asked again alone because the batched reply numbered them wrongly or left them out."""
     rule_fallback: int = 0
     """Sentences whose claims came from the rule decomposer because the judge could not decompose them."""
+    rejected_claims: int = 0
+    """Claims the judge gave that are not a piece of their answer sentence (a template placeholder
+    such as ``<claim>``, a number or name the answer does not state, words it does not say): each
+    rejection is a decomposition failure, so the sentence is asked again, then given its clauses."""
 
 
 class TokenSignal(BaseModel):

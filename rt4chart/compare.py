@@ -1,23 +1,26 @@
 """``rt4 compare``: several judges verify one claim set, so their claim verdicts are comparable.
 
-Each answer is decomposed once (by a chosen judge, or by the rule decomposer), and every judge
-verifies exactly those claims through its own pipeline, all judges of a sample at once; judges
-built by the caller share its cache. One output file per judge is written, in input order, one
-record per input line, ready for ``rt4 agree --level claim`` (which then aligns claims one to one).
+Each answer is decomposed once (by a chosen judge, or by the rule decomposer,
+:func:`decompose_once`), and every judge verifies exactly those claims through its own
+:class:`SharedClaimsEngine`, which the run layer (:func:`rt4chart.run.acompare`) drives like any
+other engine: one output file per judge, in input order, one record per input line, the same stop
+policy as ``rt4 verify``; ready for ``rt4 agree --level claim`` (which then aligns claims one to one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from rt4chart.backends.base import Backend
+from rt4chart.backends.circuit import JudgeUnavailable
+from rt4chart.budget import BudgetExhausted
 from rt4chart.decompose import Decomposition, decompose_by_judge, rule_decomposition
-from rt4chart.io import InputLine, error_report, write_reports_atomically
+from rt4chart.io import InputLine, error_report
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline
+from rt4chart.pipeline import BudgetStop, Pipeline, UnavailableStop, in_input_order, stop_of
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import load_prompts
 from rt4chart.text import split_sentences
@@ -41,40 +44,61 @@ def output_name(judge: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", judge).strip("-") + ".jsonl"
 
 
-async def compare_judges(
-    items: list[InputLine],
-    pipelines: list[Pipeline],
-    decomposer: Backend | None,
-    out_dir: Path,
-    on_sample: Callable[[], None] | None = None,
-    samples_in_flight: int = 4,
-) -> list[Path]:
-    """Verify every sample's shared claims with every pipeline; write one JSONL per judge.
+async def decompose_once(
+    items: list[InputLine], decomposer: Backend | None, options: AuditOptions
+) -> dict[int, Decomposition]:
+    """Every valid sample's claims, by input line, drawn once (``options.samples_in_flight`` at a
+    time); raises the decomposer's stop (:class:`~rt4chart.budget.BudgetExhausted`,
+    :class:`~rt4chart.backends.circuit.JudgeUnavailable`)."""
+    slots = asyncio.Semaphore(options.samples_in_flight)
+    valid = [item for item in items if item.sample is not None]
 
-    The judges (and the decomposer) stay open: the caller built them and closes them."""
-    options = pipelines[0].options
-    slots = asyncio.Semaphore(samples_in_flight)
-
-    async def one(item: InputLine) -> list[Report]:
-        if item.sample is None:
-            return [error_report(item) for _ in pipelines]
+    async def one(sample: Sample) -> Decomposition:
         async with slots:
-            shared = await shared_claims(item.sample, decomposer, options)
-            reports = await asyncio.gather(
-                *(pipeline.verify_sample(item.sample, item.line, shared.claims) for pipeline in pipelines)
-            )
-        if on_sample is not None:
-            on_sample()
-        return [
-            report.model_copy(update={"errors": shared.errors + report.errors, "decomposition": shared.stats})
-            for report in reports
-        ]
+            return await shared_claims(sample, decomposer, options)
 
-    per_sample = await asyncio.gather(*(one(item) for item in items))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for position, pipeline in enumerate(pipelines):
-        path = out_dir / output_name(pipeline.backend.name)
-        write_reports_atomically(path, [reports[position] for reports in per_sample])
-        paths.append(path)
-    return paths
+    drawn = await asyncio.gather(*(one(item.sample) for item in valid if item.sample is not None))
+    return {item.line: decomposition for item, decomposition in zip(valid, drawn, strict=True)}
+
+
+@dataclass
+class SharedClaimsEngine:
+    """An :class:`~rt4chart.pipeline.AuditEngine` that verifies the claims drawn once per answer
+    (:func:`decompose_once`) with one judge's pipeline: every judge of a comparison judges the same
+    claims, so their claim verdicts align one to one."""
+
+    pipeline: Pipeline
+    """The judge's pipeline (its judge stays the caller's)."""
+    shared: Mapping[int, Decomposition]
+    """The claims of each valid input line."""
+    stop: BudgetStop | UnavailableStop | None = None
+    """Why the claims could not be drawn (the decomposer stopped): the engine stops at once."""
+
+    @property
+    def judge_name(self) -> str:
+        return self.pipeline.judge_name
+
+    @property
+    def prompt_version(self) -> str:
+        return self.pipeline.prompt_version
+
+    @property
+    def options(self) -> AuditOptions:
+        return self.pipeline.options
+
+    async def audit(self, items: Sequence[InputLine]) -> AsyncIterator[Report | BudgetStop | UnavailableStop]:
+        if self.stop is not None:
+            yield self.stop
+            return
+        try:
+            async for report in in_input_order(items, self._report, self.options.samples_in_flight):
+                yield report
+        except (BudgetExhausted, JudgeUnavailable) as error:
+            yield stop_of(error)
+
+    async def _report(self, item: InputLine) -> Report:
+        if item.sample is None:
+            return error_report(item)
+        shared = self.shared[item.line]
+        report = await self.pipeline.verify_sample(item.sample, item.line, shared.claims)
+        return report.model_copy(update={"errors": shared.errors + report.errors, "decomposition": shared.stats})

@@ -23,7 +23,8 @@ a character of the original answer or of a whole context sentence (plus the sing
 separate inserted sentences). Text a judge wrote is always marked ``generated``.
 
 Everything here is pure except :meth:`Repairer.repair`, which calls the repairing judge through
-the backend contract, and :func:`verify_repairs`, which re-audits through :func:`rt4chart.averify`.
+the backend contract. The re-audit of repaired answers (``--verify-after``) is a run of the run
+layer (:func:`rt4chart.run.arepair`) over :func:`repaired_samples`, recorded by :func:`record_reaudit`.
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ from pydantic import BaseModel, Field
 
 from rt4chart.backends.base import Backend, GenerationParams
 from rt4chart.decompose import rule_claims
-from rt4chart.io import InputLine
-from rt4chart.pipeline import Pipeline
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import RepairInput, RepairItem, RepairOutput, load_prompts
 from rt4chart.text import segment_context, split_sentences
@@ -646,19 +645,23 @@ def summarize(strategy: RepairStrategy, records: list[RepairRecord]) -> RepairSu
     )
 
 
-async def verify_repairs(records: list[RepairRecord], samples: dict[int, Sample], pipeline: Pipeline) -> None:
-    """Re-audit every repaired, non-empty answer through ``pipeline`` and fill ``verified_after``;
-    ``samples`` are keyed by record line."""
-    todo = [r for r in records if r.repaired and r.repaired.strip()]
-    repaired_samples = [samples[r.line].model_copy(update={"answer": r.repaired, "gold": None}) for r in todo]
-    items = [InputLine(position, sample) for position, sample in enumerate(repaired_samples, start=1)]
-    reports = [report async for report in pipeline.run(items)]
-    for record, after in zip(todo, reports, strict=True):
-        record.verified_after = VerifiedAfter(
-            judge=after.judge,
-            label=after.label,
-            hallucinated=after.hallucinated,
-            claims=len(after.claims),
-            unsupported_claims=sum(not is_supported(c) for c in after.claims),
-            errors=after.errors,
-        )
+def repaired_samples(records: list[RepairRecord], samples: dict[int, Sample]) -> list[tuple[RepairRecord, Sample]]:
+    """Every repaired, non-empty answer as a sample to re-audit (empty ones are not: nothing is left
+    to flag), paired with its record; ``samples`` are keyed by record line."""
+    return [
+        (record, samples[record.line].model_copy(update={"answer": record.repaired, "gold": None}))
+        for record in records
+        if record.repaired and record.repaired.strip()
+    ]
+
+
+def record_reaudit(record: RepairRecord, after: Report) -> None:
+    """Fill ``record.verified_after`` from the audit record of its repaired answer."""
+    record.verified_after = VerifiedAfter(
+        judge=after.judge,
+        label=after.label,
+        hallucinated=after.hallucinated,
+        claims=len(after.claims),
+        unsupported_claims=sum(not is_supported(c) for c in after.claims),
+        errors=after.errors,
+    )

@@ -391,6 +391,7 @@ def outcome_of(
     summary.remaining = result.remaining
     summary.stopped_by_budget = result.stopped_by_budget
     summary.spent_usd, summary.budget_usd = ledger.spent_usd, ledger.limit_usd
+    summary.run_usage, summary.overrun_usd = ledger.usage, ledger.overrun_usd
     return RunOutcome(
         status=status, counts=counts, fails=fails, stop=result.stop, judge=judge, spent_usd=ledger.spent_usd,
         budget_usd=ledger.limit_usd, reports=list(reports), summary=summary,

@@ -30,17 +30,18 @@ from rt4chart.backends.base import Backend, GenerationParams
 from rt4chart.datasets import load_dataset
 from rt4chart.judges import resolve_judge
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline
 from rt4chart.repair import (
     Repairer,
     RepairRecord,
     RepairStrategy,
     claim_retention,
     is_supported,
+    record_reaudit,
+    repaired_samples,
     rule_decomposition,
     summarize,
-    verify_repairs,
 )
+from rt4chart.run import RunSpec, aexecute
 from rt4chart.types import Report, Sample
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +70,10 @@ async def rejudge(
     judged = {}
     for name, backend in judges.items():
         copies = [r.model_copy(deep=True) for r in records]
-        await verify_repairs(copies, samples, Pipeline(backend, AuditOptions(**AUDIT)))
+        todo = repaired_samples(copies, samples)
+        outcome = await aexecute(RunSpec(judge=backend, options=AuditOptions(**AUDIT)), [s for _, s in todo])
+        for (record, _), after in zip(todo, outcome.reports, strict=True):
+            record_reaudit(record, after)
         judged[name] = copies
     return judged
 

@@ -1,0 +1,145 @@
+"""The run layer: one status-to-exit-code map, typed stops, and every entry point through it.
+
+Judges that cannot be reached are real: a port on 127.0.0.1 that was bound and closed again, and
+the fault server of ``tests/faults.py`` answering 401. ``rt4 compare`` and ``rt4 repair
+--verify-after`` exit 4 with the endpoint named, on one sample and on many.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from audit_fixtures import read_records, write_rules, write_samples
+from conftest import EXAMPLES
+from faults import Fault, fault_server
+from pydantic import TypeAdapter
+from typer.testing import CliRunner
+
+from rt4chart.cli import app
+from rt4chart.io import read_jsonl
+from rt4chart.outputs import PublishOptions
+from rt4chart.pipeline import BudgetStop, RunStop, UnavailableStop
+from rt4chart.run import RunSpec, RunStatus, RunUsageError, execute, exit_code, first_status
+
+EXIT_JUDGE_UNAVAILABLE = 4
+
+
+def test_each_status_has_the_documented_exit_code_and_precedence_is_3_2_4_1() -> None:
+    documented = {
+        RunStatus.STOPPED_BY_BUDGET: 3, RunStatus.INVALID_INPUT: 2, RunStatus.JUDGE_UNAVAILABLE: 4,
+        RunStatus.INCOMPLETE: 4, RunStatus.FAILED: 1, RunStatus.PASSED: 0,
+    }
+    assert {status: exit_code(status) for status in documented} == documented
+    assert first_status([RunStatus.FAILED, RunStatus.INCOMPLETE, RunStatus.INVALID_INPUT]) is RunStatus.INVALID_INPUT
+    assert first_status([RunStatus.FAILED, RunStatus.STOPPED_BY_BUDGET]) is RunStatus.STOPPED_BY_BUDGET
+    assert first_status([RunStatus.FAILED, RunStatus.JUDGE_UNAVAILABLE]) is RunStatus.JUDGE_UNAVAILABLE
+    assert first_status([]) is RunStatus.PASSED
+
+
+def test_a_stop_crosses_a_process_boundary_as_a_typed_value() -> None:
+    reader: TypeAdapter[BudgetStop | UnavailableStop] = TypeAdapter(RunStop)
+    unavailable = UnavailableStop(endpoint="openai/x@http://127.0.0.1:1/v1", failures=3, last_error="HTTP 401")
+    assert reader.validate_json(unavailable.model_dump_json()) == unavailable
+    assert reader.validate_json(BudgetStop(detail="cap").model_dump_json()) == BudgetStop(detail="cap")
+    assert "127.0.0.1:1" in str(unavailable) and "HTTP 401" in str(unavailable)
+
+
+def test_the_python_api_resumes_publishes_and_reports_status_as_rt4_verify_does(tmp_path: Path) -> None:
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json")
+    write_samples(inputs, 3)
+    out, junit = tmp_path / "out.jsonl", tmp_path / "junit.xml"
+    spec = RunSpec(judge=f"scripted:{rules}", cache=tmp_path / "cache", input_file=inputs, out=out,
+                   outputs=PublishOptions(junit=junit))
+    first = execute(spec, read_jsonl(inputs))
+    assert first.status is RunStatus.FAILED and first.exit_code == 1  # "also sells cakes" is baseless
+    assert first.counts.written == 3 and first.counts.hallucinated == 3 and junit.is_file()
+    again = execute(spec.model_copy(update={"resume": True}), read_jsonl(inputs))
+    assert again.counts.resumed == 3 and again.counts.written == 0
+    assert [r["id"] for r in read_records(out)] == ["s0", "s1", "s2"]
+    with pytest.raises(RunUsageError, match="--resume needs --out"):
+        execute(spec.model_copy(update={"resume": True, "out": None}), read_jsonl(inputs))
+
+
+def test_an_invalid_line_is_exit_2_even_when_answers_fail(tmp_path: Path) -> None:
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json")
+    write_samples(inputs, 2)
+    inputs.write_text(inputs.read_text(encoding="utf-8") + "not json\n", encoding="utf-8")
+    outcome = execute(RunSpec(judge=f"scripted:{rules}"), read_jsonl(inputs))
+    assert outcome.status is RunStatus.INVALID_INPUT and outcome.counts.invalid == 1 and outcome.fails
+
+
+def closed_port_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+@contextmanager
+def unreachable(kind: str) -> Iterator[str]:
+    """The base URL of a judge that cannot be reached (closed port) or refuses every call (401)."""
+    if kind == "closed":
+        yield closed_port_url()
+        return
+    with fault_server("{}", default=Fault("echo_key")) as server:
+        yield server.base_url
+
+
+def samples_file(tmp_path: Path, count: int) -> Path:
+    inputs = tmp_path / "in.jsonl"
+    write_samples(inputs, count)
+    return inputs
+
+
+def squeezed(text: str) -> str:
+    return "".join(text.split())
+
+
+@pytest.mark.parametrize("kind", ["closed", "401"])
+@pytest.mark.parametrize("count", [1, 4])
+def test_compare_against_an_unreachable_judge_exits_4_naming_the_endpoint(
+    tmp_path: Path, kind: str, count: int
+) -> None:
+    inputs, rules = samples_file(tmp_path, count), write_rules(tmp_path / "rules.json")
+    with unreachable(kind) as url:
+        result = CliRunner().invoke(app, [
+            "compare", str(inputs), "--judges", f"openai/fault,scripted:{rules}", "--api-base", url,
+            "--out-dir", str(tmp_path / "cmp"), "--decomposer", "rules", "--no-cache", "-q",
+        ], catch_exceptions=False)
+    assert result.exit_code == EXIT_JUDGE_UNAVAILABLE, result.output
+    assert squeezed(url) in squeezed(result.stderr)
+    assert "Agreement" not in result.stdout, "no agreement over verdicts the judge never gave"
+    files = sorted((tmp_path / "cmp").glob("*.jsonl"))
+    assert [len(read_records(path)) for path in files] == [count, count], "one record per input line"
+
+
+@pytest.mark.parametrize("kind", ["closed", "401"])
+@pytest.mark.parametrize("count", [1, 4])
+def test_repair_verify_after_against_an_unreachable_judge_exits_4_naming_the_endpoint(
+    tmp_path: Path, kind: str, count: int
+) -> None:
+    inputs, rules = samples_file(tmp_path, count), write_rules(tmp_path / "rules.json")
+    verified, repaired = tmp_path / "verified.jsonl", tmp_path / "repaired.jsonl"
+    runner = CliRunner()
+    audit = runner.invoke(app, ["verify", str(inputs), "--judge", f"scripted:{rules}", "--decomposer", "rules",
+                                "--out", str(verified), "--no-cache", "-q"])
+    assert audit.exit_code == 1  # every sample has a baseless claim for repair to remove
+    with unreachable(kind) as url:
+        result = runner.invoke(app, [
+            "repair", str(verified), "--input", str(inputs), "--out", str(repaired), "--verify-after",
+            "--judge", "openai/fault", "--api-base", url, "--decomposer", "rules", "--no-cache", "-q",
+        ], catch_exceptions=False)
+    assert result.exit_code == EXIT_JUDGE_UNAVAILABLE, result.output
+    assert squeezed(url) in squeezed(result.stderr)
+    records = [json.loads(line) for line in repaired.read_text(encoding="utf-8").splitlines()]
+    assert len(records) == count and all(r["verified_after"]["hallucinated"] is None for r in records)
+
+
+def test_verify_signals_need_no_out_flag_now(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["verify", str(EXAMPLES / "answers.jsonl"), "--signals", "csr"])
+    assert result.exit_code == 2 and "--signal-model" in result.stderr and "--out" not in result.stderr

@@ -42,6 +42,12 @@ if TYPE_CHECKING:
     from rt4chart.options import AuditOptionKeywords as AuditOptionKeywords
     from rt4chart.options import AuditOptions as AuditOptions
     from rt4chart.pipeline import Pipeline as Pipeline
+    from rt4chart.run import RunOutcome as RunOutcome
+    from rt4chart.run import RunSpec as RunSpec
+    from rt4chart.run import RunStatus as RunStatus
+    from rt4chart.run import aexecute as aexecute
+    from rt4chart.run import execute as execute
+    from rt4chart.run import exit_code as exit_code
     from rt4chart.tasks import ClaimJudgement as ClaimJudgement
     from rt4chart.tasks import DecomposeInput as DecomposeInput
     from rt4chart.tasks import DecomposeOutput as DecomposeOutput
@@ -93,6 +99,9 @@ _EXPORTS = {
     "PolicyBackend": "rt4chart.backends.policy",
     "Reply": "rt4chart.backends.policy",
     "Report": "rt4chart.types",
+    "RunOutcome": "rt4chart.run",
+    "RunSpec": "rt4chart.run",
+    "RunStatus": "rt4chart.run",
     "Sample": "rt4chart.types",
     "ScriptedBackend": "rt4chart.backends.scripted",
     "Sender": "rt4chart.backends.policy",
@@ -104,7 +113,10 @@ _EXPORTS = {
     "VerifyInput": "rt4chart.tasks",
     "VerifyOutput": "rt4chart.tasks",
     "Vote": "rt4chart.types",
+    "aexecute": "rt4chart.run",
     "and_join": "rt4chart.joins",
+    "execute": "rt4chart.run",
+    "exit_code": "rt4chart.run",
     "judge_stack": "rt4chart.judges",
     "or_join": "rt4chart.joins",
     "resolve_judge": "rt4chart.judges",
@@ -163,26 +175,25 @@ async def averify(
     caps the spend in USD and raises :class:`BudgetExhausted` when a call would cross it.
     ``options`` are :class:`AuditOptions` fields (``window``, ``overlap``, ``batch_claims``, ...),
     typed for checkers and IDEs by :class:`AuditOptionKeywords`.
-    Invalid samples yield a report with ``errors`` instead of raising.
+    Invalid samples yield a report with ``errors`` instead of raising. The audit is a run of the run
+    layer: :func:`rt4chart.execute` with a :class:`RunSpec` does what ``rt4 verify`` does (``--out``,
+    ``--resume``, the published outputs) and returns the outcome instead of raising on a stop.
     """
-    from rt4chart.io import InputLine, parse_sample
-    from rt4chart.judges import judge_stack
+    from rt4chart.budget import RunLimits
     from rt4chart.options import AuditOptions
-    from rt4chart.pipeline import Pipeline
+    from rt4chart.run import RunSpec, RunUsageError, aexecute, raise_stop
     from rt4chart.types import Sample
-
-    def item(sample: Sample | Mapping[str, Any], position: int) -> InputLine:
-        return InputLine(position, sample) if isinstance(sample, Sample) else parse_sample(dict(sample), position)
 
     single = isinstance(samples, (Sample, Mapping))
     batch = [samples] if single else list(cast("Iterable[Sample | Mapping[str, Any]]", samples))
-    audit_options = AuditOptions(**options)
-    stack = judge_stack(judge, cache=cache_dir, budget_usd=budget)
+    spec = RunSpec(judge=judge, cache=cache_dir, limits=RunLimits(budget_usd=budget), options=AuditOptions(**options))
     try:
-        pipeline = Pipeline(stack, audit_options)
-        reports = [r async for r in pipeline.run(item(s, i) for i, s in enumerate(batch, 1))]  # type: ignore[arg-type]
-    finally:
-        await stack.aclose()  # closes what the stack opened; a backend passed in stays the caller's
+        outcome = await aexecute(spec, cast("list[Sample | Mapping[str, Any]]", batch))
+    except RunUsageError as error:
+        # The library raises what it documents (JudgeConfigError, a cache error), not the CLI's wrapper.
+        raise (error.__cause__ if isinstance(error.__cause__, Exception) else error) from None
+    raise_stop(outcome)  # a budget stop raises BudgetExhausted, an unreachable judge JudgeUnavailable
+    reports = outcome.reports
     return reports[0] if single else reports
 
 

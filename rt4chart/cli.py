@@ -32,7 +32,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.datasets import DATA_LOCATION_HELP, DATASET_NAMES
 from rt4chart.options import AuditOptions, EngineOptions, FailOn, OutputFormat
 
@@ -96,7 +95,9 @@ def _execute(spec: RunSpec, items: list[InputLine], quiet: bool) -> RunOutcome:
         raise typer.Exit(interrupted.exit_code) from None
 
 
-def _print_stop(outcome: RunOutcome, rerun: str = "rerun with --resume once the judge is reachable") -> None:
+def _print_stop(
+    outcome: RunOutcome, note: str = "records already written are kept; rerun with --resume once the judge is reachable"
+) -> None:
     """Say why a run stopped when its judge could not be reached (the endpoint, never a key), or
     why its verdicts were left open."""
     from rt4chart.pipeline import UnavailableStop
@@ -105,7 +106,7 @@ def _print_stop(outcome: RunOutcome, rerun: str = "rerun with --resume once the 
     if isinstance(outcome.stop, UnavailableStop):
         stderr.print(
             Text.assemble(("stopped:", "red"), f" {outcome.stop}; {outcome.counts.remaining} samples not audited "
-                          f"(records already written are kept; {rerun})"),
+                          f"({note})"),
             highlight=False, soft_wrap=True,
         )
     elif outcome.status is RunStatus.INCOMPLETE and (error := outcome.first_open_error) is not None:
@@ -455,11 +456,10 @@ def eval_command(
     options: AuditOptions,
 ) -> None:
     """Audit a labelled dataset, print every metric with 95% CIs, and record the result."""
-    import asyncio
-
     from rt4chart.datasets import DatasetError
-    from rt4chart.evaluation import EvalConfig, evaluate, load_samples, result_details, write_result
-    from rt4chart.report import AuditProgress, RunSummary, print_metrics
+    from rt4chart.evaluation import EvalConfig, load_samples, result_details, write_result
+    from rt4chart.report import ProgressObserver, print_metrics
+    from rt4chart.run import RunSpec, cache_location, evaluate, run_limits
 
     if (limit is not None and limit < 0) or resamples < 0:
         raise fail("--limit and --resamples must not be negative")
@@ -471,24 +471,17 @@ def eval_command(
         samples = load_samples(config)
     except DatasetError as error:
         raise fail(str(error)) from None
-    stack = _judge_stack(judge, api_base, concurrency, _cache_location(cache_dir, cache_url, per_user_default=False))
-    summary = RunSummary()
-    try:
-        with AuditProgress(len(samples), stack.ledger, stderr, enabled=not quiet) as progress:
-
-            def on_report(report: Report) -> None:
-                summary.add(report)
-                progress.advance(summary)
-
-            result, reports = evaluate(config, samples, stack, on_report)
-    except JudgeUnavailable as error:
-        stderr.print(Text.assemble(("stopped:", "red"), f" {error}"), highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_INCOMPLETE) from None
-    finally:
-        asyncio.run(stack.aclose())
+    with _usage_errors():
+        spec = RunSpec(judge=judge, api_base=api_base, limits=run_limits(None, concurrency, None), options=options,
+                       cache=cache_location(cache_dir, cache_url, per_user_default=False))
+        outcome = evaluate(spec, config, samples, observer=ProgressObserver(stderr, enabled=not quiet))
+    if outcome.result is None:
+        _print_stop(outcome.run, note="an incomplete evaluation is not a result: none was written")
+        raise typer.Exit(outcome.exit_code)
+    result = outcome.result
     title = f"{dataset} {split or 'all'}: {result.judge}, {config.variant}"
     print_metrics(result.metrics, Console(), title, result_details(result))
-    written = write_result(result, results_dir, reports if save_predictions else None)
+    written = write_result(result, results_dir, outcome.run.reports if save_predictions else None)
     stderr.print("wrote " + ", ".join(str(p) for p in written), highlight=False, markup=False)
 
 
@@ -929,7 +922,7 @@ def repair(
         judged_by = next((r.verified_after.judge for r in outcome.records if r.verified_after), None)
         _print_repair_summary(outcome.summary, judged_by)
     if outcome.reaudit is not None:
-        _print_stop(outcome.reaudit, rerun="rerun once the judge is reachable")
+        _print_stop(outcome.reaudit, note="the repairs are written; rerun once the judge is reachable")
     elif outcome.stop is not None:
         stderr.print(Text.assemble(("stopped:", "red"), f" {outcome.stop}"), highlight=False, soft_wrap=True)
     if outcome.summary.invalid:

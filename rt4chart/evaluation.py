@@ -30,7 +30,7 @@ from rt4chart.io import InputLine, PredictionsError, read_predictions
 from rt4chart.judges import judge_stack
 from rt4chart.metrics import EvaluationMetrics, metrics_markdown, score_reports
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline
+from rt4chart.pipeline import AuditResult, Pipeline, run_audit
 from rt4chart.settlement import StageSettlement, settlement_by_judge
 from rt4chart.types import Gold, Report, Sample, Usage
 
@@ -168,19 +168,6 @@ def _package_version() -> str:
         return "unknown"
 
 
-async def audit_samples(
-    pipeline: Pipeline, samples: Sequence[Sample], on_report: Callable[[Report], None] | None = None
-) -> list[Report]:
-    """Audit samples in order through ``pipeline`` (its judge stays open: its builder closes it)."""
-    items = [InputLine(position, sample) for position, sample in enumerate(samples, start=1)]
-    reports: list[Report] = []
-    async for report in pipeline.run(items):
-        reports.append(report)
-        if on_report is not None:
-            on_report(report)
-    return reports
-
-
 def load_samples(config: EvalConfig) -> list[Sample]:
     """The samples ``config`` evaluates; raises :class:`rt4chart.datasets.DatasetError`."""
     return load_dataset(config.dataset, _path(config), config.split, config.limit)
@@ -203,29 +190,49 @@ def evaluate(
     :func:`rt4chart.judges.judge_stack` with a cache); otherwise a stack without cache is built
     and closed here. Raises
     :class:`rt4chart.datasets.DatasetError` or :class:`rt4chart.judges.JudgeConfigError` before
-    any judge call when the data or the judge cannot be used.
+    any judge call when the data or the judge cannot be used, and the stop's exception
+    (:class:`~rt4chart.budget.BudgetExhausted`, :class:`~rt4chart.backends.circuit.JudgeUnavailable`)
+    when the audit stops. ``rt4 eval`` runs through :func:`rt4chart.run.aevaluate` instead, which
+    reports a stop as its status.
     """
-    path = _path(config)
     if samples is None:
         samples = load_samples(config)
-    files = [DatasetFile(path=str(f), sha256=file_sha256(f)) for f in dataset_files(config.dataset, path, config.split)]
     judge = backend or judge_stack(config.judge, api_base=config.api_base)
     pipeline = Pipeline(judge, config.options)
+    items = [InputLine(position, sample) for position, sample in enumerate(samples, start=1)]
+    reports: list[Report] = []
 
-    async def audit() -> list[Report]:
+    def collect(report: Report) -> None:
+        reports.append(report)
+        if on_report is not None:
+            on_report(report)
+
+    async def audit() -> AuditResult:
         try:
-            return await audit_samples(pipeline, samples, on_report)
+            return await run_audit(pipeline, items, None, collect)
         finally:
             if backend is None:
                 await judge.aclose()
 
     started = time.perf_counter()
-    reports = asyncio.run(audit())
-    wall = time.perf_counter() - started
-    result = EvaluationResult(
+    stopped = asyncio.run(audit()).stop
+    if stopped is not None:  # an incomplete evaluation is not a result
+        raise stopped.exception()
+    return evaluation_result(config, samples, reports, judge.name, pipeline.prompt_version,
+                             time.perf_counter() - started), reports
+
+
+def evaluation_result(
+    config: EvalConfig, samples: Sequence[Sample], reports: list[Report], judge: str, prompt_version: str, wall: float
+) -> EvaluationResult:
+    """The scored result of ``reports``, the records of an audit of ``samples`` (what ``rt4 eval``
+    writes), with the provenance of its data, judge, prompts and code."""
+    path = _path(config)
+    files = [DatasetFile(path=str(f), sha256=file_sha256(f)) for f in dataset_files(config.dataset, path, config.split)]
+    return EvaluationResult(
         config=config.model_copy(update={"path": str(dataset_path(config.dataset, path))}),
-        judge=judge.name,
-        prompt_version=pipeline.prompt_version,
+        judge=judge,
+        prompt_version=prompt_version,
         files=files,
         samples_sha256=samples_sha256(samples),
         date=_now(),
@@ -238,7 +245,6 @@ def evaluate(
         ),
         settled_by_judge=settlement_by_judge((r, r.gold) for r in reports if r.hallucinated is not None),
     )
-    return result, reports
 
 
 def result_details(result: EvaluationResult) -> dict[str, str]:

@@ -60,6 +60,10 @@ class BudgetStop(BaseModel):
     def __str__(self) -> str:
         return self.detail or "stopped by the budget"
 
+    def exception(self) -> BudgetExhausted:
+        """The exception a caller that wants one raises (:func:`rt4chart.verify`)."""
+        return BudgetExhausted(self.detail)
+
 
 class UnavailableStop(BaseModel):
     """The judge's circuit opened (it cannot be reached, or refuses every call): the run stops."""
@@ -76,7 +80,11 @@ class UnavailableStop(BaseModel):
     """The last of those errors."""
 
     def __str__(self) -> str:
-        return str(JudgeUnavailable(self.endpoint, self.failures, self.last_error))
+        return str(self.exception())
+
+    def exception(self) -> JudgeUnavailable:
+        """The exception a caller that wants one raises (:func:`rt4chart.verify`)."""
+        return JudgeUnavailable(self.endpoint, self.failures, self.last_error)
 
 
 RunStop = Annotated[BudgetStop | UnavailableStop, Field(discriminator="kind")]

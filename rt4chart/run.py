@@ -22,6 +22,7 @@ import contextlib
 import math
 import signal
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -37,6 +38,7 @@ from rt4chart.backends.base import Backend
 from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.budget import BudgetExhausted, Ledger, RunLimits
 from rt4chart.cache import JudgeCache
+from rt4chart.evaluation import EvalConfig, EvaluationResult
 from rt4chart.io import InputLine, OutputError, guard_outputs, parse_sample
 from rt4chart.judges import JudgeConfigError, JudgeStack, check_judge_serves
 from rt4chart.manifest import write_manifest
@@ -208,6 +210,8 @@ class RunOutcome(BaseModel):
     """Why the run stopped before its last line, if it did."""
     judge: str = ""
     """The judge's name, as records carry it."""
+    prompt_version: str = ""
+    """The prompt set's version, as records carry it."""
     spent_usd: float = 0.0
     """What the run's judge calls cost."""
     budget_usd: float | None = None
@@ -315,7 +319,7 @@ def build_stack(
             budget_usd=None if ledger is not None else limits.budget_usd, ledger=ledger, timeout_s=limits.timeout_s,
         )
     except (JudgeConfigError, CacheError) as error:
-        raise RunUsageError(str(error)) from None
+        raise RunUsageError(str(error)) from error  # the library API re-raises the cause
 
 
 def _engine(spec: RunSpec, stack: JudgeStack) -> AuditEngine:
@@ -392,6 +396,7 @@ def outcome_of(
     summary.stopped_by_budget = result.stopped_by_budget
     summary.spent_usd, summary.budget_usd = ledger.spent_usd, ledger.limit_usd
     summary.run_usage, summary.overrun_usd = ledger.usage, ledger.overrun_usd
+    summary.resumed = result.resumed
     return RunOutcome(
         status=status, counts=counts, fails=fails, stop=result.stop, judge=judge, spent_usd=ledger.spent_usd,
         budget_usd=ledger.limit_usd, reports=list(reports), summary=summary,
@@ -443,7 +448,7 @@ async def aexecute(
     out = spec.out
     enrich = _signal_step(spec.signals, items) if spec.signals is not None else None
     stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)
-    summary = RunSummary()
+    summary = RunSummary(fail_on=spec.outputs.fail_on, max_rate=spec.outputs.max_rate)
     reports: list[Report] = []
     try:
         engine = _engine(spec, stack)
@@ -481,7 +486,8 @@ async def aexecute(
             ended_at=datetime.now(UTC), resumed=result.resumed, reused_from_baseline=result.reused,
             baseline=spec.outputs.baseline,
         )
-    return outcome_of(reports, result, summary, fails, stack.ledger, stack.name)
+    outcome = outcome_of(reports, result, summary, fails, stack.ledger, stack.name)
+    return outcome.model_copy(update={"prompt_version": engine.prompt_version})
 
 
 def execute(
@@ -537,10 +543,8 @@ def _terminate_as_interrupt() -> Iterator[None]:
 def raise_stop(outcome: RunOutcome) -> None:
     """Raise the exception of the outcome's stop (what :func:`rt4chart.verify` promises: a budget
     stop raises :class:`BudgetExhausted`, an unreachable judge :class:`JudgeUnavailable`)."""
-    if isinstance(outcome.stop, BudgetStop):
-        raise BudgetExhausted(outcome.stop.detail)
-    if isinstance(outcome.stop, UnavailableStop):
-        raise JudgeUnavailable(outcome.stop.endpoint, outcome.stop.failures, outcome.stop.last_error)
+    if outcome.stop is not None:
+        raise outcome.stop.exception()
 
 
 _PRECEDENCE = list(RunStatus)
@@ -824,3 +828,40 @@ def repair(
 ) -> RepairOutcome:
     """Synchronous :func:`arepair`."""
     return asyncio.run(arepair(spec, records, samples, strategy, **keywords))
+
+
+class EvalOutcome(BaseModel):
+    """How ``rt4 eval`` ended: the audit's outcome and, unless it stopped, the scored result."""
+
+    status: RunStatus
+    """``passed`` when the result was scored (an evaluation measures: findings are its data), else
+    the stop's status (an incomplete evaluation is not a result)."""
+    run: RunOutcome
+    """The audit of the dataset."""
+    result: EvaluationResult | None = None
+    """The metrics and their provenance; ``None`` when the audit stopped."""
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.status)
+
+
+async def aevaluate(
+    spec: RunSpec, config: EvalConfig, samples: Sequence[Sample], *, observer: RunObserver | None = None
+) -> EvalOutcome:
+    """``rt4 eval``: audit ``samples`` (what :func:`rt4chart.evaluation.load_samples` gives for
+    ``config``) as a run of ``spec``, then score the records against their gold labels."""
+    from rt4chart.evaluation import evaluation_result
+
+    started = time.perf_counter()
+    run = await aexecute(spec, samples, observer=observer)
+    if run.stop is not None:
+        return EvalOutcome(status=run.status, run=run)
+    wall = time.perf_counter() - started
+    result = evaluation_result(config, samples, run.reports, run.judge, run.prompt_version, wall)
+    return EvalOutcome(status=RunStatus.PASSED, run=run, result=result)
+
+
+def evaluate(spec: RunSpec, config: EvalConfig, samples: Sequence[Sample], **keywords: Any) -> EvalOutcome:
+    """Synchronous :func:`aevaluate`."""
+    return asyncio.run(aevaluate(spec, config, samples, **keywords))

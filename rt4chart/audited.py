@@ -54,13 +54,17 @@ class AuditedSample:
 
     def fails(self, fail_on: FailOn) -> bool:
         """Whether this sample counts against the run under the ``fail_on`` policy."""
-        label = self.report.label
-        if fail_on is FailOn.CONTRADICTED:
-            return label is Label.CONTRADICTED
-        if fail_on in (FailOn.HALLUCINATED, FailOn.NEW, FailOn.WORSE):
-            # Against a baseline, which of these are new is the gate's business (rt4chart.diff).
-            return label in (Label.CONTRADICTED, Label.BASELESS)
-        return False
+        return self.report.label in failing_labels(fail_on)
+
+
+def failing_labels(fail_on: FailOn) -> frozenset[Label]:
+    """The answer labels that count against a run under ``fail_on`` (none for ``never``)."""
+    if fail_on is FailOn.CONTRADICTED:
+        return frozenset({Label.CONTRADICTED})
+    if fail_on in (FailOn.HALLUCINATED, FailOn.NEW, FailOn.WORSE):
+        # Against a baseline, which of these are new is the gate's business (rt4chart.diff).
+        return frozenset({Label.CONTRADICTED, Label.BASELESS})
+    return frozenset()
 
 
 def pair_with_inputs(reports: Iterable[Report], items: Iterable[InputLine]) -> list[AuditedSample]:

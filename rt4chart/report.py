@@ -16,8 +16,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 from rich.text import Text
 
+from rt4chart.audited import failing_labels
 from rt4chart.budget import Ledger
 from rt4chart.metrics import EvaluationMetrics, metric_rows
+from rt4chart.options import FailOn
 from rt4chart.types import Label, Report, Usage
 
 if TYPE_CHECKING:
@@ -40,12 +42,28 @@ class RunSummary:
     stopped_by_budget: bool = False
     spent_usd: float | None = None
     budget_usd: float | None = None
+    run_usage: Usage | None = None
+    """Everything the run's calls reported (the ledger's), records not written included."""
+    overrun_usd: float = 0.0
+    """What calls reported beyond their worst case (not booked against the budget; it stopped the run)."""
+    invalid_lines: list[int] = field(default_factory=list)
+    """Input line numbers that are not valid samples, in the order their records came."""
+    resumed: int = 0
+    """Records kept from an earlier run by ``--resume`` (the rest were audited now)."""
+    fail_on: FailOn | None = None
+    """The run's pass/fail policy, when it has one (``rt4 verify``), so the summary can say why it passed or failed."""
+    max_rate: float = 0.0
+    """The share of failing answers the policy tolerates."""
+    started: float = field(default_factory=time.monotonic)
+    """When the run began (monotonic clock): the summary's wall time."""
 
     def add(self, report: Report) -> None:
         self.records += 1
         self.incomplete += report.incomplete
         if report.label is None:
-            self.invalid += not report.incomplete
+            if not report.incomplete:
+                self.invalid += 1
+                self.invalid_lines.append(report.line)
             self.usage = self.usage + report.usage
             return
         self.labels[report.label] += 1
@@ -73,35 +91,77 @@ def print_interrupted(out: Path | None, records: int, console: Console) -> None:
     console.print(Text(text, style="yellow"), highlight=False, soft_wrap=True)
 
 
+_LINES_LISTED = 5
+"""Invalid input lines the summary names before it only counts the rest."""
+
+
+def invalid_lines_text(lines: list[int]) -> str:
+    """``lines 2, 5, 9`` or ``lines 2, 5, 9, 11, 12 and 7 more``."""
+    ordered = sorted(lines)
+    listed = ", ".join(str(line) for line in ordered[:_LINES_LISTED])
+    more = f" and {len(ordered) - _LINES_LISTED} more" if len(ordered) > _LINES_LISTED else ""
+    return f"line{'s' * (len(ordered) > 1)} {listed}{more}"
+
+
+def policy_text(summary: RunSummary) -> str | None:
+    """Why the answers pass or fail the run's policy: ``failed: 3 of 4 answers hallucinated (75%) >
+    --max-rate 0.50``. ``None`` without a policy, and for a baseline gate (which says its own reason)."""
+    if summary.fail_on is None or summary.fail_on in (FailOn.NEW, FailOn.WORSE):
+        return None
+    if summary.fail_on is FailOn.NEVER:
+        return "passed: --fail-on never (the verdicts do not decide the exit code)"
+    judged = sum(summary.labels.values())
+    if not judged:
+        return "passed: no answer was judged"
+    failing = sum(summary.labels[label] for label in failing_labels(summary.fail_on))
+    share = failing / judged
+    fails = share > summary.max_rate
+    return (
+        f"{'failed' if fails else 'passed'}: {failing} of {judged} answers {summary.fail_on.value} ({share:.0%}) "
+        f"{'>' if fails else '<='} --max-rate {summary.max_rate:.2f}"
+    )
+
+
 def print_summary(summary: RunSummary, console: Console) -> None:
-    """The end-of-run table on stderr."""
+    """The end-of-run table on stderr, then why the run passed or failed its policy."""
     table = Table(title="rt4chart audit", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
-    table.add_row("records", str(summary.records))
+    kept = f" ({summary.resumed} kept from the earlier run, {summary.records - summary.resumed} audited now)"
+    table.add_row("records", f"{summary.records}{kept if summary.resumed else ''}")
     table.add_row("entailed", str(summary.labels[Label.ENTAILED]))
     table.add_row("contradicted", f"[red]{summary.labels[Label.CONTRADICTED]}[/red]")
     table.add_row("baseless", f"[yellow]{summary.labels[Label.BASELESS]}[/yellow]")
-    table.add_row("invalid input", str(summary.invalid))
+    invalid = f" ({invalid_lines_text(summary.invalid_lines)})" if summary.invalid_lines else ""
+    table.add_row("invalid input", f"{summary.invalid}{invalid}")
     if summary.incomplete:
         table.add_row("[red]incomplete (judge errors)[/red]", f"[red]{summary.incomplete}[/red]")
     claims = ", ".join(f"{label} {count}" for label, count in sorted(summary.claims.items()))
     table.add_row("claims", claims or "0")
     table.add_row("ungrounded verdicts", str(summary.ungrounded))
     usage = summary.usage
-    table.add_row("judge calls", str(usage.calls))
-    table.add_row("cache hits", str(usage.cache_hits))
+    table.add_row("judge calls in the records", str(usage.calls))
+    table.add_row("cache hits in the records", str(usage.cache_hits))
     table.add_row("tokens in / out", f"{usage.prompt_tokens} / {usage.completion_tokens}")
     table.add_row("cost of these records", f"${usage.cost_usd:.4f}")
     if summary.spent_usd is not None:
         limit = f" of ${summary.budget_usd:.4f}" if summary.budget_usd is not None else ""
         table.add_row("spent by this run", f"${summary.spent_usd:.4f}{limit}")
+    if summary.run_usage is not None:
+        run = summary.run_usage
+        table.add_row("calls by this run", f"{run.calls} ({run.prompt_tokens} / {run.completion_tokens} tokens)")
+    if summary.overrun_usd:
+        table.add_row("[red]reported beyond worst case[/red]", f"[red]${summary.overrun_usd:.4f}[/red] (not booked)")
     if len(summary.usage_by_judge) > 1:
         for judge, part in summary.usage_by_judge.items():
             table.add_row(f"  {judge}", f"{part.calls} calls, ${part.cost_usd:.4f}")
     if summary.stopped_by_budget:
         table.add_row("[red]stopped by budget[/red]", f"{summary.remaining} samples not audited")
+    table.add_row("wall time", f"{time.monotonic() - summary.started:.1f} s")
     console.print(table)
+    policy = policy_text(summary)
+    if policy is not None:
+        console.print(Text(policy, style="red" if policy.startswith("failed") else "green"), highlight=False)
 
 
 HEARTBEAT_ENV = "RT4_HEARTBEAT_S"

@@ -53,6 +53,8 @@ from rt4chart.types import Report, Sample
 if TYPE_CHECKING:
     from typing import TextIO
 
+    from rt4chart.planning import AuditEstimate
+
 
 class RunUsageError(ValueError):
     """A run that cannot start as specified (exit 2), found before any judge call."""
@@ -401,6 +403,16 @@ def outcome_of(
         status=status, counts=counts, fails=fails, stop=result.stop, judge=judge, spent_usd=ledger.spent_usd,
         budget_usd=ledger.limit_usd, reports=list(reports), summary=summary,
     )
+
+
+def records_status(reports: Sequence[Report], fails: bool) -> RunStatus:
+    """The status of finished records (``rt4 report`` over an existing file): invalid lines, then
+    verdicts left open, then the policy's decision."""
+    if any(report.label is None and not report.incomplete for report in reports):
+        return RunStatus.INVALID_INPUT
+    if any(report.incomplete for report in reports):
+        return RunStatus.INCOMPLETE
+    return RunStatus.FAILED if fails else RunStatus.PASSED
 
 
 def _publish(spec: RunSpec, reports: Sequence[Report], items: Sequence[InputLine], console: Console | None) -> bool:
@@ -865,3 +877,30 @@ async def aevaluate(
 def evaluate(spec: RunSpec, config: EvalConfig, samples: Sequence[Sample], **keywords: Any) -> EvalOutcome:
     """Synchronous :func:`aevaluate`."""
     return asyncio.run(aevaluate(spec, config, samples, **keywords))
+
+
+def estimate(spec: RunSpec, samples: Iterable[Sample | Mapping[str, Any] | InputLine]) -> AuditEstimate:
+    """``rt4 estimate``: the calls, tokens and USD a run of ``spec`` would need (expected and worst
+    case), from the real pipeline against a judge that answers nothing; calls no judge."""
+    from rt4chart.cache import CacheError, open_cache
+    from rt4chart.judges import resolve_judge
+    from rt4chart.planning import estimate_audit
+
+    owned = not isinstance(spec.judge, Backend)  # a caller's backend stays the caller's
+    try:
+        backend = resolve_judge(spec.judge, api_base=spec.api_base) if owned else spec.judge
+    except JudgeConfigError as error:
+        raise RunUsageError(str(error)) from error
+    assert isinstance(backend, Backend)
+    try:
+        cache = open_cache(spec.cache) if spec.cache is not None else None
+        try:
+            return estimate_audit(Pipeline(backend, spec.options), input_lines(samples), cache)
+        finally:
+            if cache is not None:
+                cache.close()
+    except CacheError as error:
+        raise RunUsageError(str(error)) from error
+    finally:
+        if owned:
+            asyncio.run(backend.aclose())

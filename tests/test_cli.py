@@ -273,3 +273,14 @@ def test_a_method_the_embedded_judge_cannot_serve_is_a_usage_error_before_any_wo
     served = rt4_verify(input_path, "--judge", f"scripted:{rules}", *impossible, "-o", str(out))
     assert served.exit_code != EXIT_USAGE, served.stderr
     assert out.exists()
+
+
+def test_exit_0_and_exit_1_say_why(example: tuple[Path, Path]) -> None:
+    input_path, rules = example
+    out = str(input_path.parent / "o.jsonl")
+    judge = ["--judge", f"scripted:{rules}", "--window", "2", "--overlap", "1", "-o", out]
+    failed = rt4_verify(input_path, *judge)
+    passed = rt4_verify(input_path, *judge, "--fail-on", "never")
+    assert (failed.exit_code, passed.exit_code) == (EXIT_HALLUCINATED, EXIT_OK)
+    assert "failed: 1 of 1 answers hallucinated (100%) > --max-rate 0.00" in " ".join(failed.stderr.split())
+    assert "passed: --fail-on never" in " ".join(passed.stderr.split())

@@ -17,7 +17,15 @@ from typing import Any
 from rich.console import Console
 
 from rt4chart.budget import Ledger
-from rt4chart.report import HEARTBEAT_ENV, AuditProgress, RunSummary, print_summary
+from rt4chart.options import FailOn
+from rt4chart.report import (
+    HEARTBEAT_ENV,
+    AuditProgress,
+    RunSummary,
+    invalid_lines_text,
+    policy_text,
+    print_summary,
+)
 from rt4chart.types import Label, Report, Usage
 from tests.faults import fault_server, judge_every_claim
 
@@ -160,3 +168,30 @@ def test_sigterm_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
     assert returncode == 130, message[-2000:]
     assert f"interrupted: 1 complete records are in {out}" in message and "--resume" in message
     assert [json.loads(line)["id"] for line in out.read_text(encoding="utf-8").splitlines()] == ["a"]
+
+
+def test_the_summary_says_which_policy_failed_and_by_how_much() -> None:
+    summary = RunSummary(fail_on=FailOn.HALLUCINATED, max_rate=0.5)
+    for label in (Label.CONTRADICTED, Label.BASELESS, Label.BASELESS, Label.ENTAILED):
+        summary.add(finished(label, 1, 0))
+    assert policy_text(summary) == "failed: 3 of 4 answers hallucinated (75%) > --max-rate 0.50"
+    lenient = RunSummary(fail_on=FailOn.CONTRADICTED, max_rate=0.5, labels=summary.labels)
+    assert policy_text(lenient) == "passed: 1 of 4 answers contradicted (25%) <= --max-rate 0.50"
+    stream = io.StringIO()
+    print_summary(summary, Console(file=stream, width=120))
+    text = stream.getvalue()
+    assert text.rstrip().endswith("failed: 3 of 4 answers hallucinated (75%) > --max-rate 0.50")
+    assert "wall time" in text
+
+
+def test_the_summary_names_invalid_lines_and_what_a_resume_kept() -> None:
+    summary = RunSummary(resumed=2)
+    for line in (9, 3, 4, 12, 15, 20, 30):
+        summary.add(Report(id=None, line=line, label=None, errors=["not JSON"]))
+    summary.add(finished(Label.ENTAILED, 0, 1))
+    assert invalid_lines_text(summary.invalid_lines) == "lines 3, 4, 9, 12, 15 and 2 more"
+    stream = io.StringIO()
+    print_summary(summary, Console(file=stream, width=160))
+    text = stream.getvalue()
+    assert "7 (lines 3, 4, 9, 12, 15 and 2 more)" in text
+    assert "8 (2 kept from the earlier run, 6 audited now)" in text

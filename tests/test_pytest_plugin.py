@@ -226,13 +226,18 @@ async def test_sync_assertion_in_a_running_loop():
 @pytest.mark.asyncio
 async def test_async_failure():
     await aassert_grounded("The sky is green.", CONTEXT, decomposer="rules")
+
+def test_the_session_judge_as_a_fixture(rt4_judge):
+    assert type(rt4_judge).__name__ == "JudgeStack" and rt4_judge.name.startswith("recording@")
+    assert_grounded("Snow is white.", CONTEXT, judge=rt4_judge, decomposer="rules")
 """ % SKY)
     with fault_server(grounded) as server:
         profile = profile_at(suite.path, "recording", server.base_url)
         result = run(suite, f"--rt4-judge={profile}", "-W", "error::RuntimeWarning")
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=3, failed=1)
     output = result.stdout.str() + result.stderr.str()
     assert "[0] baseless  The sky is green." in output
+    assert "4 answers audited, 1 with failing claims (1 claims)" in output  # the fixture's audit too
     for trouble in ("Event loop is closed", "Task was destroyed", "was never awaited", "Unclosed", "unclosed"):
         assert trouble not in output
 

@@ -8,6 +8,13 @@ at the reservation: a server that reports more than the worst case (a wrong pric
 over-counts) stops the run with :class:`BudgetExhausted` instead of letting spend run past the cap.
 Spend therefore never exceeds the budget, whatever the concurrency: reservations happen on the
 event loop's single thread.
+
+Usage a server reports is not trusted blindly: negative token counts or cost, or a cost that is not
+a finite number, make that call an error (booked at its worst case, never a credit to the ledger),
+and what a call reported beyond its worst case is kept as the run's overrun, which the summary
+shows. Under a budget, :class:`SampleAdmission` starts a new sample only when the free budget
+covers it, so a small budget finishes whole samples instead of spending itself on many half-done
+ones.
 """
 
 from __future__ import annotations
@@ -81,6 +88,49 @@ class Ledger:
         return overrun
 
 
+def implausible_usage(usage: Usage) -> str | None:
+    """Why reported usage cannot be booked (negative counts or cost, a cost that is not a finite
+    number), or ``None``."""
+    if not math.isfinite(usage.cost_usd):
+        return f"a cost of {usage.cost_usd} USD"
+    negative = [
+        f"{name} {value}"
+        for name, value in (("prompt tokens", usage.prompt_tokens), ("completion tokens", usage.completion_tokens),
+                            ("cost USD", usage.cost_usd))
+        if value < 0
+    ]
+    return "negative usage (" + ", ".join(negative) + ")" if negative else None
+
+
+class SampleAdmission:
+    """Whether another sample may start while ``in_flight`` are being audited, under a budget.
+
+    Without a budget: always. With one: a sample always starts when none is in flight (a run makes
+    progress); until one sample has finished, samples run one at a time; after that, a new one starts
+    only when the free budget (not spent, not reserved) covers the costliest finished sample for it
+    and for every sample in flight. A budget too small for the samples still in flight therefore
+    stops the run after whole samples, not in the middle of sixteen.
+    """
+
+    def __init__(self, ledger: Ledger | None) -> None:
+        self.ledger = ledger
+        self.costliest_usd = 0.0
+        self.finished = 0
+
+    def may_start(self, in_flight: int) -> bool:
+        ledger = self.ledger
+        if ledger is None or ledger.limit_usd is None or in_flight == 0:
+            return True
+        if self.finished == 0:
+            return False
+        free = ledger.limit_usd - ledger.spent_usd - ledger.reserved_usd
+        return free >= self.costliest_usd * (in_flight + 1)
+
+    def sample_finished(self, cost_usd: float) -> None:
+        self.finished += 1
+        self.costliest_usd = max(self.costliest_usd, cost_usd)
+
+
 class MeteredBackend(BackendWrapper):
     """Accounts every call of a backend in a :class:`Ledger` and enforces its budget."""
 
@@ -100,6 +150,14 @@ class MeteredBackend(BackendWrapper):
         try:
             response = await self.inner.complete(request)
             usage = response.usage
+            if problem := implausible_usage(usage):
+                # Booked at the worst case, never credited: the call happened, what it cost is unknown.
+                usage = Usage(calls=max(usage.calls, 1), cost_usd=reservation)
+                response = response.model_copy(update={
+                    "parsed": None, "usage": usage,
+                    "error": f"the judge reported {problem}; the call is booked at its worst case "
+                             f"(${reservation:.6f})",
+                })
         finally:
             self.ledger.in_flight -= 1
             overrun = self.ledger.settle(reservation, usage)

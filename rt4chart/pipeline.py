@@ -20,7 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from rt4chart.backends.base import Backend
 from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.budget import BudgetExhausted, SampleAdmission
-from rt4chart.decompose import Decomposition, decompose_by_judge, decompose_holistically, rule_decomposition
+from rt4chart.decompose import (
+    Decomposition,
+    decompose_by_judge,
+    decompose_holistically,
+    nothing_to_check,
+    rule_decomposition,
+)
 from rt4chart.direct import audit_directly
 from rt4chart.grounding import ContextIndex
 from rt4chart.io import (
@@ -43,7 +49,7 @@ from rt4chart.prompts import PromptTemplate
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import load_prompts, prompt_set_version
 from rt4chart.text import chunk_sentences, segment_context, split_sentences
-from rt4chart.types import Claim, DecompositionStats, Report, Sample, Sentence, answer_sha256
+from rt4chart.types import Claim, DecompositionStats, Label, Report, Sample, Sentence, answer_sha256
 from rt4chart.verification import ClaimJudge, and_join, answer_hallucinated, hallucinated_spans, verify_claims
 
 
@@ -215,6 +221,8 @@ class Pipeline:
         question = sample.question if options.decompose_with_question else None
         if claims is not None:
             decomposition = Decomposition(claims, [], DecompositionStats(mode="given", sentences=len(answer_sentences)))
+        elif (empty := nothing_to_check(answer_sentences)) is not None:
+            decomposition = empty
         elif options.decomposer == "holistic":
             decomposition = await decompose_holistically(
                 session, sample.answer, answer_sentences, question, options.max_claims_per_sentence
@@ -233,6 +241,9 @@ class Pipeline:
             errors=decomposition.errors,
             decomposition=decomposition.stats,
         )
+        if decomposition.nothing_to_check:
+            report.label, report.hallucinated = Label.BASELESS, True
+            return report
         if not decomposition.claims:
             # Nothing verified is not "all entailed": an answer whose claims could not be drawn (or
             # that a decomposer was talked into finding none in) stays open.

@@ -199,3 +199,53 @@ def test_run_limits_that_make_no_sense_are_refused_before_any_work(tmp_path: Pat
     assert result.exit_code == 2, result.output
     assert flag in result.output and "Traceback" not in result.output
     assert not out.exists(), "refused before any work"
+
+
+# --- money told honestly (issue 27, item 4) ------------------------------------------------------
+
+
+def test_negative_usage_is_an_error_on_its_call_and_never_credits_the_ledger(tmp_path: Path) -> None:
+    inputs = tmp_path / "in.jsonl"
+    write_samples(inputs, 30)
+    cap = 0.03  # about 30 calls at their worst case: a few samples, far from all 30
+    ledger = Ledger(limit_usd=cap)
+    with fault_server(judge_every_claim("entailed")) as server:
+        server.prompt_tokens = lambda body: -1_000_000_000
+        backend = resolve_judge("gpt-4o-mini", api_base=server.base_url, concurrency=4,
+                                wrap=lambda leaf: MeteredBackend(leaf, ledger))
+        options = AuditOptions(decomposer="rules", max_tokens=1, samples_in_flight=1)
+        out = tmp_path / "out.jsonl"
+        result = asyncio.run(run_audit(Pipeline(backend, options), list(read_jsonl(inputs)), out, lambda r: None))
+    assert 0 < ledger.spent_usd <= cap and ledger.usage.cost_usd >= 0
+    assert result.stopped_by_budget, "every call is booked at its worst case, so the budget ends the run"
+    records = read_records(out)
+    assert records and all(r["label"] is None for r in records)
+    assert all("negative usage" in vote["error"] for r in records for c in r["claims"] for vote in c["votes"])
+
+
+def test_a_small_budget_finishes_whole_samples_and_every_resume_makes_progress(tmp_path: Path) -> None:
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json", cost_per_call=COST)
+    write_samples(inputs, 16)
+    out = tmp_path / "out.jsonl"
+    # About two and a half samples' worth, with 16 samples in flight (the default).
+    args = ["verify", str(inputs), "--judge", f"scripted:{rules}", "--out", str(out), "--no-cache",
+            "--decomposer", "rules", "--budget", str(5 * COST + COST / 2)]
+    written = []
+    for resume in ([], ["--resume"], ["--resume"]):
+        done = runner.invoke(app, [*args, *resume])
+        assert done.exit_code == 3, done.output
+        written.append(len(read_records(out)))
+    assert 0 < written[0] < written[1] < written[2], written
+
+
+def test_the_summary_shows_what_the_server_reported_beyond_the_worst_case(tmp_path: Path) -> None:
+    inputs = tmp_path / "in.jsonl"
+    write_samples(inputs, 6)
+    with fault_server(judge_every_claim("entailed")) as server:
+        server.prompt_tokens = lambda body: 100_000_000
+        done = runner.invoke(app, ["verify", str(inputs), "--judge", "gpt-4o-mini", "--api-base", server.base_url,
+                                   "--decomposer", "rules", "--no-cache", "--budget", "0.05", "--max-tokens", "1",
+                                   "--out", str(tmp_path / "out.jsonl")])
+    assert done.exit_code == 3, done.output
+    assert float(table_value(done.output, "reported beyond worst case").split()[0].lstrip("$")) > 1
+    assert int(table_value(done.output, "calls by this run").split()[0]) >= 1

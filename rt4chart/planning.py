@@ -103,8 +103,10 @@ def worst_case_calls(pipeline: Pipeline, sample: Sample) -> int:
     if options.decomposer == "holistic":
         decompose_calls = 1
     elif by_judge:
-        # One call per sentence, or one for the answer and each sentence asked again alone.
-        decompose_calls = len(answer_sentences) + (not options.decompose_per_sentence)
+        # One call for the answer and each sentence asked again alone; per sentence, each sentence
+        # asked twice (again when its claims are not pieces of it: rt4chart.decompose).
+        n_sentences = len(answer_sentences)
+        decompose_calls = 2 * n_sentences if options.decompose_per_sentence else n_sentences + 1
     else:
         decompose_calls = 0
     calls = decompose_calls + len(chunks) * sum(max_calls(size) for size in sizes)

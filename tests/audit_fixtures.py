@@ -12,7 +12,7 @@ def write_samples(path: Path, count: int) -> list[dict[str, Any]]:
     samples = [
         {
             "id": f"s{i}",
-            "context": f"Store {i} opens at {i % 12 + 1} am. It sells {i * 3} kinds of bread.",
+            "context": f"Store {i} opens daily at {i % 12 + 1} am. It sells {i * 3} kinds of bread.",
             "answer": f"Store {i} opens at {i % 12 + 1} am. It also sells cakes.",
         }
         for i in range(count)
@@ -24,7 +24,8 @@ def write_samples(path: Path, count: int) -> list[dict[str, Any]]:
 def write_rules(path: Path, *, cost_per_call: float = 0.0, latency_s: float = 0.0) -> Path:
     """A judge that entails the opening hours (with evidence) and finds the cakes baseless."""
     rules = {
-        "verify": [{"claim": "opens at", "label": "entailed", "evidence": ["opens at"]}],
+        # Evidence needs substance: a whole sentence or two content words (rt4chart.grounding).
+        "verify": [{"claim": "opens at", "label": "entailed", "evidence": ["opens daily"]}],
         "default": "baseless",
         "cost_per_call": cost_per_call,
         "latency_s": latency_s,

@@ -37,17 +37,16 @@ from rt4chart.options import AuditOptions, EngineOptions, FailOn, OutputFormat
 
 if TYPE_CHECKING:
     from rt4chart.audited import AuditedSample
-    from rt4chart.budget import RunLimits
     from rt4chart.cache import JudgeCache
     from rt4chart.io import InputLine
-    from rt4chart.judges import JudgeStack
     from rt4chart.repair import RepairSummary
     from rt4chart.run import RunOutcome, RunSpec
     from rt4chart.signals.aggtruth import AttentionRecord, AttentionSetup
     from rt4chart.signals.csr import SignalRecord
     from rt4chart.types import Report
 
-EXIT_OK, EXIT_HALLUCINATED, EXIT_USAGE, EXIT_BUDGET, EXIT_INCOMPLETE = 0, 1, 2, 3, 4
+EXIT_USAGE = 2
+"""Bad input or usage (README "Exit codes"); every other exit code comes from :func:`rt4chart.run.exit_code`."""
 
 app = typer.Typer(
     name="rt4",
@@ -175,25 +174,6 @@ def audit_options(command: Command) -> Command:
     return with_options  # type: ignore[return-value]
 
 
-def _judge_stack(
-    judge: str | None,
-    api_base: str | None,
-    concurrency: int | None,
-    cache: Path | str | None,
-    budget_usd: float | None = None,
-    timeout_s: float | None = None,
-) -> JudgeStack:
-    from rt4chart.cache import CacheError
-    from rt4chart.judges import JudgeConfigError, judge_stack
-
-    try:
-        return judge_stack(
-            judge, api_base=api_base, concurrency=concurrency, cache=cache, budget_usd=budget_usd, timeout_s=timeout_s
-        )
-    except (JudgeConfigError, CacheError) as error:
-        raise fail(str(error)) from None
-
-
 def _guard_outputs(outputs: dict[str, Path | None], inputs: Sequence[Path | None]) -> dict[str, Path]:
     """:func:`rt4chart.io.guard_outputs`, its refusal a usage error (before any work)."""
     from rt4chart.io import OutputError, guard_outputs
@@ -224,47 +204,16 @@ def _open_cache(location: Path | str | None) -> JudgeCache:
         raise fail(str(error)) from None
 
 
-def _run_limits(budget: float | None, concurrency: int | None, timeout: float | None) -> RunLimits:
-    from rt4chart.budget import RunLimits
+def _cache_at(cache_dir: Path | None, cache_url: str | None) -> Path | str | None:
+    """:func:`rt4chart.run.cache_location`, its refusal a usage error."""
+    from rt4chart.run import cache_location
 
-    try:
-        return RunLimits(budget_usd=budget, concurrency=concurrency, timeout_s=timeout)
-    except ValidationError as error:
-        flags = {"budget_usd": "--budget", "concurrency": "--concurrency", "timeout_s": "--timeout"}
-        problem = error.errors()[0]
-        raise fail(f"{flags[str(problem['loc'][0])]}: {problem['msg']}") from None
-
-
-def _cache_location(cache_dir: Path | None, cache_url: str | None, *, per_user_default: bool = True) -> Path | str | None:
-    """The judge cache a command uses: the Redis server of --cache-url, else --cache-dir, else the
-    per-user cache directory (or none, for a command whose runs are independent by default)."""
-    from rt4chart.cache import default_cache_dir
-
-    if cache_dir is not None and cache_url is not None:
-        raise fail("--cache-dir and --cache-url are alternatives: give one")
-    return cache_url or cache_dir or (default_cache_dir() if per_user_default else None)
+    with _usage_errors():
+        return cache_location(cache_dir, cache_url)
 
 
 def _engine_help(name: str) -> str:
     return EngineOptions.model_fields[name].description or ""
-
-
-def _engine_options(engine: str, address: str | None, workers: int, worker_cpus: float) -> EngineOptions:
-    try:
-        options = EngineOptions.model_validate(
-            {"engine": engine, "address": address, "workers": workers, "worker_cpus": worker_cpus}
-        )
-    except ValidationError as error:
-        problem = error.errors()[0]
-        raise fail(f"--{str(problem['loc'][0]).replace('_', '-')}: {problem['msg']}") from None
-    if options.engine == "ray":
-        from rt4chart.ray_engine import RayUnavailable, ray_available
-
-        try:
-            ray_available()
-        except RayUnavailable as error:
-            raise fail(str(error)) from None
-    return options
 
 
 InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin).")]
@@ -354,24 +303,13 @@ def estimate(
     options: AuditOptions,
 ) -> None:
     """Calls, tokens and USD an audit of INPUT.jsonl would need (expected and worst case); calls no judge."""
-    import asyncio
-
-    from rt4chart.judges import JudgeConfigError, resolve_judge
-    from rt4chart.pipeline import Pipeline
-    from rt4chart.planning import estimate_audit
     from rt4chart.report import print_estimate
+    from rt4chart.run import RunSpec
+    from rt4chart.run import estimate as estimate_run
 
     items = _read_input(input_path)
-    try:
-        backend = resolve_judge(judge, api_base=api_base)
-    except JudgeConfigError as error:
-        raise fail(str(error)) from None
-    cache = _open_cache(_cache_location(cache_dir, cache_url))
-    try:
-        plan = estimate_audit(Pipeline(backend, options), items, cache)
-    finally:
-        cache.close()
-        asyncio.run(backend.aclose())
+    with _usage_errors():
+        plan = estimate_run(RunSpec(judge=judge, api_base=api_base, options=options, cache=_cache_at(cache_dir, cache_url)), items)
     if as_json:
         print(json.dumps(dataclasses.asdict(plan), indent=2))
     else:
@@ -387,7 +325,7 @@ def cache_stats(cache_dir: CacheDirOption = None, cache_url: CacheUrlOption = No
     """Entries and size of the cache."""
     from rt4chart.cache import CacheError
 
-    cache = _open_cache(_cache_location(cache_dir, cache_url))
+    cache = _open_cache(_cache_at(cache_dir, cache_url))
     try:
         stats = cache.stats()
     except CacheError as error:
@@ -401,7 +339,7 @@ def cache_clear(cache_dir: CacheDirOption = None, cache_url: CacheUrlOption = No
     """Remove every cached judge reply."""
     from rt4chart.cache import CacheError
 
-    cache = _open_cache(_cache_location(cache_dir, cache_url))
+    cache = _open_cache(_cache_at(cache_dir, cache_url))
     try:
         removed = cache.clear()
     except CacheError as error:
@@ -594,10 +532,7 @@ def serve(
     except ServeError as error:
         raise fail(str(error)) from None
     Console().print(
-        f"serving {server.model_path.name} at {server.api_base}\n"
-        # More calls in flight than decoding slots only queue at the server, where they can time out.
-        f"  rt4 verify INPUT.jsonl --judge hosted_vllm/{alias} --api-base {server.api_base}"
-        f" --concurrency {parallel}",
+        f"serving {server.model_path.name} at {server.api_base}\n  rt4 verify INPUT.jsonl {server.judge_arguments(parallel)}",
         highlight=False,
         soft_wrap=True,
     )
@@ -764,11 +699,9 @@ def report(
     written = [str(path) for path in (html, junit) if path is not None]
     if written:
         stderr.print("wrote " + ", ".join(written), highlight=False, markup=False)
-    if any(item.report.label is None and not item.report.incomplete for item in audited):
-        raise typer.Exit(EXIT_USAGE)
-    if any(item.report.incomplete for item in audited):
-        raise typer.Exit(EXIT_INCOMPLETE)
-    raise typer.Exit(EXIT_HALLUCINATED if fails else EXIT_OK)
+    from rt4chart.run import exit_code, records_status
+
+    raise typer.Exit(exit_code(records_status([item.report for item in audited], fails)))
 
 
 @app.command()

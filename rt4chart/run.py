@@ -888,10 +888,9 @@ def estimate(spec: RunSpec, samples: Iterable[Sample | Mapping[str, Any] | Input
 
     owned = not isinstance(spec.judge, Backend)  # a caller's backend stays the caller's
     try:
-        backend = resolve_judge(spec.judge, api_base=spec.api_base) if owned else spec.judge
+        backend = spec.judge if isinstance(spec.judge, Backend) else resolve_judge(spec.judge, api_base=spec.api_base)
     except JudgeConfigError as error:
         raise RunUsageError(str(error)) from error
-    assert isinstance(backend, Backend)
     try:
         cache = open_cache(spec.cache) if spec.cache is not None else None
         try:

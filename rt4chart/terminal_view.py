@@ -73,6 +73,10 @@ def claim_lines(item: AuditedSample, claim: ClaimVerdict) -> list[RenderableType
     details: list[Text] = []
     if claim.rationale:
         details.append(Text(f"why: {claim.rationale}", style="italic"))
+    if claim.score is not None:
+        details.append(Text(f"score: {claim.score.describe()}", style="dim"))
+    elif claim.confidence is not None:
+        details.append(Text(f"confidence: {claim.confidence:g}", style="dim"))
     context = item.context_text
     for evidence in claim.evidence:
         quote = (
@@ -81,7 +85,8 @@ def claim_lines(item: AuditedSample, claim: ClaimVerdict) -> list[RenderableType
             else Text(f'"{evidence.text}"', style="reverse")
         )
         sentences = ", ".join(str(number) for number in evidence.sentence_ids)
-        where = f"  [context {evidence.start}-{evidence.end}, sentence {sentences}]"
+        matched = "" if evidence.match == "exact" else f", quote matched {evidence.match}"
+        where = f"  [context {evidence.start}-{evidence.end}, sentence {sentences}{matched}]"
         details.append(Text.assemble("evidence: ", quote, (where, "dim")))
     if not claim.grounded:
         details.append(Text("evidence not found in the context", style="magenta"))

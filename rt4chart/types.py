@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Label(StrEnum):
@@ -189,6 +189,13 @@ class JudgeScore(BaseModel):
     numbers the context never states in a claim mostly not in view; ``no_content``: nothing to
     check), whatever ``p_unsupported`` says."""
 
+    def describe(self) -> str:
+        """One line a reader cannot misread: ``P(not entailed) 0.05 (threshold 0.145) · decided by head``."""
+        return (
+            f"P(not entailed) {self.p_unsupported:.4g} (entailed below {self.threshold:.4g}) "
+            f"\u00b7 decided by {self.decided_by.replace('_', ' ')}"
+        )
+
 
 class Verdict(BaseModel):
     """What a judge concluded about a claim, once checked against the context: the fields that a
@@ -254,16 +261,26 @@ class ClaimVerdict(Verdict):
     (the answer's decomposition is not included: it is in the record's ``usage``)."""
     errors: list[str] = Field(default_factory=list)
     """Problems met while judging this claim."""
-    csr_mean: float | None = None
-    """Mean context sensitivity ratio of the answer tokens inside the claim's answer span, when
-    ``rt4 verify --signals csr`` ran and the claim has a span (see :mod:`rt4chart.signals.csr`)."""
-    csr_max: float | None = None
-    """Largest context sensitivity ratio among those tokens."""
-    probe_mean: float | None = None
-    """Mean AggTruth probe score of the answer tokens inside the claim's answer span, when
-    ``rt4 verify --signals attention`` ran and the claim has a span (see :mod:`rt4chart.signals.probe`)."""
-    probe_max: float | None = None
-    """Largest AggTruth probe score among those tokens."""
+    signals: dict[str, float] = Field(default_factory=dict)
+    """White-box signals of the claim, by name, when ``rt4 verify --signals`` asked for them: a
+    signal ``S`` over the answer tokens inside the claim's answer span gives ``S_mean`` and ``S_max``
+    (``csr_mean``/``csr_max``: REFIND's context sensitivity ratio, :mod:`rt4chart.signals.csr`;
+    ``probe_mean``/``probe_max``: an AggTruth probe's scores, :mod:`rt4chart.signals.aggtruth`).
+    A new signal adds keys here, never a field."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _signal_fields_of_older_records(cls, data: Any) -> Any:
+        # Records written before the open map kept each signal in its own field.
+        if isinstance(data, dict) and any(key in data for key in _OLD_CLAIM_SIGNALS):
+            data = dict(data)
+            moved = {key: data.pop(key) for key in _OLD_CLAIM_SIGNALS if key in data}
+            data["signals"] = {**{k: v for k, v in moved.items() if v is not None}, **data.get("signals", {})}
+        return data
+
+
+_OLD_CLAIM_SIGNALS = ("csr_mean", "csr_max", "probe_mean", "probe_max")
+"""The per-claim signal fields of records written before :attr:`ClaimVerdict.signals`."""
 
 
 class Usage(BaseModel):
@@ -442,10 +459,32 @@ class Report(BaseModel):
     """``full``, ``off``, or ``skipped: one chunk`` (``--global-auto``: the local verdicts stand)."""
     gold: Gold | None = None
     """Gold labels carried through from the input, for scoring."""
-    signals: SignalReport | None = None
-    """White-box token signals of a self-hosted model, when ``rt4 verify --signals`` asked for them."""
-    attention: AttentionSignalReport | None = None
-    """A trained attention probe's scores, when ``rt4 verify --signals attention`` asked for them."""
+    signals: dict[str, float] = Field(default_factory=dict)
+    """White-box signals of the whole answer, by name (``S_max``: the largest token value of signal
+    ``S``), when ``rt4 verify --signals`` asked for them; a new signal adds keys, never a field."""
+    signal_tokens: dict[str, SignalReport | AttentionSignalReport] = Field(default_factory=dict)
+    """Each signal's token-level scores and flagged spans, by signal (``csr``: :class:`SignalReport`,
+    ``attention``: :class:`AttentionSignalReport`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _signal_fields_of_older_records(cls, data: Any) -> Any:
+        # Records written before the open maps held CSR under "signals" and the probe under "attention".
+        if not isinstance(data, dict):
+            return data
+        old_csr, old_probe = data.get("signals"), data.get("attention")
+        if not (isinstance(old_csr, dict) and "tokens" in old_csr) and "attention" not in data:
+            return data
+        data = dict(data)
+        data.pop("attention", None)
+        tokens = dict(data.get("signal_tokens") or {})
+        if isinstance(old_csr, dict) and "tokens" in old_csr:
+            tokens["csr"] = old_csr
+            data["signals"] = {}
+        if old_probe is not None:
+            tokens["attention"] = old_probe
+        data["signal_tokens"] = tokens
+        return data
     input_hash: str | None = None
     """sha256 over the input line's bytes and the audit configuration (judge, prompt version,
     options); ``--resume`` keeps a record only when it matches. ``None`` for an unreadable line."""

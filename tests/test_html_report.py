@@ -18,6 +18,10 @@ import pytest
 from fixtures.reports.runs import read_records, rt4, verify
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from rt4chart.audited import AuditedSample
+from rt4chart.html_report import write_html
+from rt4chart.types import ClaimVerdict, JudgeScore, Label, Report, Sample, Span
+
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -237,5 +241,24 @@ def test_other_judges_signals_judge_errors_and_ungrounded_claims_are_shown(
     opened.page.check("#f-errors")
     shown = opened.page.locator("section.sample").evaluate_all("cards => cards.map(c => c.dataset.id)")
     assert shown == ["paris", "no-answer"]
+    assert opened.errors == []
+    opened.page.close()
+
+
+def test_a_scored_verdict_shows_its_probability_threshold_and_decider(browser: Browser, tmp_path: Path) -> None:
+    context = "The sky is blue."
+    claim = ClaimVerdict(
+        index=0, text="The sky is green.", sentence_index=0, answer_span=Span(start=0, end=17), label=Label.BASELESS,
+        confidence=0.05, score=JudgeScore(p_unsupported=0.05, threshold=0.145, decided_by="head"),
+    )
+    report = Report(id="scored", line=1, label=Label.BASELESS, hallucinated=True, claims=[claim])
+    item = AuditedSample(report, Sample(id="scored", context=context, answer=claim.text))
+    write_html(tmp_path / "r.html", [item], "t")
+    opened = OpenedReport(browser, tmp_path / "r.html")
+    card = opened.page.locator(opened.card("scored"))
+    card.locator('.chip[data-claim="0"]').click()
+    shown = card.locator(".claim-detail").inner_text()
+    assert "P(not entailed) 0.05 (entailed below 0.145) · decided by head" in shown
+    assert "confidence" not in shown
     assert opened.errors == []
     opened.page.close()

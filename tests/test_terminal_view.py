@@ -14,8 +14,13 @@ from pathlib import Path
 
 import pytest
 from fixtures.reports.runs import RULES, copy_answers, rt4, rt4_process, verify
+from rich.console import Console
 from rich.style import Style
 from rich.text import Text
+
+from rt4chart.audited import AuditedSample
+from rt4chart.terminal_view import claim_lines
+from rt4chart.types import ClaimVerdict, Evidence, JudgeScore, Label, Report, Sample
 
 WIDTH = 100
 
@@ -128,3 +133,22 @@ def test_verify_into_a_pipe_writes_jsonl(tmp_path: Path) -> None:
     piped = rt4("verify", "answers.jsonl", "--judge", f"scripted:{RULES}", "--cache-dir", "cache", "-q", cwd=tmp_path)
     ids = [json.loads(line)["id"] for line in piped.stdout.splitlines()]
     assert ids == ["paris", "berlin-wrong", "script-injection"]
+
+
+def test_a_scored_verdict_names_its_probability_threshold_and_decider_and_how_its_quote_matched() -> None:
+    # "baseless, 0.05" once read as 95% entailed: the view now says what the number is.
+    context = "The earth\u2019s day lasts 24 hours."
+    score = JudgeScore(p_unsupported=0.05, threshold=0.145, decided_by="no_content_overlap")
+    evidence = Evidence(start=0, end=len(context), text=context, sentence_ids=[0], match="folded")
+    claim = ClaimVerdict(
+        index=0, text="The day lasts 24 hours.", sentence_index=0, answer_span=None, label=Label.BASELESS,
+        confidence=0.05, score=score, evidence=[evidence],
+    )
+    item = AuditedSample(Report(id="s", line=1, claims=[claim]), Sample(id="s", context=context, answer=claim.text))
+    console = Console(width=WIDTH, record=True)
+    for line in claim_lines(item, claim):
+        console.print(line)
+    shown = " ".join(console.export_text().split())
+    assert "P(not entailed) 0.05 (entailed below 0.145) \u00b7 decided by no content overlap" in shown
+    assert "quote matched folded" in shown
+    assert "confidence" not in shown

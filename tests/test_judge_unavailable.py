@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from audit_fixtures import write_samples
 from conftest import EXAMPLES, VerifyRequestFactory
 from faults import Fault, fault_server, judge_every_claim
 from typer.testing import CliRunner
@@ -145,3 +149,24 @@ def test_eval_against_a_closed_port_exits_4_without_writing_a_result(tmp_path: P
     assert result.exit_code == EXIT_JUDGE_FAILED
     assert "connectionrefused" in "".join(result.stderr.split()).lower()
     assert list(tmp_path.iterdir()) == []  # an incomplete evaluation is not a result
+
+
+def test_a_judge_that_accepts_and_never_answers_stops_the_run_within_a_few_attempts(tmp_path: Path) -> None:
+    """Issue 27: timeouts once never opened the circuit (15 attempts of 120 s per request)."""
+    inputs = tmp_path / "in.jsonl"
+    write_samples(inputs, 4)
+    with fault_server(judge_every_claim("entailed"), default=Fault("hang", hang_s=30)) as server:
+        done = subprocess.run(
+            [sys.executable, "-m", "rt4chart", "verify", str(inputs), "--judge", "openai/hung", "--api-base",
+             server.base_url, "--decomposer", "rules", "--no-cache", "--timeout", "1", "--concurrency", "1",
+             "--out", str(tmp_path / "out.jsonl")],
+            capture_output=True, text=True, timeout=300,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+                 "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        )
+    assert done.returncode == 4, done.stderr
+    assert "no answer within the timeout" in done.stderr
+    # About three requests in a row (the circuit's threshold) of two attempts each, where one
+    # request used to make 15: a request already past its circuit check may add its attempt.
+    assert len(server.requests) <= 2 * CIRCUIT_THRESHOLD + 2, len(server.requests)
+    assert len((tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()) == 4

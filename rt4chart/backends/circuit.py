@@ -1,7 +1,8 @@
 """Fail fast when a judge's endpoint cannot be reached or refuses every call.
 
 A refused connection, a host name that does not resolve, a rejected key (401/403) or a model the
-server does not know (404) will not go away by waiting: retrying them with backoff only makes an
+server does not know (404) will not go away by waiting, nor will a server that accepts requests and
+never answers them (every attempt of a request timed out): retrying them with backoff only makes an
 audit that cannot succeed slow to say so. A backend counts such failures per request; after
 :data:`CIRCUIT_THRESHOLD` requests in a row end in one, its circuit opens and every further call
 raises :class:`JudgeUnavailable`, which stops the run (like a budget stop: records finished before
@@ -23,6 +24,11 @@ server that is just starting may refuse one connection)."""
 NON_TRANSIENT_WAIT_S = 0.5
 """Longest wait before that one retry: enough for a server that is just starting, and a dead
 endpoint costs at most this per request."""
+
+TIMEOUT_ATTEMPTS = 2
+"""Attempts a request gets when each one times out: a server that accepts and never answers costs
+a full timeout per attempt. Such a request counts toward the circuit like a refused one, so a hung
+judge stops the run after :data:`CIRCUIT_THRESHOLD` requests of two attempts each."""
 
 
 class JudgeUnavailable(Exception):

@@ -106,6 +106,9 @@ class LiteLLMSender(Sender):
     def is_transient(self, error: BaseException) -> bool:
         return isinstance(error, Timeout | APIConnectionError) or super().is_transient(error)
 
+    def timed_out(self, error: BaseException) -> bool:
+        return isinstance(error, Timeout) or super().timed_out(error)
+
     def _structured_output(self) -> str:
         mode = self.settings.response_format
         if mode != "auto":

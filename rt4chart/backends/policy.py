@@ -40,6 +40,7 @@ from rt4chart.backends.base import JudgeRequest, JudgeResponse, approximate_toke
 from rt4chart.backends.circuit import (
     NON_TRANSIENT_ATTEMPTS,
     NON_TRANSIENT_WAIT_S,
+    TIMEOUT_ATTEMPTS,
     CircuitBreaker,
     JudgeUnavailable,
 )
@@ -77,6 +78,9 @@ class CallSettings(BaseModel):
     """First retry delay; it doubles per attempt, plus up to as much random jitter."""
     backoff_max_s: float = Field(default=60.0, ge=0.0)
     """Longest retry delay, Retry-After included."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Most completion tokens per call of this judge, below ``--max-tokens`` (``None``: no cap of its
+    own). For a small local model that loops until the limit: on 2 CPU cores every token is time."""
 
     def per_token_prices(self) -> tuple[float, float] | None:
         """USD per prompt and per completion token, or ``None`` when neither price is set."""
@@ -152,6 +156,14 @@ def is_transient(error: BaseException) -> bool:
     return any(isinstance(cause, TimeoutError | ConnectionError | TransportError) for cause in _causes(error))
 
 
+def timed_out(error: BaseException) -> bool:
+    """Whether an attempt failed because the server sent no answer in time (a timeout anywhere in
+    its chain: the OS's, asyncio's, or httpx's)."""
+    from httpx import TimeoutException
+
+    return any(isinstance(cause, TimeoutError | TimeoutException) for cause in _causes(error))
+
+
 def retry_after_s(error: BaseException | None) -> float | None:
     """Seconds the server asked the client to wait (Retry-After as seconds or an HTTP date)."""
     response = getattr(error, "response", None)
@@ -223,6 +235,10 @@ class Sender:
         """Whether a failed attempt is worth another after a backoff (see :func:`is_transient`)."""
         return is_transient(error)
 
+    def timed_out(self, error: BaseException) -> bool:
+        """Whether a failed attempt got no answer in time (see :func:`timed_out`)."""
+        return timed_out(error)
+
     def per_token_prices(self) -> tuple[float, float] | None:
         """USD per prompt and completion token when the sender knows them (a price table), else ``None``."""
         return None
@@ -287,6 +303,7 @@ class PolicyBackend:
         input_price, output_price = self._prices()
         if not input_price and not output_price:
             return 0.0
+        request = self._capped(request)
         prompt = max(self.count_prompt_tokens(request), prompt_token_bound(request.messages))
         output = request.params.max_tokens
         reask_prompt = prompt + output + REASK_TOKENS
@@ -309,6 +326,10 @@ class PolicyBackend:
         error = state.outcome.exception() if state.outcome else None
         if error is not None and self.sender.refusal(error) is not None and not self._another_endpoint_left():
             return state.attempt_number >= min(NON_TRANSIENT_ATTEMPTS, self.settings.max_attempts)
+        if error is not None and self.sender.timed_out(error) and not self._another_endpoint_left():
+            # A server that accepts and never answers costs a full timeout per attempt: two, not
+            # max_attempts, and the request counts toward the circuit (complete).
+            return state.attempt_number >= min(TIMEOUT_ATTEMPTS, self.settings.max_attempts)
         return state.attempt_number >= self.settings.max_attempts
 
     def _wait(self, state: RetryCallState) -> float:
@@ -341,8 +362,16 @@ class PolicyBackend:
         )
         return reply
 
+    def _capped(self, request: JudgeRequest) -> JudgeRequest:
+        """``request`` with at most the judge's own ``max_tokens`` (what is sent and what a budget reserves)."""
+        cap = self.settings.max_tokens
+        if cap is None or request.params.max_tokens <= cap:
+            return request
+        return request.model_copy(update={"params": request.params.model_copy(update={"max_tokens": cap})})
+
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         self.circuit.check()
+        request = self._capped(request)
         started = time.perf_counter()
         messages = [m.model_dump() for m in request.messages]
         schema = request.output_schema
@@ -378,6 +407,8 @@ class PolicyBackend:
         except Exception as failure:  # any provider, network or client failure becomes data
             error = f"{type(failure).__name__} after {len(usage)} attempts: {failure}"
             unreachable = self.sender.refusal(failure)
+            if unreachable is None and self.sender.timed_out(failure):
+                unreachable = f"no answer within the timeout on {len(usage)} attempts"
         if unreachable is None:
             self.circuit.record_success()
         else:

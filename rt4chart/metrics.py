@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from rt4chart.types import ClaimVerdict, Gold, GoldKind, Label, Report, Span
 
@@ -68,6 +68,16 @@ class Estimate(BaseModel):
     """97.5th percentile of the bootstrap distribution."""
 
 
+class SweepPoint(BaseModel):
+    """Claim-level figures at one threshold on the unsupported score."""
+
+    threshold: float
+    flagged: int
+    precision: float
+    recall: float
+    f1: float
+
+
 class ClaimValidation(BaseModel):
     """Claim-level validation of the verifier against gold hallucination spans."""
 
@@ -85,6 +95,14 @@ class ClaimValidation(BaseModel):
     """Aligned claims for which the judge reported a confidence."""
     auroc: float | None
     """AUROC of the unsupported score over scored claims; ``None`` without both classes."""
+    flagged: int = 0
+    """Aligned claims the verifier flagged (label not entailed)."""
+    sweep: list[SweepPoint] = Field(default_factory=list)
+    """Claim precision / recall / F1 of "unsupported score >= threshold" over scored claims, for
+    thresholds 0.1 to 0.9 (what a different operating point would give)."""
+    best_f1: SweepPoint | None = None
+    """The threshold of the sweep (every distinct score tried, not only the tenths) with the best
+    F1: an upper bound, chosen on the evaluated data itself."""
 
 
 class EvaluationMetrics(BaseModel):
@@ -105,7 +123,16 @@ class EvaluationMetrics(BaseModel):
     headline: dict[str, Estimate]
     """Headline figures with bootstrap 95% CIs, keyed by metric name."""
     answer: PRF
-    """Answer-level precision / recall / F1."""
+    """Answer-level precision / recall / F1 over the judged (scored) samples."""
+    answer_unjudged_as_misses: PRF | None = None
+    """Answer-level figures with every gold-labelled sample the judge left unjudged (``hallucinated:
+    null``) counted as a miss: a false negative when gold says hallucinated, a false positive when
+    it says faithful. ``None`` when every sample was judged (both readings are the same)."""
+    flag_everything: PRF | None = None
+    """The baseline that flags every answer, over the scored samples (beside every table: a
+    detector below it at F1 is no better than flagging all)."""
+    flag_everything_span: PRF | None = None
+    """The span baseline that flags every answer sentence (every claim's sentence span)."""
     by_task_type: dict[str, PRF]
     """Answer-level precision / recall / F1 per gold task type."""
     span: PRF | None
@@ -297,6 +324,8 @@ class ScoredSample:
     span_tp: int
     span_fp: int
     span_fn: int
+    all_span: tuple[int, int, int]
+    """Span TP, FP, FN when every answer sentence is flagged (the flag-everything baseline)."""
     iou: float
     evidence: tuple[int, int, int] | None
     contradiction: tuple[bool, bool] | None
@@ -348,6 +377,7 @@ def score_sample(report: Report, gold: Gold) -> ScoredSample | None:
         span_tp=tp,
         span_fp=fp,
         span_fn=fn,
+        all_span=span_counts(gold.spans, [c.answer_span for c in report.claims if c.answer_span is not None]),
         iou=iou(gold.spans, report.spans),
         evidence=evidence_counts(report, gold),
         contradiction=_detection(report, gold, "contradiction", Label.CONTRADICTED),
@@ -464,6 +494,20 @@ def validate_claims(pairs: Iterable[tuple[Report, Gold]]) -> ClaimValidation:
         at_operating_point=binary_prf(gold_labels, predicted),
         scored=len(scores),
         auroc=auroc(scored_gold, scores),
+        flagged=sum(predicted),
+        sweep=[_sweep_point(scored_gold, scores, t / 10) for t in range(1, 10)] if scores else [],
+        best_f1=max(
+            (_sweep_point(scored_gold, scores, t) for t in sorted(set(scores))), key=lambda p: p.f1, default=None
+        ),
+    )
+
+
+def _sweep_point(gold: Sequence[bool], scores: Sequence[float], threshold: float) -> SweepPoint:
+    flagged = [score >= threshold for score in scores]
+    result = binary_prf(gold, flagged)
+    return SweepPoint(
+        threshold=round(threshold, 4), flagged=sum(flagged), precision=result.precision, recall=result.recall,
+        f1=result.f1,
     )
 
 
@@ -490,9 +534,12 @@ def score_reports(
         samples, missing = len(gold), len(gold) - len(pairs)
     scored: list[ScoredSample] = []
     invalid = 0
+    unjudged_gold: list[bool] = []
     for report, sample_gold in pairs:
         if report.hallucinated is None:
             invalid += 1
+            if sample_gold.hallucinated is not None:
+                unjudged_gold.append(sample_gold.hallucinated)
             continue
         result = score_sample(report, sample_gold)
         if result is not None:
@@ -513,6 +560,9 @@ def score_reports(
             for name, statistic in HEADLINE_STATISTICS.items()
         },
         answer=_answer(scored),
+        answer_unjudged_as_misses=_with_misses(_answer(scored), unjudged_gold) if unjudged_gold else None,
+        flag_everything=binary_prf([x.gold for x in scored], [True] * len(scored)) if scored else None,
+        flag_everything_span=prf(*(sum(x.all_span[i] for x in scored) for i in range(3))) if spans and scored else None,
         by_task_type={task: _answer(members) for task, members in sorted(by_task.items())},
         span=_span(scored) if spans else None,
         typed=sum(s.contradiction is not None for s in scored),
@@ -524,6 +574,12 @@ def score_reports(
         bootstrap_resamples=resamples,
         seed=seed,
     )
+
+
+def _with_misses(judged: PRF, unjudged_gold: Sequence[bool]) -> PRF:
+    """``judged`` with each unjudged sample a miss: FN when gold hallucinated, FP when faithful."""
+    positives = sum(unjudged_gold)
+    return prf(judged.tp, judged.fp + len(unjudged_gold) - positives, judged.fn + positives)
 
 
 def _same_length(first: Sequence[object], second: Sequence[object]) -> None:
@@ -583,6 +639,15 @@ def metric_rows(metrics: EvaluationMetrics) -> list[tuple[str, str, str]]:
             rows.append((name, _figure(estimate.value), _interval(estimate)))
     answer, span = metrics.answer, metrics.span
     rows.append(("answer TP / FP / FN", f"{answer.tp} / {answer.fp} / {answer.fn}", ""))
+    if metrics.answer_unjudged_as_misses is not None:
+        rows.append(("answer P / R / F1, unjudged as misses", _prf_cells(metrics.answer_unjudged_as_misses),
+                     f"the {metrics.invalid} unjudged samples scored as wrong (the figures above leave them out)"))
+    if metrics.flag_everything is not None:
+        rows.append(("baseline: flag every answer, P / R / F1", _prf_cells(metrics.flag_everything),
+                     "a detector below this F1 is no better than flagging all"))
+    if metrics.flag_everything_span is not None:
+        rows.append(("baseline: flag every sentence, span P / R / F1", _prf_cells(metrics.flag_everything_span),
+                     "characters of every answer sentence"))
     rows.append(("span chars TP / FP / FN", f"{span.tp} / {span.fp} / {span.fn}" if span else "n/a",
                  "" if span else "claims are not mapped to answer spans (holistic decomposition)"))
     for name, typed in (("contradiction", metrics.contradiction), ("baseless", metrics.baseless)):
@@ -600,7 +665,18 @@ def metric_rows(metrics: EvaluationMetrics) -> list[tuple[str, str, str]]:
     rows.append(("claim precision / recall / F1",
                  f"{operating.precision:.3f} / {operating.recall:.3f} / {operating.f1:.3f}", "label != entailed"))
     rows.append(("claim AUROC", _figure(claims.auroc), f"{claims.scored} claims with a confidence"))
+    rows.append(("claims flagged", f"{claims.flagged} of {claims.aligned}", "label != entailed"))
+    for point in claims.sweep:
+        rows.append((f"claim sweep: score >= {point.threshold:g}", _prf_cells(point), f"{point.flagged} flagged"))
+    if claims.best_f1 is not None:
+        best = claims.best_f1
+        rows.append(("claim best-F1 threshold", f"{best.threshold:g}",
+                     f"P / R / F1 {_prf_cells(best)}; chosen on these data, an upper bound"))
     return rows
+
+
+def _prf_cells(result: PRF | SweepPoint) -> str:
+    return f"{result.precision:.3f} / {result.recall:.3f} / {result.f1:.3f}"
 
 
 def metrics_markdown(metrics: EvaluationMetrics, title: str, details: dict[str, str] | None = None) -> str:

@@ -21,6 +21,8 @@ from rt4chart.metrics import (
     bootstrap,
     claim_gold_unsupported,
     iou,
+    metric_rows,
+    metrics_markdown,
     score_reports,
     span_prf,
     validate_claims,
@@ -298,3 +300,66 @@ def test_holistic_decomposition_reports_span_metrics_as_not_applicable() -> None
     for name in ("span_precision", "span_recall", "span_f1", "mean_iou", "evidence_f1"):
         assert metrics.headline[name].value is None
     assert metrics.headline["answer_f1"].value == 1.0 and metrics.headline["contradiction_f1"].value == 1.0
+
+
+def _judged_or_not(gold_flags: list[bool], predicted: list[bool | None]) -> list[Report]:
+    return [
+        _report(f"s{i}", flag, [], Gold(hallucinated=gold), [])
+        for i, (gold, flag) in enumerate(zip(gold_flags, predicted, strict=True))
+    ]
+
+
+def test_unjudged_samples_are_scored_both_ways() -> None:
+    # Six gold-labelled samples; the judge left two unjudged (one hallucinated, one faithful).
+    reports = _judged_or_not([True, True, False, False, True, False], [True, False, False, True, None, None])
+    metrics = score_reports(reports, resamples=10)
+    assert (metrics.scored, metrics.invalid) == (4, 2)
+    assert (metrics.answer.tp, metrics.answer.fp, metrics.answer.fn) == (1, 1, 1)
+    misses = metrics.answer_unjudged_as_misses
+    assert misses is not None and (misses.tp, misses.fp, misses.fn) == (1, 2, 2)
+    assert misses.f1 < metrics.answer.f1, "a run that failed on the hard samples no longer scores better"
+    rows = dict((name, value) for name, value, _ in metric_rows(metrics))
+    assert rows["answer P / R / F1, unjudged as misses"] == "0.333 / 0.333 / 0.333"
+    every = score_reports(_judged_or_not([True, False], [True, False]), resamples=10)
+    assert every.answer_unjudged_as_misses is None
+    assert "answer P / R / F1, unjudged as misses" not in {name for name, _, _ in metric_rows(every)}
+
+
+def test_the_flag_everything_baselines_sit_beside_every_table() -> None:
+    gold = Gold(hallucinated=True, spans=_spans((0, 5)))
+    claims = [_claim(0, (0, 10), Label.BASELESS, 0.9), _claim(1, (11, 20), Label.ENTAILED, 0.8)]
+    reports = [
+        _report("a", True, _spans((0, 10)), gold, claims),
+        _report("b", False, [], Gold(hallucinated=False, spans=[]), [_claim(0, (0, 8), Label.ENTAILED, 0.9)]),
+    ]
+    metrics = score_reports(reports, resamples=10)
+    everything = metrics.flag_everything
+    assert everything is not None and (everything.tp, everything.fp, everything.fn) == (1, 1, 0)
+    span = metrics.flag_everything_span
+    # Flagging every sentence: sample a's 19 sentence characters (5 gold) and sample b's 8.
+    assert span is not None and (span.tp, span.fp, span.fn) == (5, 14 + 8, 0)
+    names = [name for name, _, _ in metric_rows(metrics)]
+    assert "baseline: flag every answer, P / R / F1" in names
+    assert "baseline: flag every sentence, span P / R / F1" in names
+    assert f"| baseline: flag every answer, P / R / F1 | {everything.precision:.3f} / 1.000 / " in metrics_markdown(
+        metrics, "t"
+    )
+
+
+def test_verifier_validation_reports_flagged_claims_a_sweep_and_the_best_f1_threshold() -> None:
+    gold = Gold(hallucinated=True, spans=_spans((0, 5), (30, 35)))
+    # Unsupported scores 0.9 and 0.7 for the claims on gold spans, 0.6 and 0.6 for the others.
+    claims = [
+        _claim(0, (0, 10), Label.BASELESS, 0.9),
+        _claim(1, (11, 20), Label.ENTAILED, 0.4),
+        _claim(2, (21, 29), Label.BASELESS, 0.6),
+        _claim(3, (30, 40), Label.ENTAILED, 0.3),
+    ]
+    validation = validate_claims([(_report("a", True, [], gold, claims), gold)])
+    assert validation.flagged == 2
+    assert [p.threshold for p in validation.sweep] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+    at_half = validation.sweep[4]
+    assert (at_half.flagged, at_half.precision, at_half.recall) == (4, 0.5, 1.0)
+    best = validation.best_f1
+    assert best is not None and best.threshold == 0.7 and best.f1 == 1.0
+    assert all(point.f1 <= best.f1 for point in validation.sweep)

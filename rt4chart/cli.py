@@ -758,22 +758,9 @@ def show(
 
 def _read_verify_records(path: Path) -> list[Report | str]:
     """Each non-blank line of a file of ``rt4 verify`` records: the record, or why it is not one."""
-    from pydantic import ValidationError
+    from rt4chart.io import read_records
 
-    from rt4chart.io import read_json_lines
-    from rt4chart.types import Report
-
-    records: list[Report | str] = []
-    for line in read_json_lines(path):
-        if line.problem is not None:
-            records.append(f"{path.name} line {line.number}: not an rt4 verify record ({line.problem})")
-            continue
-        try:
-            records.append(Report.model_validate(line.value))
-        except ValidationError as error:
-            problem = error.errors()[0]
-            records.append(f"{path.name} line {line.number}: not an rt4 verify record ({problem['msg']})")
-    return records
+    return [r.report or f"{path.name} line {r.number}: not an rt4 verify record ({r.problem})" for r in read_records(path)]
 
 
 def _print_repair_summary(summary: RepairSummary, verify_judge: str | None) -> None:

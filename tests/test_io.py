@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rt4chart.io import InputLine, dump_report, error_report, read_jsonl
+from rt4chart.io import InputLine, dump_report, error_report, read_completed, read_jsonl, read_predictions, read_records
 from rt4chart.types import Report
 
 VALID = {"id": "a", "context": "The trial lasts 14 days.", "answer": "It lasts 14 days."}
@@ -145,3 +145,23 @@ def test_an_oversized_line_is_refused_with_its_size(tmp_path: Path, monkeypatch:
     items = _read(tmp_path, [json.dumps({**VALID, "context": "x" * 200}), json.dumps(VALID)])
     assert items[0].error is not None and "over the limit of 100" in items[0].error
     assert items[1].sample is not None
+
+
+def test_one_record_reader_names_every_bad_line_and_the_torn_last_one(tmp_path: Path) -> None:
+    good, other = Report(id="a", line=1), Report(id="b", line=2)
+    path = tmp_path / "out.jsonl"
+    path.write_bytes(
+        (dump_report(good) + "\n").encode() + b"\xff\xfe\n" + b'{"no": "record"}\n' + dump_report(other).encode()
+    )
+    records = list(read_records(path))
+    assert [(r.number, r.report is not None, r.torn) for r in records] == [
+        (1, True, False), (2, False, False), (3, False, False), (4, True, True)
+    ]
+    assert "UTF-8" in (records[1].problem or "") and "not an rt4chart output record" in (records[2].problem or "")
+    # Resume keeps the whole records before the torn line and passes over the bad ones.
+    items = [InputLine(1, None, raw_id="a"), InputLine(2, None, raw_id="b")]
+    assert list(read_completed(path, items)) == [1]
+    # Scoring refuses the file at its first bad line, named.
+    with pytest.raises(ValueError, match=r"out.jsonl:2: not valid UTF-8"):
+        read_predictions(path)
+

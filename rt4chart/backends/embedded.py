@@ -481,7 +481,9 @@ def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) ->
     # claim says (the head's own guard, chosen on synthetic flips; the summaries' head has one), and
     # a claim with none of its content words in view. The score keeps the head's probability, so a
     # cascade sends a guarded claim the head was sure of onwards; ``decided_by`` names the guard.
-    if analysis.content_words == 0 and analysis.claim_numbers == 0:
+    if analysis.words == 0:
+        # Punctuation, emoji, invisible characters: nothing a context could support. (A sentence of
+        # function words only, "Here is the answer:", is left to the head: it states no fact.)
         return decision(Label.BASELESS, "the claim states nothing to check (no word or number)", "no_content")
     if analysis.cue_kind == "number" and (
         analysis.cue_overlap >= CONTRADICTION_OVERLAP or analysis.similarity >= NUMBER_CUE_SIMILARITY
@@ -525,6 +527,10 @@ def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) ->
 
 class EmbeddedBackend:
     """The embedded offline verifier as a backend (see the module docstring)."""
+
+    answers_offline = True
+    """Deterministic, in-process, free, and it reads no prompt: ``rt4 estimate`` plans an audit by
+    asking it (so the plan is the run's calls) and counts no prompt tokens for it."""
 
     def __init__(
         self,

@@ -24,6 +24,11 @@ pytest_plugins = ["pytester"]
 RUN_TIMEOUT_S = 300
 """Ceiling on one pytest process (a hung run fails instead of blocking the suite)."""
 
+def module(body: str, **constants: object) -> str:
+    """A test module's source: ``constants`` as module-level names, then ``body``."""
+    return "".join(f"{name} = {value!r}\n" for name, value in constants.items()) + body
+
+
 RULES = EXAMPLES / "answers.rules.json"
 JUDGE = f"--rt4-judge=scripted:{RULES}"
 
@@ -32,17 +37,15 @@ REFUND = [
     "The laptop must be in its original packaging.",
     "Refunds are issued to the original payment method within 5 business days after we receive the item.",
 ]
-REFUND_FILE = f"""
+REFUND_FILE = module("""
 from rt4chart.testing import assert_grounded
-
-CONTEXT = {REFUND!r}
 
 def test_grounded():
     assert_grounded("You can return a laptop within 30 days of delivery, in its original packaging.", CONTEXT)
 
 def test_wrong_number():
     assert_grounded("You can return a laptop within 60 days of delivery.", CONTEXT)
-"""
+""", CONTEXT=REFUND)
 SKY = "The sky is blue. Grass is green. Snow is white. Coal is black."
 
 
@@ -121,14 +124,14 @@ def test_a_budget_stop_skips_the_remaining_audits_with_the_reason(suite: pytest.
     paid.write_text(json.dumps({**json.loads(RULES.read_text(encoding="utf-8")), "cost_per_call": 0.01}),
                     encoding="utf-8")
     tests = 6
-    suite.makepyfile(test_many="""
+    suite.makepyfile(test_many=module("""
 import pytest
 from rt4chart.testing import assert_grounded
 
-@pytest.mark.parametrize("attempt", range(%d))
+@pytest.mark.parametrize("attempt", range(TESTS))
 def test_refund(attempt):
-    assert_grounded("You can return a laptop within 30 days of delivery, in its original packaging.", %r)
-""" % (tests, REFUND))
+    assert_grounded("You can return a laptop within 30 days of delivery, in its original packaging.", CONTEXT)
+""", TESTS=tests, CONTEXT=REFUND))
     budget = 0.05
     result = run(suite, f"--rt4-judge=scripted:{paid}", f"--rt4-budget={budget}", "-rs")
     outcomes = result.parseoutcomes()
@@ -164,14 +167,14 @@ def test_the_report_option_writes_the_sessions_audits_as_one_html_report(suite: 
 
 def test_xdist_workers_share_a_warm_cache_and_make_no_judge_call(suite: pytest.Pytester) -> None:
     answers = SKY.split(". ")
-    suite.makepyfile(test_sky="""
+    suite.makepyfile(test_sky=module("""
 import pytest
 from rt4chart.testing import assert_grounded
 
-@pytest.mark.parametrize("answer", %r)
+@pytest.mark.parametrize("answer", ANSWERS)
 def test_sky(answer):
-    assert_grounded(answer, %r, decomposer="rules")
-""" % (answers, SKY))
+    assert_grounded(answer, CONTEXT, decomposer="rules")
+""", ANSWERS=answers, CONTEXT=SKY))
     with fault_server(grounded) as server:
         profile = profile_at(suite.path, "recording", server.base_url)
         options = (f"--rt4-judge={profile}", f"--rt4-cache-dir={suite.path / 'cache'}")
@@ -184,36 +187,38 @@ def test_sky(answer):
         assert len(server.requests) == calls, "every call came from the shared cache"
     output = distributed.stdout.str()
     assert "2 workers" in output
-    assert f"{len(answers)} answers audited, 0 with failing claims (0 claims); judge calls 0, cache hits {calls}" in output
+    summary = f"{len(answers)} answers audited, 0 with failing claims (0 claims); judge calls 0, cache hits {calls}"
+    assert summary in output
 
 
 def test_one_budget_holds_across_xdist_workers(suite: pytest.Pytester, tmp_path: Path) -> None:
     paid = tmp_path / "paid.rules.json"
     paid.write_text(json.dumps({**json.loads(RULES.read_text(encoding="utf-8")), "cost_per_call": 0.01}),
                     encoding="utf-8")
-    suite.makepyfile(test_many="""
+    suite.makepyfile(test_many=module("""
 import pytest
 from rt4chart.testing import assert_grounded
 
 @pytest.mark.parametrize("attempt", range(8))
 def test_refund(attempt):
-    assert_grounded("You can return a laptop within 30 days of delivery, in its original packaging.", %r)
-""" % (REFUND,))
-    # One audit costs more than half the budget: two workers with a budget each would both audit.
+    assert_grounded("You can return a laptop within 30 days of delivery, in its original packaging.", CONTEXT)
+""", CONTEXT=REFUND))
+    # One audit (three calls) costs more than half the budget: two workers with a budget each would
+    # both finish one. With one budget at most one finishes; none does when the two workers'
+    # audits interleave and the third call of each finds the budget taken.
     budget = 0.045
     result = run(suite, f"--rt4-judge=scripted:{paid}", f"--rt4-budget={budget}", "-n", "2", "-rs")
     outcomes = result.parseoutcomes()
-    assert outcomes.get("passed") == 1 and outcomes.get("skipped") == 7, result.stdout.str()
+    assert outcomes.get("passed", 0) <= 1 and outcomes.get("passed", 0) + outcomes.get("skipped", 0) == 8
+    assert "rt4chart budget:" in result.stdout.str()
     spent = float(re.search(r"budget: \$([0-9.]+) spent of \$", result.stdout.str()).group(1))  # type: ignore[union-attr]
     assert 0 < spent <= budget
 
 
 def test_async_tests_and_sync_assertions_inside_their_loops(suite: pytest.Pytester) -> None:
-    suite.makepyfile(test_async="""
+    suite.makepyfile(test_async=module("""
 import pytest
 from rt4chart.testing import aassert_grounded, assert_grounded
-
-CONTEXT = %r
 
 @pytest.mark.asyncio
 async def test_async_assertion():
@@ -230,7 +235,7 @@ async def test_async_failure():
 def test_the_session_judge_as_a_fixture(rt4_judge):
     assert type(rt4_judge).__name__ == "JudgeStack" and rt4_judge.name.startswith("recording@")
     assert_grounded("Snow is white.", CONTEXT, judge=rt4_judge, decomposer="rules")
-""" % SKY)
+""", CONTEXT=SKY))
     with fault_server(grounded) as server:
         profile = profile_at(suite.path, "recording", server.base_url)
         result = run(suite, f"--rt4-judge={profile}", "-W", "error::RuntimeWarning")

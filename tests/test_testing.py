@@ -27,6 +27,7 @@ from rt4chart.testing import (
     assert_grounded,
     check_grounded,
 )
+from rt4chart.text import join_passages
 from rt4chart.types import Label, Report, Sample, Usage
 
 JUDGE = f"scripted:{EXAMPLES / 'answers.rules.json'}"
@@ -53,7 +54,7 @@ def test_the_failure_names_each_failing_claim_its_label_rationale_and_evidence_i
     failing = failure.value.failing
     assert {claim.label for claim in failing} == {Label.CONTRADICTED, Label.BASELESS}
     assert f"{len(failing)} of {len(failure.value.report.claims)} claims not grounded" in message
-    context = sample.context if isinstance(sample.context, str) else "\n".join(sample.context)
+    context = join_passages(sample.context)[0]
     unwrapped = " ".join(message.split())
     for claim in failing:
         assert f"[{claim.index}] {claim.label} {claim.text}" in unwrapped

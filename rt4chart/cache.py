@@ -12,6 +12,7 @@ same keys and the same rules; :func:`open_cache` picks the backend from the loca
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import sqlite3
@@ -116,6 +117,24 @@ class JudgeCache:
             self._forget(key)
             return None
 
+    async def aget(self, key: str, schema: type[BaseModel]) -> JudgeResponse | None:
+        """:meth:`get` from the event loop: a cache server is read in a worker thread, so a slow or
+        frozen server delays the calls that wait for it, never the loop and every other call."""
+        if self._remote:
+            return await asyncio.to_thread(self.get, key, schema)
+        return self.get(key, schema)
+
+    async def aput(self, key: str, response: JudgeResponse) -> None:
+        """:meth:`put` from the event loop (a cache server in a worker thread, as :meth:`aget`)."""
+        if self._remote:
+            await asyncio.to_thread(self.put, key, response)
+        else:
+            self.put(key, response)
+
+    @property
+    def _remote(self) -> bool:
+        return not isinstance(self._store, diskcache.Cache)
+
     def put(self, key: str, response: JudgeResponse) -> None:
         """Store a reply if it is schema-valid; failures are never cached."""
         if response.parsed is None or response.error is not None:
@@ -176,7 +195,7 @@ class CachedBackend(BackendWrapper):
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         key = request_key(self.inner.name, request)
         started = time.perf_counter()
-        hit = self.cache.get(key, request.output_schema)
+        hit = await self.cache.aget(key, request.output_schema)
         if hit is not None:
             return hit.model_copy(
                 update={
@@ -186,5 +205,5 @@ class CachedBackend(BackendWrapper):
                 }
             )
         response = await self.inner.complete(request)
-        self.cache.put(key, response)
+        await self.cache.aput(key, response)
         return response

@@ -10,7 +10,10 @@ client (the ``redis`` extra) is imported only when a server cache is asked for.
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from rt4chart.backends.scrubbing import redact_url
 
@@ -19,6 +22,19 @@ KEY_PREFIX = "rt4chart:judge-calls:"
 
 _SCAN_BATCH = 1000
 """Keys fetched per SCAN round trip when counting or clearing."""
+
+OPERATION_TIMEOUT_S = 1.0
+"""Seconds one get or set may wait for the server: a cache that answers slower than a judge is no
+cache, and a frozen server must not hold a run's calls for long."""
+
+FAILURES_THAT_OPEN = 3
+"""Failed operations in a row after which the server is left alone (every get a miss, every set
+skipped) for :data:`REOPEN_AFTER_S`: the store's own circuit, apart from the judge's."""
+
+REOPEN_AFTER_S = 30.0
+"""Seconds a store whose circuit opened waits before trying the server again."""
+
+_Result = TypeVar("_Result")
 
 
 class RedisStore:
@@ -29,6 +45,9 @@ class RedisStore:
     def __init__(self, url: str, *, timeout_s: float = 5.0) -> None:
         self.location = redact_url(url)
         """The server's URL without its password."""
+        self._failures = 0
+        self._closed_until = 0.0
+        self._lock = threading.Lock()
         try:
             import redis
         except ImportError as error:
@@ -40,19 +59,40 @@ class RedisStore:
                 url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
             )
             self._client.ping()
+            # Opened with the patient timeout; every later operation gets the short one.
+            self._client.connection_pool.connection_kwargs["socket_timeout"] = min(timeout_s, OPERATION_TIMEOUT_S)
+            self._client.connection_pool.reset()
         except (redis.RedisError, ValueError) as error:
             # redis-py's messages hold the host and port, never the password of the URL.
             raise ConnectionError(f"{self.location}: {error}") from None
 
+    def _guarded(self, operation: Callable[..., _Result], *arguments: Any) -> _Result:
+        """``operation(*arguments)`` unless the store's circuit is open (then ``ConnectionError`` at
+        once); operations run in worker threads, so the counters are locked."""
+        with self._lock:
+            if self._failures >= FAILURES_THAT_OPEN and time.monotonic() < self._closed_until:
+                raise ConnectionError(f"{self.location}: left alone after {self._failures} failed operations")
+        try:
+            result = operation(*arguments)
+        except Exception as error:
+            with self._lock:
+                self._failures += 1
+                if self._failures >= FAILURES_THAT_OPEN:
+                    self._closed_until = time.monotonic() + REOPEN_AFTER_S
+            raise ConnectionError(f"{self.location}: {error}") from None
+        with self._lock:
+            self._failures = 0
+        return result
+
     def get(self, key: str) -> bytes | None:
-        value: bytes | None = self._client.get(KEY_PREFIX + key)
+        value: bytes | None = self._guarded(self._client.get, KEY_PREFIX + key)
         return value
 
     def set(self, key: str, value: str) -> None:
-        self._client.set(KEY_PREFIX + key, value)
+        self._guarded(self._client.set, KEY_PREFIX + key, value)
 
     def delete(self, key: str) -> None:
-        self._client.delete(KEY_PREFIX + key)
+        self._guarded(self._client.delete, KEY_PREFIX + key)
 
     def _keys(self) -> list[bytes]:
         return list(self._client.scan_iter(match=KEY_PREFIX + "*", count=_SCAN_BATCH))

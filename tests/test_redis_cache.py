@@ -155,3 +155,59 @@ def test_cache_stats_and_clear_read_the_server_named_by_cache_url(
     both = rt4("cache", "stats", "--cache-url", own_database, "--cache-dir", "cache", cwd=tmp_path)
     assert both.returncode == 2 and "alternatives" in both.stderr
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_frozen_server_blocks_neither_the_event_loop_nor_the_run(tmp_path: Path) -> None:
+    """Issue 27: a frozen Redis (SIGSTOP) once held the loop 5 s per get and per put (16 of 40
+    records in 900 s). Now each operation runs in a worker thread with a short timeout, and after a
+    few failures the store leaves the server alone: the run finishes on the judge alone."""
+    import asyncio
+    import signal
+
+    from rt4chart.io import read_jsonl
+    from rt4chart.judges import judge_stack
+    from rt4chart.options import AuditOptions
+    from rt4chart.pipeline import Pipeline, run_audit
+    from rt4chart.redis_cache import FAILURES_THAT_OPEN
+
+    server = shutil.which("redis-server")
+    assert server is not None, "redis-server is not installed"
+    port = _free_port()
+    process = subprocess.Popen([server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                cache = open_cache(f"redis://127.0.0.1:{port}/0")
+                break
+            except CacheError:
+                assert process.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+        os.kill(process.pid, signal.SIGSTOP)  # frozen: connections accepted by the kernel, never answered
+        inputs, rules = tmp_path / "in.jsonl", tmp_path / "rules.json"
+        write_samples(inputs, 40)
+        rules.write_text('{"verify": [{"claim": "opens at", "label": "entailed", "evidence": ["opens at"]}], '
+                         '"default": "baseless"}', encoding="utf-8")
+        stack = judge_stack(f"scripted:{rules}", cache=cache)
+        records: list[object] = []
+        ticks = 0
+
+        async def audit() -> None:
+            nonlocal ticks
+            task = asyncio.ensure_future(run_audit(Pipeline(stack, AuditOptions(decomposer="rules")),
+                                                   list(read_jsonl(inputs)), tmp_path / "out.jsonl", records.append))
+            while not task.done():  # the loop keeps turning while cache operations wait
+                ticks += 1
+                await asyncio.sleep(0.01)
+            await task
+
+        asyncio.run(asyncio.wait_for(audit(), timeout=600))  # a hang guard, not a measurement
+        assert len(read_records(tmp_path / "out.jsonl")) == 40
+        assert all(r["label"] is not None for r in read_records(tmp_path / "out.jsonl"))
+        assert ticks > 1
+        assert cache._store._failures >= FAILURES_THAT_OPEN  # type: ignore[union-attr]  # the store's circuit opened
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+        process.terminate()
+        process.wait(timeout=30)

@@ -163,7 +163,8 @@ def rt4_sample(request: pytest.FixtureRequest) -> Sample:
     if item is None:
         raise pytest.UsageError(f'{request.node.nodeid}: rt4_sample needs @pytest.mark.{MARKER}("answers.jsonl")')
     if item.sample is None:
-        raise ValueError(f"samples file, {item.error}")
+        marker = request.node.get_closest_marker(MARKER)
+        raise ValueError(f"{marker.args[0] if marker else 'samples file'} {item.error}")
     return item.sample
 
 

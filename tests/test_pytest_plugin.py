@@ -105,7 +105,7 @@ def test_answer(rt4_sample):
     output = result.stdout.str()
     for sample_id in ("refund-faithful", "refund-wrong-number", "battery-unsupported", "paper-running-example"):
         assert f"test_answer[{sample_id}]" in output
-    assert f"line {len(lines) + 1}: answer: Field required" in output
+    assert f"answers.jsonl line {len(lines) + 1}: answer: Field required" in output
 
 
 def test_an_unreachable_judge_is_a_test_error_naming_the_endpoint(suite: pytest.Pytester) -> None:

@@ -38,7 +38,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from rt4chart.backends.base import Backend, GenerationParams
-from rt4chart.decompose import rule_claims
+from rt4chart.decompose import rule_claims, rule_decomposition
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import RepairInput, RepairItem, RepairOutput, load_prompts
 from rt4chart.text import segment_context, split_sentences
@@ -165,11 +165,6 @@ def text_retention(original: str, repaired: str) -> float:
     return coverage(original, repaired)
 
 
-def rule_decomposition(text: str) -> list[str]:
-    """Claims of a text by the rule-based decomposer (one per clause), for claim matching."""
-    return [claim for sentence in split_sentences(text) for claim in rule_claims(sentence)]
-
-
 def coverage(claim: str, text: str) -> float:
     """Share of ``claim``'s characters that appear in ``text`` in order."""
     if not claim:
@@ -178,11 +173,12 @@ def coverage(claim: str, text: str) -> float:
     return sum(block.size for block in matcher.get_matching_blocks()) / len(claim)
 
 
-def claim_retention(supported: list[str], repaired_claims: list[str]) -> float | None:
-    """Share of ``supported`` claims that some claim of the repaired answer covers
-    (:data:`CLAIM_COVERAGE`); ``None`` when there is none to keep."""
+def claim_retention(supported: list[str], repaired: str) -> float | None:
+    """Share of ``supported`` claims that some claim of the ``repaired`` answer (by the rule-based
+    decomposer, one per clause) covers (:data:`CLAIM_COVERAGE`); ``None`` when there is none to keep."""
     if not supported:
         return None
+    repaired_claims = [claim.text for claim in rule_decomposition(split_sentences(repaired)).claims]
     kept = sum(any(coverage(claim, c) >= CLAIM_COVERAGE for c in repaired_claims) for claim in supported)
     return kept / len(supported)
 
@@ -430,7 +426,7 @@ class Repairer:
         record.edits, record.repaired, record.empty = edits, repaired, not repaired
         record.text_retention = text_retention(sample.answer, repaired)
         record.claim_retention = claim_retention(
-            [c.text for c in report.claims if is_supported(c)], rule_decomposition(repaired)
+            [c.text for c in report.claims if is_supported(c)], repaired
         )
         return record
 

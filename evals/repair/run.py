@@ -38,7 +38,6 @@ from rt4chart.repair import (
     is_supported,
     record_reaudit,
     repaired_samples,
-    rule_decomposition,
     summarize,
 )
 from rt4chart.run import RunSpec, aexecute
@@ -58,7 +57,7 @@ def unrepaired(report: Report, sample: Sample) -> RepairRecord:
         claims=len(report.claims), unsupported_claims=sum(not is_supported(c) for c in report.claims),
         text_retention=1.0, gold=sample.gold,
         claim_retention=claim_retention(
-            [c.text for c in report.claims if is_supported(c)], rule_decomposition(sample.answer)
+            [c.text for c in report.claims if is_supported(c)], sample.answer
         ),
     )
 

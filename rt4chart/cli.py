@@ -368,7 +368,9 @@ DatasetPathOption = Annotated[
 ]
 SplitOption = Annotated[str | None, typer.Option(help="dev or test (ragtruth: train or test).")]
 LimitOption = Annotated[int | None, typer.Option(help="Only the first N samples of the split.")]
-ResamplesOption = Annotated[int, typer.Option(help="Bootstrap resamples for the 95% confidence intervals.")]
+MAX_RESAMPLES = 100_000
+"""Bootstrap resamples are bounded: beyond this the intervals do not move, the run only takes longer."""
+ResamplesOption = Annotated[int, typer.Option(min=0, max=MAX_RESAMPLES, help="Bootstrap resamples for the 95% confidence intervals (0 to 100,000).")]
 SeedOption = Annotated[int, typer.Option(help="Bootstrap seed.")]
 
 
@@ -572,8 +574,6 @@ def agree(
         raise fail(f"--level must be answer or claim (got {level!r})")
     if labels not in ("hallucinated", "label"):
         raise fail(f"--labels must be hallucinated or label (got {labels!r})")
-    if resamples < 0:
-        raise fail("--resamples must not be negative")
     if len(outputs) < 2:
         raise fail("rt4 agree needs at least two output files")
     if runs and (plot is not None or level != "answer"):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
@@ -201,6 +202,22 @@ def resolve_judge(
     return _resolve_leaf(spec, api_base, concurrency, wrap, timeout_s)
 
 
+_PRICING_ONLY: ContextVar[bool] = ContextVar("rt4chart_pricing_only", default=False)
+"""Set while :func:`resolve_judge_for_pricing` builds a judge that will never be called."""
+
+
+def resolve_judge_for_pricing(spec: str | None = None, *, api_base: str | None = None) -> Backend:
+    """The judge named by ``spec`` for pricing an audit (``rt4 estimate``): as :func:`resolve_judge`,
+    except that a missing API key is no error. The backend is never called, so no key is needed to
+    count tokens and read prices (the placeholder :data:`NO_KEY` stands in for it); every other
+    check (unknown judge, missing base URL) still applies."""
+    token = _PRICING_ONLY.set(True)
+    try:
+        return resolve_judge(spec, api_base=api_base)
+    finally:
+        _PRICING_ONLY.reset(token)
+
+
 def parse_cascade(spec: str) -> list[tuple[str, float]]:
     """``cascade:A@0.9,B`` -> ``[("A", 0.9), ("B", DEFAULT_CASCADE_CONFIDENCE)]``.
 
@@ -292,7 +309,7 @@ def _profile_for_model(model: str, profiles: dict[str, JudgeProfile], api_base: 
             "(e.g. openai/<model>, hosted_vllm/<model>), not scripted:RULES.json, cascade:A,B or vote:A,B,C"
         )
     # With --api-base the server is the user's own; its key (if any) belongs in a profile.
-    missing = [] if api_base else missing_key_variables(model)
+    missing = [] if api_base or _PRICING_ONLY.get() else missing_key_variables(model)
     if missing:
         raise JudgeConfigError(f"judge {model!r} needs the environment variable {missing[0]}, which is not set")
     if provider == "hosted_vllm" and not api_base:
@@ -327,6 +344,8 @@ def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: i
         api_key = NO_KEY
     elif profile.api_key_env:
         api_key = os.environ.get(profile.api_key_env) or None
+        if api_key is None and _PRICING_ONLY.get():
+            api_key = NO_KEY
         if api_key is None:
             raise JudgeConfigError(
                 f"judge {profile.name!r} needs the environment variable {profile.api_key_env}, which is not set"
@@ -355,7 +374,7 @@ def _fleet_backend(profile: JudgeProfile, api_base: str | None, concurrency: int
                 raise JudgeConfigError(f"{where} needs its server's base URL: set {deployment.api_base_env}")
         key: str | None = None
         if deployment.api_key_env:
-            key = os.environ.get(deployment.api_key_env) or None
+            key = os.environ.get(deployment.api_key_env) or (NO_KEY if _PRICING_ONLY.get() else None)
             if key is None:
                 raise JudgeConfigError(f"{where} needs the environment variable {deployment.api_key_env} (unset)")
         elif base is not None:

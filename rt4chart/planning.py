@@ -40,8 +40,16 @@ from rt4chart.verification import max_calls, reask_messages
 NOT_SENT = "not sent: planning run"
 
 
+def answers_offline(judge: Backend) -> bool:
+    """Whether ``judge`` answers deterministically in this process at no cost (the embedded
+    verifier), so that planning may ask it: its answers decide the global stage's grouping, and a
+    plan that does not know them would miss calls the run makes."""
+    return bool(getattr(judge, "answers_offline", False))
+
+
 class PlannerBackend(BackendWrapper):
-    """Stands in for a judge during planning: records each request, answers none."""
+    """Stands in for a judge during planning: records each request and answers none, except for a
+    judge that :func:`answers_offline`, which it asks (the plan is then exactly the run's calls)."""
 
     def __init__(self, inner: Backend) -> None:
         super().__init__(inner)
@@ -49,6 +57,8 @@ class PlannerBackend(BackendWrapper):
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         self.requests.append(request)
+        if answers_offline(self.inner):
+            return await self.inner.complete(request)
         return JudgeResponse(error=NOT_SENT, judge=self.name)
 
     async def aclose(self) -> None:
@@ -80,6 +90,8 @@ class AuditEstimate:
     """Expected calls whose reply is already in the cache."""
     notes: list[str] = field(default_factory=list)
     """What the figures assume."""
+    counts_tokens: bool = True
+    """Whether the judge bills tokens (the embedded verifier reads no prompt: no token rows)."""
 
 
 def worst_case_calls(pipeline: Pipeline, sample: Sample) -> int:
@@ -131,7 +143,7 @@ def planned_requests(pipeline: Pipeline, sample: Sample) -> list[JudgeRequest]:
 def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache | None) -> AuditEstimate:
     """Plan every request of an audit of ``items`` and price it; calls no judge."""
     judge = pipeline.backend
-    plan = AuditEstimate()
+    plan = AuditEstimate(counts_tokens=not answers_offline(judge))
     for item in items:
         if item.sample is None:
             plan.invalid += 1
@@ -140,8 +152,9 @@ def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache
         expected = planned_requests(pipeline, item.sample)
         plan.calls_expected += len(expected)
         for request in expected:
-            plan.prompt_tokens += prompt_tokens(judge, request)
-            plan.max_completion_tokens += request.params.max_tokens
+            if not answers_offline(judge):  # a verifier that reads no prompt bills no tokens
+                plan.prompt_tokens += prompt_tokens(judge, request)
+                plan.max_completion_tokens += request.params.max_tokens
             if cache is not None:
                 plan.cached += cache.get(request_key(judge.name, request), request.output_schema) is not None
         worst_calls = max(worst_case_calls(pipeline, item.sample), len(expected))
@@ -155,8 +168,13 @@ def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache
                 update={"messages": largest.messages + _longest_reask(largest.params.max_tokens)}
             )
             plan.worst_case_usd += worst_calls * judge.max_cost_usd(padded)
+    expected_note = (
+        f"expected: the calls of the run itself ({judge.name} answered the plan: offline, deterministic, free)"
+        if answers_offline(judge)
+        else "expected: rule-based claims, no re-asks, no chunk skipped, one global call per batch of claims"
+    )
     plan.notes = [
-        "expected: rule-based claims, no re-asks, no chunk skipped, one global call per batch of claims",
+        expected_note,
         "worst case: every batch re-asked and split into single claims, global calls split by location hint",
     ]
     if pipeline.decomposes_by_judge or pipeline.options.decomposer == "holistic":

@@ -311,15 +311,16 @@ class ProgressObserver:
 
 def print_estimate(plan: AuditEstimate, console: Console) -> None:
     """The table of ``rt4 estimate``."""
-    table = Table(title="rt4chart estimate (no judge called)", show_header=False, title_justify="left")
+    table = Table(title="rt4chart estimate (nothing sent to a judge)", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
     table.add_row("samples", f"{plan.samples} (+{plan.invalid} invalid lines)")
     table.add_row("judge calls (expected)", str(plan.calls_expected))
     table.add_row("judge calls (worst case)", str(plan.calls_worst_case))
     table.add_row("already cached", str(plan.cached))
-    table.add_row("prompt tokens (expected)", str(plan.prompt_tokens))
-    table.add_row("completion tokens (max)", str(plan.max_completion_tokens))
+    if plan.counts_tokens:
+        table.add_row("prompt tokens (expected)", str(plan.prompt_tokens))
+        table.add_row("completion tokens (max)", str(plan.max_completion_tokens))
     table.add_row("cost (expected calls, full replies)", f"${plan.expected_usd:.4f}")
     table.add_row("worst-case cost", f"${plan.worst_case_usd:.4f}")
     console.print(table)

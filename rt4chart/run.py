@@ -523,7 +523,8 @@ class RunInterrupted(Exception):
     whole line at a time), so the same command with ``--resume`` audits only the rest."""
 
     exit_code = 130
-    """The shell's code for a process ended by SIGINT (128 + 2), for SIGTERM too: one code for "stopped from outside"."""
+    """The shell's code for a process ended by SIGINT (128 + 2), for SIGTERM too: one code for
+    "stopped from outside"."""
 
     def __init__(self, out: Path | None, records: int) -> None:
         super().__init__(f"interrupted after {records} records")
@@ -883,12 +884,17 @@ def estimate(spec: RunSpec, samples: Iterable[Sample | Mapping[str, Any] | Input
     """``rt4 estimate``: the calls, tokens and USD a run of ``spec`` would need (expected and worst
     case), from the real pipeline against a judge that answers nothing; calls no judge."""
     from rt4chart.cache import CacheError, open_cache
-    from rt4chart.judges import resolve_judge
+    from rt4chart.judges import resolve_judge_for_pricing
     from rt4chart.planning import estimate_audit
 
     owned = not isinstance(spec.judge, Backend)  # a caller's backend stays the caller's
     try:
-        backend = spec.judge if isinstance(spec.judge, Backend) else resolve_judge(spec.judge, api_base=spec.api_base)
+        # Pricing needs no key: a user can price an audit before getting one.
+        backend = (
+            spec.judge
+            if isinstance(spec.judge, Backend)
+            else resolve_judge_for_pricing(spec.judge, api_base=spec.api_base)
+        )
     except JudgeConfigError as error:
         raise RunUsageError(str(error)) from error
     try:

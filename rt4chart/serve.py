@@ -58,6 +58,12 @@ class LocalServer:
         """The OpenAI-compatible base URL to pass as ``--api-base``."""
         return f"{self.base_url}/v1"
 
+    def judge_arguments(self, parallel: int) -> str:
+        """The ``rt4 verify`` judge flags for this server, as ``rt4 serve`` prints them and the README
+        shows them: ``openai/<alias>`` (the shipped profile of that name keeps replies short) and as
+        many calls in flight as the server has decoding slots (more would only queue there)."""
+        return f"--judge openai/{self.alias} --api-base {self.api_base} --concurrency {parallel}"
+
     def stop(self) -> None:
         """Shut the server down (xllamacpp stops it when the server object is released)."""
         self._server = None

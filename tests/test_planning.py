@@ -83,3 +83,28 @@ def test_ragtruth_dev_with_the_embedded_judge(tmp_path: Path, variant: list[str]
     assert estimate["calls_worst_case"] >= real
     if variant:
         assert estimate["calls_expected"] == real
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_the_embedded_plan_is_the_runs_calls_and_lists_no_tokens(tmp_path: Path) -> None:
+    input_path = tmp_path / "answers.jsonl"
+    input_path.write_bytes((EXAMPLES / "answers.jsonl").read_bytes())
+    cache = ["--cache-dir", str(tmp_path / "plan-cache")]
+    estimate, real = plan(input_path, *cache), cold_calls(input_path)
+    assert estimate["calls_expected"] == real >= 1
+    assert estimate["prompt_tokens"] == 0 and not estimate["counts_tokens"]
+    table = runner.invoke(app, ["estimate", str(input_path), *cache], catch_exceptions=False).output
+    assert "prompt tokens" not in table and "judge calls (expected)" in table
+
+
+def test_a_cloud_judge_is_priced_without_its_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    input_path = tmp_path / "answers.jsonl"
+    input_path.write_bytes((EXAMPLES / "answers.jsonl").read_bytes())
+    estimate = plan(input_path, "--judge", "gpt-4o-mini", "--cache-dir", str(tmp_path / "cache"))
+    assert estimate["expected_usd"] > 0 and estimate["prompt_tokens"] > 0
+    # The audit itself still needs the key, before any work.
+    verified = runner.invoke(app, ["verify", str(input_path), "--judge", "gpt-4o-mini", "-o", str(tmp_path / "o")])
+    assert verified.exit_code == 2 and "OPENAI_API_KEY" in verified.output

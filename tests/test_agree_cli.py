@@ -191,3 +191,16 @@ def test_gold_file_is_matched_by_id(tmp_path: Path) -> None:
     expected = cohen_kappa_score(gold, flagged)
     assert report["gold"][0]["kappa"]["value"] == pytest.approx(expected, abs=1e-9)
     assert report["gold"][0]["kappa"]["ci_low"] is None  # no resampling asked for
+
+
+@pytest.mark.parametrize("resamples", ["-1", "100001", "1000000000"])
+def test_resamples_are_bounded_before_any_work(tmp_path: Path, resamples: str) -> None:
+    from audit_fixtures import write_rules, write_samples
+
+    inputs, rules, out = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json"), tmp_path / "out.jsonl"
+    write_samples(inputs, 3)
+    assert CliRunner().invoke(app, ["verify", str(inputs), "--judge", f"scripted:{rules}", "--no-cache",
+                                    "--out", str(out), "-q"]).exit_code == 1
+    for command in (["agree", str(out), str(out)], ["score", str(out)]):
+        result = CliRunner().invoke(app, [*command, "--resamples", resamples])
+        assert result.exit_code == 2 and "--resamples" in result.output, (command, result.output)

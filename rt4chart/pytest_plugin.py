@@ -269,20 +269,24 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     audits = _started(config)
     if audits is None or (not audits.records and not audits.skipped):
         return
-    from rt4chart.types import Usage
+    from rt4chart.types import Label, Usage
 
     usage = sum((record.report.usage for record in audits.records), Usage())
-    failing = [record for record in _numbered(audits.records) if record.failing_claims]
+    records = _numbered(audits.records)
+    failing = [record for record in records if record.failing_claims]
     terminalreporter.section("rt4chart")
     write = terminalreporter.write_line
-    write(f"{len(audits.records)} answers audited, {len(failing)} with failing claims "
+    write(f"{len(records)} answers audited, {len(failing)} with failing claims "
           f"({sum(record.failing_claims for record in failing)} claims); judge calls {usage.calls}, "
           f"cache hits {usage.cache_hits}, cost ${usage.cost_usd:.6f}")
-    for record in failing:
-        claims = [claim for claim in record.report.claims if claim.label in ("contradicted", "baseless")]
-        write(f"  {record.report.id}: {record.report.label}")
-        for claim in claims:
-            write(f"    [{claim.index}] {claim.label}: {claim.text}")
+    # Every audited answer with -v; by default the ones with failing claims, each claim named.
+    for record in records if config.getoption("verbose") > 0 else failing:
+        report = record.report
+        write(f"  {report.id}: {report.label}, {len(report.claims)} claims, {record.failing_claims} failing, "
+              f"{report.usage.calls} calls, {report.usage.cache_hits} cache hits, ${report.usage.cost_usd:.6f}")
+        for claim in report.claims:
+            if claim.label in (Label.CONTRADICTED, Label.BASELESS):
+                write(f"    [{claim.index}] {claim.label}: {claim.text}")
     budget = audits.settings.budget_usd
     if budget is not None:
         write(f"budget: ${audits.spent_usd():.6f} spent of ${budget}")

@@ -79,7 +79,8 @@ def test_a_failing_assertion_names_the_claim_and_its_evidence_in_the_terminal_an
     quote = "«Laptops bought from our online store can be returned within 30 days of delivery.»"
     assert claim in output and quote in output and "[context 0-80, sentence 0]" in output
     assert "2 answers audited, 1 with failing claims (1 claims)" in output
-    assert "test_refund.py::test_wrong_number: contradicted" in output
+    assert "test_refund.py::test_wrong_number: contradicted, 1 claims, 1 failing, " in output
+    assert "test_refund.py::test_grounded:" not in output, "without -v only answers with failing claims are listed"
     cases = {case.get("name"): case for case in ElementTree.parse(suite.path / "junit.xml").iter("testcase")}
     failure = cases["test_wrong_number"].find("failure")
     assert failure is not None and cases["test_grounded"].find("failure") is None
@@ -146,8 +147,9 @@ def test_refund(attempt):
 
 def test_the_report_option_writes_the_sessions_audits_as_one_html_report(suite: pytest.Pytester) -> None:
     suite.makepyfile(test_refund=REFUND_FILE)
-    result = run(suite, JUDGE, "--rt4-report=audits.html", "--rt4-out=audits.jsonl")
+    result = run(suite, JUDGE, "--rt4-report=audits.html", "--rt4-out=audits.jsonl", "-v")
     result.assert_outcomes(passed=1, failed=1)
+    assert "test_refund.py::test_grounded: entailed, 1 claims, 0 failing" in result.stdout.str()  # -v: every answer
     records = [json.loads(line) for line in (suite.path / "audits.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [(r["id"], r["line"], r["label"]) for r in records] == [
         ("test_refund.py::test_grounded", 1, "entailed"), ("test_refund.py::test_wrong_number", 2, "contradicted"),

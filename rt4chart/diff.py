@@ -316,7 +316,7 @@ def _category(base: Report | None, new: Report | None) -> AnswerCategory:
 def pair_answers(base: list[Report], new: list[Report]) -> list[tuple[Report | None, Report | None]]:
     """Match records by id, in the new run's order; several records of one id pair up in order;
     the baseline's unmatched records come last."""
-    by_id: dict[str | None, list[Report]] = defaultdict(list)
+    by_id: dict[str, list[Report]] = defaultdict(list)
     for report in base:
         by_id[_key(report)].append(report)
     pairs: list[tuple[Report | None, Report | None]] = []

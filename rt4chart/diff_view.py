@@ -48,6 +48,9 @@ def test_sentence(test: PairedTest, unit: str) -> str:
     ci = f"[{_signed(test.ci_low)}, {_signed(test.ci_high)}]"
     verdict = ("worse beyond the CI" if test.worse else "better beyond the CI" if test.better
                else "not distinguishable from noise")
+    if (test.worse or test.better) and test.p_value >= 1 - test.confidence:
+        # Few discordant pairs, all one way: the percentile CI can exclude 0 where the exact test cannot.
+        verdict += f", but the exact test does not confirm it at {1 - test.confidence:.2g}"
     return (f"{unit} hallucination rate {_rate(test.base_rate)} -> {_rate(test.new_rate)} "
             f"({_signed(test.difference)}, {test.confidence:.0%} paired bootstrap CI {ci}); exact McNemar "
             f"p = {test.p_value:.4g} on {test.discordant} discordant of {test.pairs} pairs "

@@ -1,7 +1,9 @@
 """Two real audits of one dataset split and their `rt4 diff`: the README's measured example.
 
     python evals/diff/run.py                      # RAGTruth QA test, embedded judge, default vs --ungrounded keep
-    python evals/diff/run.py --new-args "--window 8 --overlap 2"
+    python evals/diff/run.py --new-args "--ungrounded keep" --new-args "--window 8 --overlap 2"
+
+One baseline audit, then one audit and one diff per --new-args.
 
 Both audits go through the real CLI with --no-cache (each verdict is the judge's, not a cached
 one), into --work (records and diffs hold the dataset's text: they stay out of the repository).
@@ -42,9 +44,9 @@ def main() -> None:
     parser.add_argument("--path", help="dataset folder (default: rt4 convert's lookup)")
     parser.add_argument("--judge", help="--judge of both audits (default: the embedded verifier)")
     parser.add_argument("--base-args", default="", help="extra rt4 verify flags of the baseline audit")
-    parser.add_argument("--new-args", default="--ungrounded keep", help="extra rt4 verify flags of the new audit")
+    parser.add_argument("--new-args", action="append", help="extra rt4 verify flags of a new audit (repeatable; "
+                        "default: --ungrounded keep)")
     parser.add_argument("--work", type=Path, help="where records and diffs go (default: a temporary folder)")
-    parser.add_argument("--name", help="result name (default: derived from the flags)")
     options = parser.parse_args()
 
     work = options.work or Path(tempfile.mkdtemp(prefix="rt4-diff-"))
@@ -53,13 +55,22 @@ def main() -> None:
     convert = ["convert", options.dataset, "--split", options.split, "--out", str(input_file)]
     rt4(*convert, *(["--path", options.path] if options.path else []))
     judge = ["--judge", options.judge] if options.judge else []
-    base_args, new_args = shlex.split(options.base_args), shlex.split(options.new_args)
-    base, new = work / "base.jsonl", work / "new.jsonl"
-    seconds = {"base": audit(input_file, base, judge + base_args), "new": audit(input_file, new, judge + new_args)}
-    diff_json = work / "diff.json"
+    base_args = shlex.split(options.base_args)
+    base = work / "base.jsonl"
+    base_seconds = audit(input_file, base, judge + base_args)
+    for variant, flags in enumerate(options.new_args or ["--ungrounded keep"]):
+        new_args = shlex.split(flags)
+        new = work / f"new-{variant}.jsonl"
+        seconds = {"base": base_seconds, "new": audit(input_file, new, judge + new_args)}
+        compare(options, work / f"diff-{variant}", base, new, base_args, new_args, seconds)
+
+
+def compare(options: argparse.Namespace, prefix: Path, base: Path, new: Path, base_args: list[str],
+            new_args: list[str], seconds: dict[str, float]) -> None:
+    diff_json = prefix.with_suffix(".json")
     with open(diff_json, "w", encoding="utf-8") as handle:
         subprocess.run([sys.executable, "-m", "rt4chart", "diff", str(base), str(new), "--json",
-                        "--markdown", str(work / "diff.md"), "--html", str(work / "diff.html")],
+                        "--markdown", str(prefix.with_suffix(".md")), "--html", str(prefix.with_suffix(".html"))],
                        check=True, stdout=handle)
     diff = json.loads(diff_json.read_text(encoding="utf-8"))
     summary = {
@@ -77,12 +88,12 @@ def main() -> None:
         "audit_seconds": {key: round(value, 1) for key, value in seconds.items()},
         "command": "python evals/diff/run.py " + shlex.join(sys.argv[1:]),
     }
-    name = options.name or "-".join(["embedded" if not options.judge else options.judge.replace(":", "_"),
+    name = "-".join(["embedded" if not options.judge else options.judge.replace(":", "_"),
                                      options.dataset, options.split, *(arg.lstrip("-") for arg in new_args)])
     RESULTS.mkdir(parents=True, exist_ok=True)
     result_file = RESULTS / f"{name}.json"
     result_file.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {result_file}; records, Markdown and HTML diff in {work}", file=sys.stderr)
+    print(f"wrote {result_file}; records, Markdown and HTML diff in {prefix.parent}", file=sys.stderr)
     print(json.dumps({key: summary[key] for key in ("kind", "counts", "answer_test", "claim_test")}, indent=2))
 
 

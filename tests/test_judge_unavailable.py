@@ -170,3 +170,22 @@ def test_a_judge_that_accepts_and_never_answers_stops_the_run_within_a_few_attem
     # request used to make 15: a request already past its circuit check may add its attempt.
     assert len(server.requests) <= 2 * CIRCUIT_THRESHOLD + 2, len(server.requests)
     assert len((tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()) == 4
+
+
+def test_a_reply_beyond_what_max_tokens_can_produce_is_capped_not_parsed_or_stored(tmp_path: Path) -> None:
+    """Issue 27: 20 MB replies, 16 in flight, once took 4.8 GB; such a body is an error on its call."""
+    from rt4chart.backends.policy import reply_cap_chars
+
+    inputs = tmp_path / "in.jsonl"
+    write_samples(inputs, 2)
+    huge = json.dumps({"judgements": [{"claim": 0, "label": "entailed", "evidence": ["opens at"],
+                                       "rationale": "x" * (reply_cap_chars(64) + 1)}]})
+    with fault_server(huge) as server:
+        done = CliRunner().invoke(app, ["verify", str(inputs), "--judge", "openai/huge", "--api-base", server.base_url,
+                                        "--decomposer", "rules", "--max-tokens", "64", "--cache-dir",
+                                        str(tmp_path / "cache"), "--out", str(tmp_path / "out.jsonl"), "-q"])
+    assert done.exit_code == 4, done.output
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    errors = [vote["error"] for r in records for c in r["claims"] for vote in c["votes"]]
+    assert errors and all("over the cap" in error for error in errors)
+    assert b"xxxxxxxx" * 1000 not in b"".join(p.read_bytes() for p in (tmp_path / "cache").rglob("*") if p.is_file())

@@ -156,6 +156,19 @@ def is_transient(error: BaseException) -> bool:
     return any(isinstance(cause, TimeoutError | ConnectionError | TransportError) for cause in _causes(error))
 
 
+MIN_REPLY_CAP_CHARS = 65_536
+"""The reply size cap never goes below this many characters, whatever ``max_tokens``."""
+
+CHARS_PER_TOKEN_CAP = 32
+"""Characters one completion token may stand for in a reply (far above any tokenizer's average)."""
+
+
+def reply_cap_chars(max_tokens: int) -> int:
+    """The longest reply kept: ``max_tokens`` can produce no more text than this, so a longer body
+    (a server sending 20 MB) is not the model's answer and is neither parsed, stored nor cached."""
+    return max(MIN_REPLY_CAP_CHARS, CHARS_PER_TOKEN_CAP * max_tokens)
+
+
 def timed_out(error: BaseException) -> bool:
     """Whether an attempt failed because the server sent no answer in time (a timeout anywhere in
     its chain: the OS's, asyncio's, or httpx's)."""
@@ -360,6 +373,9 @@ class PolicyBackend:
         usage[-1] = Usage(
             calls=1, prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, cost_usd=cost
         )
+        cap = reply_cap_chars(request.params.max_tokens)
+        if len(reply.text) > cap:
+            raise InvalidReply(f"a reply of {len(reply.text):,} characters, over the cap of {cap:,}", "", final=True)
         return reply
 
     def _capped(self, request: JudgeRequest) -> JudgeRequest:

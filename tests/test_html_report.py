@@ -8,13 +8,13 @@ from disk the way a person opens it. Needs the system ``chromium`` (``bash .ci/r
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import require_program
 from fixtures.reports.runs import read_records, rt4, verify
 from playwright.sync_api import Browser, Page, sync_playwright
 
@@ -32,9 +32,7 @@ INTERACTIVE_BOUND_S = 30.0
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    executable = shutil.which("chromium")
-    if executable is None:
-        pytest.fail("Debian's chromium is not installed (apt-get install chromium; bash .ci/run does it)")
+    executable = require_program("chromium", "Debian's chromium (apt-get install chromium; bash .ci/run does it)")
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield launched

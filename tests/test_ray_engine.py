@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("ray", reason="needs Ray (the ray extra)")
+
 import ray
 from audit_fixtures import read_records, write_rules, write_samples
 from faults import FaultServer, fault_server, grounded

@@ -6,7 +6,6 @@ fail, they do not skip: the shared cache would otherwise go untested.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -15,9 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("redis", reason="needs the Redis client (the redis extra)")
+
 import redis
 from audit_fixtures import read_records, without_usage, write_samples
-from conftest import VerifyRequestFactory
+from conftest import VerifyRequestFactory, require_program
 from faults import fault_server, grounded
 
 from rt4chart.backends.base import JudgeResponse
@@ -36,9 +38,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.fail("redis-server is not installed (apt-get install redis-server; .ci/run does it)")
+    server = require_program("redis-server", "a Redis server (apt-get install redis-server; .ci/run does it)")
     directory = tmp_path_factory.mktemp("redis")
     port = _free_port()
     process = subprocess.Popen(
@@ -170,8 +170,7 @@ def test_a_frozen_server_blocks_neither_the_event_loop_nor_the_run(tmp_path: Pat
     from rt4chart.pipeline import Pipeline, run_audit
     from rt4chart.redis_cache import FAILURES_THAT_OPEN
 
-    server = shutil.which("redis-server")
-    assert server is not None, "redis-server is not installed"
+    server = require_program("redis-server", "a Redis server (apt-get install redis-server; .ci/run does it)")
     port = _free_port()
     process = subprocess.Popen([server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -11,12 +11,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("torch", reason="needs torch (the signals extra)")
+pytest.importorskip("transformers", reason="needs transformers (the signals extra)")
+
 import torch
+from conftest import require_smollm2
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from prompt_logprobs_server import PromptLogprobsServer
 
-from rt4chart.serve import smollm2_gguf
 from rt4chart.signals import SignalError
 from rt4chart.signals.csr import (
     SignalCache,
@@ -54,7 +58,7 @@ SAMPLES = [
 @pytest.fixture(scope="module")
 def backend() -> TransformersBackend:
     torch.set_num_threads(2)
-    return TransformersBackend(smollm2_gguf(), batch_size=4)
+    return TransformersBackend(require_smollm2(), batch_size=4)
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +225,7 @@ def test_cli_signals_csr_through_a_server(
         "csr",
         str(source),
         "--model",
-        str(smollm2_gguf()),
+        str(require_smollm2()),
         "--server",
         server.api_base,
         "--out",
@@ -248,7 +252,7 @@ def test_cli_missing_extra_is_a_usage_error(tmp_path: Path) -> None:
         "csr",
         str(source),
         "--model",
-        str(smollm2_gguf()),
+        str(require_smollm2()),
         "--out",
         str(tmp_path / "o.jsonl"),
         prelude="sys.modules['transformers'] = None",
@@ -278,36 +282,36 @@ def test_verify_with_signals_adds_token_scores_and_claim_csr(backend: Transforme
         "--signals",
         "csr",
         "--signal-model",
-        str(smollm2_gguf()),
-        "--out",
-        str(out),
+        str(require_smollm2()),
         "--no-cache",
         "--quiet",
-    )
+    )  # no --out: the signals are added before the records are written, to stdout here
     assert result.returncode in (0, 1), result.stderr
-    (record,) = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert not out.exists()
+    (record,) = [json.loads(line) for line in result.stdout.splitlines()]
     sample = Sample.model_validate(
         json.loads((EXAMPLES / "free_trial.jsonl").read_text(encoding="utf-8").splitlines()[0])
     )
     (expected,) = compute_csr([sample], backend, delta=0.2)
     assert expected.report is not None
-    assert [t["csr"] for t in record["signals"]["tokens"]] == pytest.approx(
+    assert [t["csr"] for t in record["signal_tokens"]["csr"]["tokens"]] == pytest.approx(
         [t.csr for t in expected.report.tokens], abs=1e-4
     )
+    assert record["signals"]["csr_max"] == pytest.approx(max(t.csr for t in expected.report.tokens), abs=1e-4)
     assert record["label"] is not None and record["claims"]
     for claim in record["claims"]:
         span = claim["answer_span"]
         inside = [t.csr for t in expected.report.tokens if t.start < span["end"] and t.end > span["start"]]
-        assert claim["csr_mean"] == pytest.approx(sum(inside) / len(inside), abs=1e-4)
-        assert claim["csr_max"] == pytest.approx(max(inside), abs=1e-4)
-        assert math.isfinite(claim["csr_mean"])
+        assert claim["signals"]["csr_mean"] == pytest.approx(sum(inside) / len(inside), abs=1e-4)
+        assert claim["signals"]["csr_max"] == pytest.approx(max(inside), abs=1e-4)
+        assert math.isfinite(claim["signals"]["csr_mean"])
 
 
-def test_verify_signals_needs_a_model_and_out(tmp_path: Path) -> None:
+def test_verify_signals_needs_a_model(tmp_path: Path) -> None:
     result = rt4("verify", str(EXAMPLES / "free_trial.jsonl"), "--signals", "csr", "--out", str(tmp_path / "o.jsonl"))
     assert result.returncode == 2 and "--signal-model" in result.stderr
 
 
 def test_tokenizer_alone_loads_from_the_conversion(backend: TransformersBackend) -> None:
-    tokenizer = load_tokenizer(smollm2_gguf())
+    tokenizer = load_tokenizer(require_smollm2())
     assert tokenizer.encode("Le café ouvre.") == backend.encode("Le café ouvre.")

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+pytest.importorskip("torch", reason="needs torch (the signals extra)")
+pytest.importorskip("transformers", reason="needs transformers (the signals extra)")
+
 import torch
+from conftest import require_smollm2
 from scipy.spatial.distance import jensenshannon
 
-from rt4chart.serve import smollm2_gguf
 from rt4chart.signals.attention import (
     AttentionExtractor,
     FeatureCache,
@@ -121,7 +125,7 @@ def test_token_labels_follow_character_overlap() -> None:
 @pytest.fixture(scope="module")
 def backend() -> TransformersBackend:
     torch.set_num_threads(2)
-    return TransformersBackend(smollm2_gguf(), attentions=True)
+    return TransformersBackend(require_smollm2(), attentions=True)
 
 
 @pytest.fixture(scope="module")

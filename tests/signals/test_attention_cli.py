@@ -10,9 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from rt4chart.serve import smollm2_gguf
+pytest.importorskip("torch", reason="needs torch (the signals extra)")
+pytest.importorskip("transformers", reason="needs transformers (the signals extra)")
+
+import torch
+from conftest import require_smollm2
+
 from rt4chart.signals.attention import AttentionExtractor, extract_features, window_average, window_bounds
 from rt4chart.signals.probe import load_probe
 from rt4chart.signals.transformers_backend import TransformersBackend
@@ -82,13 +86,13 @@ def write_lines(path: Path, lines: list[str]) -> Path:
 @pytest.fixture(scope="module")
 def extractor() -> AttentionExtractor:
     torch.set_num_threads(2)
-    return AttentionExtractor(TransformersBackend(smollm2_gguf(), attentions=True))
+    return AttentionExtractor(TransformersBackend(require_smollm2(), attentions=True))
 
 
 def test_train_score_and_verify_through_the_cli(extractor: AttentionExtractor, tmp_path: Path) -> None:
     gold = write_lines(tmp_path / "gold.jsonl", [s.model_dump_json() for s in GOLD])
     probe_path, cache = tmp_path / "probe.json", tmp_path / "cache"
-    model = str(smollm2_gguf())
+    model = str(require_smollm2())
     trained = rt4(
         "signals", "train", str(gold), "--model", model, "--feature", "jsdiv", "--selector", "center:0.2",
         "-o", str(probe_path), "--cache-dir", str(cache),
@@ -140,17 +144,17 @@ def test_train_score_and_verify_through_the_cli(extractor: AttentionExtractor, t
     )  # fmt: skip
     assert verified.returncode in (0, 1), verified.stderr
     (record,) = [json.loads(line) for line in audit.read_text(encoding="utf-8").splitlines()]
-    tokens = record["attention"]["tokens"]
+    tokens = record["signal_tokens"]["aggtruth"]["tokens"]
     assert record["claims"] and tokens
     for claim in record["claims"]:
         span = claim["answer_span"]
         inside = [t["score"] for t in tokens if t["start"] < span["end"] and t["end"] > span["start"]]
-        assert claim["probe_mean"] == pytest.approx(sum(inside) / len(inside))
-        assert claim["probe_max"] == pytest.approx(max(inside))
+        assert claim["signals"]["probe_mean"] == pytest.approx(sum(inside) / len(inside))
+        assert claim["signals"]["probe_max"] == pytest.approx(max(inside))
 
 
 def test_usage_errors_exit_2_without_traceback(tmp_path: Path) -> None:
-    model = str(smollm2_gguf())
+    model = str(require_smollm2())
     plain = write_lines(tmp_path / "plain.jsonl", [GOLD[0].model_dump_json(exclude={"gold"})])
     gold = write_lines(tmp_path / "gold.jsonl", [GOLD[0].model_dump_json()])
     out = str(tmp_path / "o.json")
@@ -182,13 +186,14 @@ def test_missing_extras_are_usage_errors(tmp_path: Path) -> None:
         "train",
         str(gold),
         "--model",
-        str(smollm2_gguf()),
+        str(require_smollm2()),
         "-o",
         out,
         prelude="sys.modules['sklearn'] = None",
     )
     assert no_sklearn.returncode == 2 and "scikit-learn" in no_sklearn.stderr and "Traceback" not in no_sklearn.stderr
     no_torch = rt4(
-        "signals", "train", str(gold), "--model", str(smollm2_gguf()), "-o", out, prelude="sys.modules['torch'] = None"
+        "signals", "train", str(gold), "--model", str(require_smollm2()), "-o", out,
+        prelude="sys.modules['torch'] = None",
     )
     assert no_torch.returncode == 2 and "'signals' extra" in no_torch.stderr and "torch" in no_torch.stderr

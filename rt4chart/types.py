@@ -463,8 +463,8 @@ class Report(BaseModel):
     """White-box signals of the whole answer, by name (``S_max``: the largest token value of signal
     ``S``), when ``rt4 verify --signals`` asked for them; a new signal adds keys, never a field."""
     signal_tokens: dict[str, SignalReport | AttentionSignalReport] = Field(default_factory=dict)
-    """Each signal's token-level scores and flagged spans, by signal (``csr``: :class:`SignalReport`,
-    ``attention``: :class:`AttentionSignalReport`)."""
+    """Each signal's token-level scores and flagged spans, by the signal's name (``csr``:
+    :class:`SignalReport`; ``aggtruth``: :class:`AttentionSignalReport`)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -482,7 +482,7 @@ class Report(BaseModel):
             tokens["csr"] = old_csr
             data["signals"] = {}
         if old_probe is not None:
-            tokens["attention"] = old_probe
+            tokens["aggtruth"] = old_probe
         data["signal_tokens"] = tokens
         return data
     input_hash: str | None = None

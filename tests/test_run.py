@@ -143,3 +143,19 @@ def test_repair_verify_after_against_an_unreachable_judge_exits_4_naming_the_end
 def test_verify_signals_need_no_out_flag_now(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["verify", str(EXAMPLES / "answers.jsonl"), "--signals", "csr"])
     assert result.exit_code == 2 and "--signal-model" in result.stderr and "--out" not in result.stderr
+
+
+def test_records_written_with_the_old_signal_fields_read_into_the_open_maps() -> None:
+    from rt4chart.types import Report
+
+    old = {
+        "id": "a", "line": 1, "label": "entailed", "hallucinated": False,
+        "claims": [{"index": 0, "text": "x", "sentence_index": 0, "answer_span": {"start": 0, "end": 1},
+                    "label": "entailed", "csr_mean": 0.25, "csr_max": 0.5, "probe_mean": None, "probe_max": None}],
+        "signals": {"signal": "csr", "model": "m#1", "template_version": "t", "delta": 0.2, "tokens": [],
+                    "spans": [], "flagged": False, "cached": False},
+    }
+    report = Report.model_validate(old)
+    assert report.claims[0].signals == {"csr_mean": 0.25, "csr_max": 0.5}
+    assert set(report.signal_tokens) == {"csr"} and report.signals == {}
+    assert Report.model_validate_json(report.model_dump_json()) == report

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from rt4chart.io import InputLine, read_completed, write_reports_atomically
+from rt4chart.io import InputLine
 from rt4chart.signals.attention import (
     AttentionExtractor,
     AttentionFeatures,
@@ -166,31 +166,13 @@ def attention_records(
 
 
 def attach_attention(reports: Sequence[Report], results: dict[int, AttentionSignalReport | str]) -> list[Report]:
-    """Reports with their answer's probe scores and each claim's mean/max token score over its span."""
-    scored: dict[int, tuple[BaseModel, Sequence[tuple[int, int, float]]] | str] = {
+    """Reports with their answer's probe scores and each claim's mean/max token score over its span
+    (``probe_mean`` / ``probe_max`` in the claim's ``signals``)."""
+    scored: dict[int, tuple[AttentionSignalReport, Sequence[tuple[int, int, float]]] | str] = {
         line: r if isinstance(r, str) else (r, [(t.start, t.end, t.score) for t in r.tokens])
         for line, r in results.items()
     }
-    return attach_token_signal(
-        reports, scored, report_field="attention", claim_fields=("probe_mean", "probe_max"),
-        failure="attention signals",
-    )
-
-
-def attach_attention_to_file(
-    path: Path,
-    items: Sequence[InputLine],
-    extractor: AttentionExtractor,
-    probe: AttentionProbe,
-    probe_name: str,
-    cache: FeatureCache | None = None,
-) -> None:
-    """Add probe scores to the audit records in ``path`` (what ``rt4 verify --signals attention`` does)."""
-    reports = read_completed(path, list(items))
-    valid = [item for item in items if item.sample is not None and item.line in reports]
-    scored = score_samples([item.sample for item in valid if item.sample], extractor, probe, probe_name, cache)
-    by_line = {item.line: result for item, result in zip(valid, scored, strict=True)}
-    write_reports_atomically(path, attach_attention([reports[line] for line in sorted(reports)], by_line))
+    return attach_token_signal(reports, scored, name="probe", failure="attention signals")
 
 
 def gold_samples(items: Sequence[InputLine]) -> list[Sample]:

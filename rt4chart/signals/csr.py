@@ -54,10 +54,10 @@ import diskcache
 import platformdirs
 from pydantic import BaseModel, Field
 
-from rt4chart.io import InputLine, read_completed, write_reports_atomically
+from rt4chart.io import InputLine
 from rt4chart.signals.base import LogprobBackend, ScoreRequest, TokenizedText
 from rt4chart.signals.template import CsrTemplate, load_csr_template
-from rt4chart.types import ProbeTokenScore, Report, Sample, SignalReport, Span, TokenSignal
+from rt4chart.types import AttentionSignalReport, ProbeTokenScore, Report, Sample, SignalReport, Span, TokenSignal
 
 CSR_EPSILON = 1e-8
 """Added to the denominator, as in the REFIND paper."""
@@ -325,19 +325,19 @@ def span_mean_max(tokens: Sequence[tuple[int, int, float]], span: Span | None) -
 
 def attach_token_signal(
     reports: Sequence[Report],
-    results: Mapping[int, tuple[BaseModel, Sequence[tuple[int, int, float]]] | str],
+    results: Mapping[int, tuple[SignalReport | AttentionSignalReport, Sequence[tuple[int, int, float]]] | str],
     *,
-    report_field: str,
-    claim_fields: tuple[str, str],
+    name: str,
     failure: str,
 ) -> list[Report]:
-    """Reports with their sample's token-level signal and each claim's mean/max token value over
-    its answer span (the one mechanism under ``--signals csr`` and ``--signals attention``).
+    """Reports enriched with one token-level signal (the one mechanism under ``--signals csr`` and
+    ``--signals attention``): the sample's token scores under ``signal_tokens``, the answer's largest
+    token value as ``signals[name + "_max"]``, and each claim's mean and max token value over its
+    answer span as ``signals[name + "_mean"]`` / ``signals[name + "_max"]``.
 
-    ``results`` is keyed by the report's input line: the signal (stored in ``report_field``) with
-    its token values ``(start, end, value)``, or why the sample has none (added to its ``errors``
-    after ``failure``). A report without a result is returned as is; the claims' mean and max go to
-    ``claim_fields``.
+    ``results`` is keyed by the report's input line: the signal with its token values ``(start,
+    end, value)``, or why the sample has none (added to its ``errors`` after ``failure``). A report
+    without a result is returned as is.
     """
     attached = []
     for report in reports:
@@ -352,21 +352,25 @@ def attach_token_signal(
         claims = []
         for claim in report.claims:
             mean, largest = span_mean_max(tokens, claim.answer_span)
-            claims.append(claim.model_copy(update=dict(zip(claim_fields, (mean, largest), strict=True))))
-        attached.append(report.model_copy(update={report_field: signal, "claims": claims}))
+            values = {} if mean is None or largest is None else {f"{name}_mean": mean, f"{name}_max": largest}
+            claims.append(claim.model_copy(update={"signals": {**claim.signals, **values}}))
+        answer = {f"{name}_max": max(value for _, _, value in tokens)} if tokens else {}
+        attached.append(report.model_copy(update={
+            "signal_tokens": {**report.signal_tokens, signal.signal: signal},
+            "signals": {**report.signals, **answer},
+            "claims": claims,
+        }))
     return attached
 
 
 def attach_signals(reports: Sequence[Report], outcomes: dict[int, CsrOutcome]) -> list[Report]:
     """Reports with their sample's CSR signals and each claim's mean/max CSR over its answer span;
     a sample whose signal failed gets the failure in its ``errors``."""
-    results: dict[int, tuple[BaseModel, Sequence[tuple[int, int, float]]] | str] = {
+    results: dict[int, tuple[SignalReport | AttentionSignalReport, Sequence[tuple[int, int, float]]] | str] = {
         line: (o.report, [(t.start, t.end, t.csr) for t in o.report.tokens]) if o.report is not None else f"{o.error}"
         for line, o in outcomes.items()
     }
-    return attach_token_signal(
-        reports, results, report_field="signals", claim_fields=("csr_mean", "csr_max"), failure="signals"
-    )
+    return attach_token_signal(reports, results, name="csr", failure="signals")
 
 
 class SignalRecord(BaseModel):
@@ -407,19 +411,3 @@ def csr_records(
         errors = [] if outcome.error is None else [outcome.error]
         records.append(SignalRecord(id=item.sample.id, line=item.line, signals=outcome.report, errors=errors))
     return records
-
-
-def attach_csr_to_file(
-    path: Path,
-    items: Sequence[InputLine],
-    backend: LogprobBackend,
-    *,
-    delta: float = DEFAULT_DELTA,
-    cache: SignalCache | None = None,
-) -> None:
-    """Add CSR signals to the audit records in ``path`` (what ``rt4 verify --signals csr`` does)."""
-    reports = read_completed(path, list(items))
-    valid = [item for item in items if item.sample is not None and item.line in reports]
-    outcomes = compute_csr([item.sample for item in valid if item.sample], backend, delta=delta, cache=cache)
-    by_line = {item.line: outcome for item, outcome in zip(valid, outcomes, strict=True)}
-    write_reports_atomically(path, attach_signals([reports[line] for line in sorted(reports)], by_line))

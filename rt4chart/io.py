@@ -73,7 +73,28 @@ def parse_sample(record: Any, line: int) -> InputLine:
         return InputLine(line, None, f"line {line}: {_describe(error)}", raw_id)
     if not sample.answer.strip():
         return InputLine(line, None, f"line {line}: answer is empty", raw_id)
+    if problem := _over_limits(sample):
+        return InputLine(line, None, f"line {line}: {problem}", raw_id)
     return InputLine(line, sample, None, raw_id)
+
+
+MAX_CONTEXT_CHARS = 500_000
+"""Characters a sample's context may hold (passages together): about 125k tokens, the largest
+common judge window, which the global stage's one prompt with the whole context must fit. Beyond
+it a sample would cost thousands of calls (a 10 MB context once made 8,133) and still fail."""
+
+MAX_ANSWER_CHARS = 50_000
+"""Characters an answer may hold; its sentences are capped as well
+(:data:`rt4chart.pipeline.MAX_ANSWER_SENTENCES`)."""
+
+
+def _over_limits(sample: Sample) -> str | None:
+    context = sum(map(len, sample.context)) if isinstance(sample.context, list) else len(sample.context)
+    if context > MAX_CONTEXT_CHARS:
+        return f"context of {context:,} characters, over the limit of {MAX_CONTEXT_CHARS:,}"
+    if len(sample.answer) > MAX_ANSWER_CHARS:
+        return f"answer of {len(sample.answer):,} characters, over the limit of {MAX_ANSWER_CHARS:,}"
+    return None
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,10 @@ class AuditEngine(Protocol):
     def audit(self, items: Sequence[InputLine]) -> AsyncIterator[Report | BudgetStop | UnavailableStop]: ...
 
 
+MAX_ANSWER_SENTENCES = 300
+"""Sentences an answer may hold: each is decomposed and its claims verified against every chunk."""
+
+
 @dataclass
 class Pipeline:
     """A judge, its prompts and options: verifies samples.
@@ -197,6 +201,9 @@ class Pipeline:
             if not answer_sentences:
                 # e.g. an answer made only of list markers: nothing to verify is not "all entailed"
                 return Report(id=sample.id, line=line, errors=[f"line {line}: answer has no sentence to verify"])
+            if len(answer_sentences) > MAX_ANSWER_SENTENCES:
+                problem = f"answer of {len(answer_sentences)} sentences, over the limit of {MAX_ANSWER_SENTENCES}"
+                return Report(id=sample.id, line=line, errors=[f"line {line}: {problem}"])
             report = await self._rt4chart(session, sample, answer_sentences, claims)
         return report.model_copy(
             update={

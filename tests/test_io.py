@@ -165,3 +165,19 @@ def test_one_record_reader_names_every_bad_line_and_the_torn_last_one(tmp_path: 
     with pytest.raises(ValueError, match=r"out.jsonl:2: not valid UTF-8"):
         read_predictions(path)
 
+
+
+@pytest.mark.parametrize("field", ["context", "passages", "answer"])
+def test_a_sample_beyond_the_documented_input_limits_is_an_error_record(tmp_path: Path, field: str) -> None:
+    from rt4chart.io import MAX_ANSWER_CHARS, MAX_CONTEXT_CHARS
+
+    record: dict[str, object] = dict(VALID)
+    if field == "context":
+        record["context"] = "The trial lasts 14 days. " * (MAX_CONTEXT_CHARS // 25 + 1)
+    elif field == "passages":
+        record["context"] = ["The trial lasts 14 days. " * (MAX_CONTEXT_CHARS // 50 + 1)] * 2
+    else:
+        record["answer"] = "It lasts 14 days. " * (MAX_ANSWER_CHARS // 18 + 1)
+    items = _read(tmp_path, [json.dumps(record), json.dumps(VALID)])
+    assert items[0].sample is None and items[0].error is not None and "over the limit" in items[0].error
+    assert items[1].sample is not None

@@ -353,3 +353,17 @@ def test_a_lone_surrogate_line_gets_its_error_record_and_the_lines_after_it_are_
         assert [r["line"] for r in records] == [1, 2, 3, 4]
         assert "lone surrogate" in records[1]["errors"][0] and records[1]["label"] is None
         assert all(r["label"] is not None for r in (records[0], records[2], records[3]))
+
+
+def test_an_answer_with_too_many_sentences_gets_its_error_record(audit_inputs: tuple[Path, Path]) -> None:
+    from rt4chart.pipeline import MAX_ANSWER_SENTENCES
+
+    inputs, rules = audit_inputs
+    long_answer = " ".join(f"Store {i} opens at 9 am." for i in range(MAX_ANSWER_SENTENCES + 1))
+    with open(inputs, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"id": "long", "context": "Store 1 opens at 9 am.", "answer": long_answer}) + "\n")
+    out = inputs.parent / "out.jsonl"
+    code, output = verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", "--out", str(out), "-q")
+    records = read_records(out)
+    assert len(records) == 4 and "over the limit" in records[3]["errors"][0] and records[3]["usage"]["calls"] == 0
+    assert code == 2, output

@@ -8,6 +8,8 @@ option, the date, and the metrics with bootstrap confidence intervals.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -124,8 +126,17 @@ class EvaluationResult(BaseModel):
     """Per judge, the claims whose final label it gave and their agreement with gold (cascade stages)."""
 
     @property
+    def configuration_digest(self) -> str:
+        """Short sha256 of everything that shapes the figures: dataset, split, limit, the judge that
+        ran, every audit option, resamples and seed (not where the data was read, nor the tag)."""
+        shaping = self.config.model_dump(mode="json", exclude={"path", "api_base", "tag"}) | {"judge": self.judge}
+        return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode("utf-8")).hexdigest()[:8]
+
+    @property
     def stem(self) -> str:
-        """File name stem: dataset, split, judge, variant, a non-default max_tokens, limit and tag."""
+        """File name stem: dataset, split, judge, variant, a non-default max_tokens, limit and tag to
+        read, then :attr:`configuration_digest`, so two configurations never share a file (options
+        the readable part leaves out, such as ``batch_claims`` or ``ungrounded``, included)."""
         parts = [self.config.dataset, self.config.split or "all", self.judge, self.config.variant]
         if self.config.options.max_tokens != DEFAULT_MAX_TOKENS:
             parts.append(f"max-tokens-{self.config.options.max_tokens}")
@@ -133,7 +144,7 @@ class EvaluationResult(BaseModel):
             parts.append(f"n{self.config.limit}")
         if self.config.tag:
             parts.append(self.config.tag)
-        return _slug("_".join(parts))
+        return _slug("_".join([*parts, self.configuration_digest]))
 
 
 class ScoreResult(BaseModel):

@@ -15,6 +15,7 @@ from rt4chart.evaluation import EvalConfig, EvaluationResult, evaluate
 from rt4chart.types import Report, Sample
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
+ROOT = Path(__file__).resolve().parent.parent
 RULES = FIXTURES / "fixtures.rules.json"
 JUDGE = f"scripted:{RULES}"
 
@@ -87,10 +88,29 @@ def test_direct_baseline_and_ablation_variants(tmp_path: Path) -> None:
     local_only = _eval(tmp_path / "grid", "--no-global", "--window", "10", "--overlap", "3", "--limit", "2")
     assert local_only.config.variant == "rt4chart-no-global-W10-O3"
     assert local_only.metrics.samples == 2
-    assert local_only.stem.endswith("rt4chart-no-global-W10-O3_n2")
+    assert local_only.stem.endswith(f"rt4chart-no-global-W10-O3_n2_{local_only.configuration_digest}")
     bounded = _eval(tmp_path / "bounded", "--max-tokens", "256", "--limit", "1")
-    assert bounded.stem.endswith("rt4chart_max-tokens-256_n1")
+    assert bounded.stem.endswith(f"rt4chart_max-tokens-256_n1_{bounded.configuration_digest}")
     assert "max_tokens=256" in (tmp_path / "bounded" / f"{bounded.stem}.md").read_text(encoding="utf-8")
+
+
+def test_configurations_that_differ_only_in_unnamed_options_never_share_a_result_file(tmp_path: Path) -> None:
+    runs = [("default",), ("--batch-claims", "1"), ("--global-auto",), ("--ungrounded", "keep"), ("--no-skip-decided",)]
+    for number, extra in enumerate(runs):
+        _eval(tmp_path / str(number), *(option for option in extra if option != "default"), "--limit", "1")
+    stems = {next((tmp_path / str(number)).glob("*.json")).stem for number in range(len(runs))}
+    assert len(stems) == len(runs)
+    # The same configuration again: the same file.
+    again = _eval(tmp_path / "again", "--limit", "1")
+    assert again.stem in stems
+
+
+def test_result_files_named_before_the_digest_still_load() -> None:
+    committed = sorted((ROOT / "evals" / "results").glob("*_rt4chart.json"))
+    assert committed
+    for path in committed:
+        result = EvaluationResult.model_validate_json(path.read_text(encoding="utf-8"))
+        assert result.stem.endswith(f"_{result.configuration_digest}") and result.metrics.samples > 0
 
 
 def test_faithbench_eval_scores_evidence_grounding(tmp_path: Path) -> None:

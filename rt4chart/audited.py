@@ -12,16 +12,36 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rt4chart.io import InputLine, read_records
 from rt4chart.options import FailOn
-from rt4chart.text import join_passages
+from rt4chart.text import displayable, join_passages
 from rt4chart.types import Label, Report, Sample
 
 
 class ResultsError(ValueError):
     """A results file that cannot be read, or that does not belong to the given input."""
+
+
+def _displayable_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return displayable(value)
+    if isinstance(value, list):
+        return [_displayable_value(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _displayable_value(item) for key, item in value.items()}
+    return value
+
+
+_Model = TypeVar("_Model", Report, Sample)
+
+
+def _displayable(model: _Model) -> _Model:
+    """``model`` with every string made :func:`~rt4chart.text.displayable` (itself when none changes)."""
+    dumped = model.model_dump(mode="json")
+    shown = _displayable_value(dumped)
+    return model if shown == dumped else type(model).model_validate(shown)
 
 
 @dataclass(frozen=True)
@@ -34,6 +54,14 @@ class AuditedSample:
     """The audited input; ``None`` for an invalid input line or when no input file was given."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Record fields :class:`Report` does not model (e.g. signals, other judges' verdicts)."""
+
+    def __post_init__(self) -> None:
+        # Everything a reporting module shows comes through here: terminal escapes and bidi
+        # controls from answers or judges are made visible, length for length (offsets hold).
+        object.__setattr__(self, "report", _displayable(self.report))
+        if self.sample is not None:
+            object.__setattr__(self, "sample", _displayable(self.sample))
+        object.__setattr__(self, "extra", _displayable_value(self.extra))
 
     @property
     def context_text(self) -> str | None:

@@ -262,3 +262,22 @@ def chunk_sentences(n_sentences: int, window: int = 25, overlap: int = 10) -> li
         if last == n_sentences - 1:
             return chunks
         first += stride
+
+
+_UNDISPLAYABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Characters that act on a terminal or a page instead of showing: C0/C1 controls (ANSI escapes
+start with ESC) but tab and newline, and the bidirectional controls (U+202E reverses text)."""
+
+
+def _picture(match: re.Match[str]) -> str:
+    character = match.group()
+    code = ord(character)
+    if code < 0x20:
+        return chr(0x2400 + code)  # the Unicode control picture: ESC shows as ␛
+    return "\u2421" if code == 0x7F else "\ufffd"
+
+
+def displayable(text: str) -> str:
+    """``text`` with every character that would act rather than show replaced by one visible
+    character (a control picture, or U+FFFD), so offsets into it stay those of the original."""
+    return _UNDISPLAYABLE.sub(_picture, text)

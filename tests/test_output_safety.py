@@ -367,3 +367,31 @@ def test_an_answer_with_too_many_sentences_gets_its_error_record(audit_inputs: t
     records = read_records(out)
     assert len(records) == 4 and "over the limit" in records[3]["errors"][0] and records[3]["usage"]["calls"] == 0
     assert code == 2, output
+
+
+# --- hostile text in what is shown (issue 27, low items) -------------------------------------------
+
+
+def test_escapes_controls_and_bidi_overrides_from_answers_never_reach_a_terminal_page_or_xml(
+    audit_inputs: tuple[Path, Path],
+) -> None:
+    import xml.etree.ElementTree as ElementTree
+
+    inputs, rules = audit_inputs
+    samples = [json.loads(line) for line in inputs.read_text(encoding="utf-8").splitlines()]
+    samples[0]["answer"] = "Store 0 opens at 1 am.\x1b[2J\x1b]0;pwned\x07 It also sells \u202ecakes\x01."
+    inputs.write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
+    out, html, junit = (inputs.parent / name for name in ("out.jsonl", "report.html", "junit.xml"))
+    code, _ = verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", "--out", str(out), "--report", str(html),
+                     "--junit", str(junit), "-q")
+    assert code == 1
+    shown = [
+        runner.invoke(app, ["show", str(out), "--input", str(inputs)]).output,
+        runner.invoke(app, ["report", str(out), "--input", str(inputs), "--github"]).output,
+        verify(inputs, "--judge", f"scripted:{rules}", "--no-cache", "--format", "text", "-q")[1],
+        html.read_text(encoding="utf-8"),
+    ]
+    for text in shown:
+        assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text and "\x01" not in text
+    assert "\u241b[2J" in shown[0], "the escape is shown, not dropped"
+    ElementTree.parse(junit)  # well-formed XML: no control character left in it

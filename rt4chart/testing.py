@@ -283,41 +283,46 @@ class AuditSession:
 
     def judge(self) -> JudgeStack:
         """The session's judge stack, built on its own loop on first use."""
+        return self._running()[1]
+
+    def _running(self) -> tuple[_JudgeLoop, JudgeStack]:
         with self._guard:
-            if self._stack is None:
-                self._loop = _JudgeLoop()
+            if self._loop is None or self._stack is None:
+                loop = _JudgeLoop()
 
                 async def build() -> JudgeStack:
                     return self._build()
 
-                self._stack = self._loop.submit(build()).result()
-            return self._stack
+                try:
+                    self._stack = loop.submit(build()).result()
+                except BaseException:  # an unknown judge, an unusable cache: no loop left behind
+                    loop.close()
+                    raise
+                self._loop = loop
+            return self._loop, self._stack
 
-    async def _audit(self, sample: Sample, options: Mapping[str, Any]) -> Report:
+    async def _audit(self, stack: JudgeStack, sample: Sample, options: Mapping[str, Any], test: str) -> Report:
         if self.stopped is not None:
             self.skipped += 1
             raise BudgetExhausted(f"the session's budget stopped its audits: {self.stopped}")
         try:
-            report = await rt4chart.averify(sample, self.judge(), **options)
+            report = await rt4chart.averify(sample, stack, **options)
         except BudgetExhausted as error:
             self.stopped = str(error)
             raise
-        test = self.current_test
         self.records.append(AuditRecord(test=test, report=report, sample=sample,
                                         failing_claims=len(failing_claims(report))))
         return report
 
     def audit(self, sample: Sample, options: Mapping[str, Any]) -> Report:
         """Audit ``sample`` on the session's loop; the calling thread waits (any thread, any loop)."""
-        self.judge()
-        assert self._loop is not None
-        return self._loop.submit(self._audit(sample, options)).result()
+        loop, stack = self._running()
+        return loop.submit(self._audit(stack, sample, options, self.current_test)).result()
 
     async def aaudit(self, sample: Sample, options: Mapping[str, Any]) -> Report:
         """Audit ``sample`` on the session's loop; the calling loop keeps running meanwhile."""
-        self.judge()
-        assert self._loop is not None
-        return await asyncio.wrap_future(self._loop.submit(self._audit(sample, options)))
+        loop, stack = self._running()
+        return await asyncio.wrap_future(loop.submit(self._audit(stack, sample, options, self.current_test)))
 
     def spent_usd(self) -> float:
         """What the session spent, audits stopped half-way included: every process of a

@@ -16,6 +16,7 @@ from test_judge_unavailable import closed_port_url
 
 from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.budget import BudgetExhausted
+from rt4chart.judges import JudgeConfigError
 from rt4chart.testing import (
     AuditSession,
     GroundingError,
@@ -164,3 +165,13 @@ def test_ledgers_sharing_one_file_share_one_cap(tmp_path: Path) -> None:
     assert second.reserve(0.03)
     second.settle(0.03, Usage(calls=1, cost_usd=0.03))
     assert first.shared_spent_usd() == pytest.approx(0.05) and not first.reserve(0.001)
+
+
+def test_a_session_with_an_unknown_judge_says_so_and_leaves_no_thread_behind() -> None:
+    session = AuditSession(SessionSettings(judge="no-such-judge"))
+    sample = example("refund-faithful")
+    for _ in range(2):
+        with pytest.raises(JudgeConfigError, match="no-such-judge"):
+            session.audit(sample, {})
+    session.close()
+    assert not [thread for thread in threading.enumerate() if thread.name == "rt4chart-judge"]

@@ -33,7 +33,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rt4chart.datasets import DATA_LOCATION_HELP, DATASET_NAMES
-from rt4chart.options import AuditOptions, EngineOptions, FailOn, OutputFormat
+from rt4chart.options import AuditOptions, EngineOptions, FailOn, OutputFormat, ShowOnly
 
 if TYPE_CHECKING:
     from rt4chart.audited import AuditedSample
@@ -58,8 +58,20 @@ app = typer.Typer(
 stderr = Console(stderr=True)
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        print(f"rt4chart {version('rt4chart')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _commands() -> None:
+def _commands(
+    _version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
     """Audit RAG answers against their context: claim-level verdicts with evidence."""
 
 
@@ -187,8 +199,10 @@ def _guard_outputs(outputs: dict[str, Path | None], inputs: Sequence[Path | None
 def _read_input(input_path: Path) -> list[InputLine]:
     from rt4chart.io import STDIN, read_jsonl
 
-    if str(input_path) != STDIN and not input_path.is_file():
+    if str(input_path) != STDIN and not input_path.exists():
         raise fail(f"input file not found: {input_path}")
+    if str(input_path) != STDIN and input_path.is_dir():
+        raise fail(f"the input {input_path} is a directory, not a JSONL file")
     items = list(read_jsonl(input_path))
     if not items:
         raise fail(f"the input {'on stdin' if str(input_path) == STDIN else input_path} holds no record (it is empty or blank)")
@@ -324,13 +338,12 @@ app.add_typer(cache_app, name="cache")
 def cache_stats(cache_dir: CacheDirOption = None, cache_url: CacheUrlOption = None) -> None:
     """Entries and size of the cache."""
     from rt4chart.cache import CacheError
+    from rt4chart.cache import cache_stats as stats_of
 
-    cache = _open_cache(_cache_at(cache_dir, cache_url))
     try:
-        stats = cache.stats()
+        stats = stats_of(_cache_at(cache_dir, cache_url))
     except CacheError as error:
         raise fail(str(error)) from None
-    cache.close()
     stderr.print(f"{stats.directory}: {stats.entries} entries, {stats.size_bytes / 1e6:.2f} MB", highlight=False, markup=False)
 
 
@@ -739,20 +752,18 @@ def show(
     results: ResultsArgument,
     input_path: ResultsInputOption = None,
     sample_id: Annotated[str | None, typer.Option("--id", help="Only the sample with this id.")] = None,
-    only: Annotated[FailOn | None, typer.Option(help="Only contradicted or hallucinated samples.")] = None,
+    only: Annotated[ShowOnly | None, typer.Option(help="Only contradicted or hallucinated samples.")] = None,
 ) -> None:
     """Print results readably: each answer with its claims coloured by label, and their evidence."""
     from rt4chart.terminal_view import print_samples
 
-    if only is FailOn.NEVER:
-        raise fail("--only must be contradicted or hallucinated")
     audited = _read_audited(results, input_path)
     if sample_id is not None:
         audited = [item for item in audited if item.report.id == sample_id]
         if not audited:
             raise fail(f"no sample with id {sample_id!r} in {results}")
     if only is not None:
-        audited = [item for item in audited if item.fails(only)]
+        audited = [item for item in audited if item.fails(FailOn(only.value))]
     print_samples(audited, Console())
 
 
@@ -828,6 +839,8 @@ def repair(
     out = _guard_outputs({"--out": out}, [verified, input_path]).get("--out")
     items = _read_input(input_path)
     records = _read_verify_records(verified)
+    if not records:
+        raise fail(f"the verify records {verified} hold no record (the file is empty or blank)")
     with _usage_errors():
         spec = RunSpec(judge=judge, api_base=api_base, limits=run_limits(None, concurrency, None), options=options,
                        cache=None if no_cache else cache_location(cache_dir, cache_url))

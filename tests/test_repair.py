@@ -430,3 +430,17 @@ def test_cli_bad_records_each_get_an_error_record(tmp_path: Path) -> None:
     assert "not an rt4 verify record" in records[0]["errors"][0]
     assert "no valid sample with id 'zzz' on line 1" in records[1]["errors"][0]
     assert records[2]["repaired"] == "A." and records[2]["errors"] == []
+
+
+def test_repair_of_an_empty_records_file_is_a_usage_error(tmp_path: Path) -> None:
+    from audit_fixtures import write_samples
+    from typer.testing import CliRunner
+
+    from rt4chart.cli import app
+
+    inputs, verified = tmp_path / "in.jsonl", tmp_path / "verified.jsonl"
+    write_samples(inputs, 2)
+    for content in ("", "\n \n"):
+        verified.write_text(content, encoding="utf-8")
+        done = CliRunner().invoke(app, ["repair", str(verified), "--input", str(inputs), "--no-cache"])
+        assert done.exit_code == 2 and "hold no record" in done.output, done.output

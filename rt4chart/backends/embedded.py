@@ -160,6 +160,7 @@ for _family, _opposite in ((_RISING, _FALLING), (_FALLING, _RISING)):
 """Word -> the words that oppose it (also what evals/embedded/synthetic.py swaps in)."""
 
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[A-Za-z]+(?:'[A-Za-z]+)?")
+_HEAD_DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
 _META = re.compile(
     r"\b(?:passages?|context|provided (?:text|information|documents?)|given (?:text|information))\b"
     r".{0,60}\b(?:not|no|does ?n[o']t|do ?n[o']t|neither)\b"
@@ -178,6 +179,26 @@ def _stem(word: str) -> str:
     return str(_stemmer.stem(word))
 
 
+_HEAD_SMALL_NUMBERS = """zero one two three four five six seven eight nine ten eleven twelve thirteen
+    fourteen fifteen sixteen seventeen eighteen nineteen twenty"""
+_HEAD_NUMBER_WORDS = {
+    word: float(value)
+    for value, word in enumerate(_HEAD_SMALL_NUMBERS.split(sep=None))
+    if word != "one"  # mostly a pronoun ("one of the ..."): counting it makes false conflicts
+}
+"""The number words the head was trained to leave out of the content words (so its coverage and
+overlap features read as they did in training); scale words such as "million" stay content words."""
+
+
+def _head_number(token: str) -> float | None:
+    """One token's value as the head's training read it: digits, or a small number word."""
+    if token in _HEAD_NUMBER_WORDS:
+        return _HEAD_NUMBER_WORDS[token]
+    if not _HEAD_DIGITS.fullmatch(token) or token.replace(",", "").count(".") > 1:
+        return None
+    return float(token.replace(",", ""))
+
+
 @dataclass(frozen=True)
 class Terms:
     """What the lexical cues need of one text."""
@@ -187,7 +208,8 @@ class Terms:
     words: frozenset[str]
     """Lower-cased words, for negation and antonym cues."""
     numbers: frozenset[float]
-    """Numeric values stated (digits and small number words)."""
+    """Numeric values stated, in the full reading (:func:`rt4chart.text.number_at`: digits, "12
+    million", "two thousand", "a dozen", "third", "half")."""
     negated: bool
     """Whether the text holds an odd number of negations."""
 
@@ -196,26 +218,24 @@ class Terms:
 def terms_of(text: str) -> Terms:
     """Tokenise ``text`` once (memoised: context sentences recur across chunks and stages)."""
     content: set[str] = set()
-    words: set[str] = set()
-    numbers: set[float] = set()
     negations = 0
     tokens = [match.group().lower() for match in _TOKEN.finditer(text)]
-    words.update(tokens)
-    position = 0
-    while position < len(tokens):
-        token = tokens[position]
-        number = number_at(tokens, position)
-        if number is not None:
-            # A four-digit year and a count are both just numbers here; units are not parsed.
-            numbers.add(number[0])
-            position += number[1]
+    for token in tokens:
+        if _head_number(token) is not None:
             continue
-        position += 1
         if token in _NEGATIONS:
             negations += 1
         elif token not in STOPWORDS and len(token) > 1:
             content.add(_stem(token))
-    return Terms(frozenset(content), frozenset(words), frozenset(numbers), negations % 2 == 1)
+    numbers: set[float] = set()
+    position = 0
+    while position < len(tokens):
+        found = number_at(tokens, position)
+        if found is not None:
+            # A four-digit year and a count are both just numbers here; units are not parsed.
+            numbers.add(found[0])
+        position += found[1] if found else 1
+    return Terms(frozenset(content), frozenset(tokens), frozenset(numbers), negations % 2 == 1)
 
 
 # ---------------------------------------------------------------------------------------------

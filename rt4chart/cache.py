@@ -185,6 +185,21 @@ def open_cache(location: Path | str | None) -> JudgeCache:
     return JudgeCache(location)
 
 
+def cache_stats(location: Path | str | None) -> CacheStats:
+    """What the cache at ``location`` holds, without creating a directory that is not there
+    (``rt4 cache stats --cache-dir TYPO`` must not leave an empty cache behind)."""
+    directory = location if isinstance(location, Path) else None
+    if location is None:
+        directory = default_cache_dir()
+    if directory is not None and not directory.exists():
+        return CacheStats(directory=directory, entries=0, size_bytes=0)
+    cache = open_cache(location)
+    try:
+        return cache.stats()
+    finally:
+        cache.close()
+
+
 class CachedBackend(BackendWrapper):
     """Puts a :class:`JudgeCache` in front of a backend."""
 

@@ -43,6 +43,14 @@ class FailOn(StrEnum):
     """Only a hallucination rate above the ``--baseline``'s beyond the paired bootstrap CI."""
 
 
+class ShowOnly(StrEnum):
+    """Which samples ``rt4 show --only`` keeps: the :class:`FailOn` policies that select answers
+    by their own label (``never``, ``new`` and ``worse`` select none, or need a baseline)."""
+
+    CONTRADICTED = FailOn.CONTRADICTED.value
+    HALLUCINATED = FailOn.HALLUCINATED.value
+
+
 class OutputFormat(StrEnum):
     """What ``rt4 verify`` writes to stdout when no ``--out`` is given."""
 

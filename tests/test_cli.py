@@ -284,3 +284,17 @@ def test_exit_0_and_exit_1_say_why(example: tuple[Path, Path]) -> None:
     assert (failed.exit_code, passed.exit_code) == (EXIT_HALLUCINATED, EXIT_OK)
     assert "failed: 1 of 1 answers hallucinated (100%) > --max-rate 0.00" in " ".join(failed.stderr.split())
     assert "passed: --fail-on never" in " ".join(passed.stderr.split())
+
+
+def test_small_traps_of_the_first_hour(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = tmp_path / "typo-cache"
+    stats = runner.invoke(app, ["cache", "stats", "--cache-dir", str(missing)], catch_exceptions=False)
+    assert stats.exit_code == 0 and "0 entries" in " ".join(stats.stderr.split())
+    assert not missing.exists(), "cache stats must not create the directory it was asked about"
+    empty = runner.invoke(app, ["verify", "/dev/null"], catch_exceptions=False)
+    assert empty.exit_code == EXIT_USAGE and "not found" not in empty.stderr and "holds no record" in empty.stderr
+    folder = runner.invoke(app, ["verify", str(tmp_path)], catch_exceptions=False)
+    assert folder.exit_code == EXIT_USAGE and "is a directory" in folder.stderr
+    version = runner.invoke(app, ["--version"], catch_exceptions=False)
+    assert version.exit_code == 0 and version.stdout.startswith("rt4chart ")

@@ -86,8 +86,12 @@ def test_show_filters_by_id_and_by_verdict(audited: Path, monkeypatch: pytest.Mo
     assert one.startswith("paris  line 1  entailed") and "berlin" not in one
     missing = rt4("show", "results.jsonl", "--id", "nope", cwd=audited)
     assert missing.returncode == 2 and "no sample with id 'nope'" in missing.stderr
+    # --help offers only what --only accepts; never (a run policy) is refused by the option itself.
     never = rt4("show", "results.jsonl", "--only", "never", cwd=audited)
-    assert never.returncode == 2 and "--only must be contradicted or hallucinated" in never.stderr
+    assert never.returncode == 2 and "never" in never.stderr
+    offered = rt4("show", "--help", cwd=audited)
+    help_text = Text.from_ansi(offered.stdout).plain
+    assert "contradicted|hallucinated>" in "".join(help_text.split()) and "never" not in help_text
 
 
 def _verify_on_a_terminal(directory: Path, *args: str) -> str:

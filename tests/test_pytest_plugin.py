@@ -267,3 +267,18 @@ def test_the_example_test_file_runs_offline(suite: pytest.Pytester) -> None:
         shutil.copy(EXAMPLES / name, suite.path / name)
     result = run(suite, f"--rt4-judge=scripted:{suite.path / 'answers.rules.json'}")
     result.assert_outcomes(passed=6)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [(["--rt4-budget=nan"], "--rt4-budget must be a finite amount"),
+     (["--rt4-budget=-1"], "--rt4-budget must be a finite amount"),
+     (["--rt4-cache-dir=cache", "--rt4-cache-url=redis://127.0.0.1:1/0"], "not both")],
+)
+def test_options_that_make_no_sense_are_refused_before_any_test(
+    suite: pytest.Pytester, options: list[str], message: str
+) -> None:
+    suite.makepyfile(test_refund=REFUND_FILE)
+    result = run(suite, JUDGE, *options)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str() and "passed" not in result.stdout.str()

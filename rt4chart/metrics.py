@@ -296,7 +296,10 @@ def bootstrap(
 
 
 def claim_unsupported_score(claim: ClaimVerdict) -> float | None:
-    """The judge's belief that a claim is not entailed, from its label and confidence."""
+    """The judge's belief that a claim is not entailed: a scoring judge's calibrated
+    ``score.p_unsupported``, else read from its label and confidence."""
+    if claim.score is not None:
+        return claim.score.p_unsupported
     if claim.confidence is None or claim.label is None:
         return None
     return claim.confidence if claim.label != Label.ENTAILED else 1.0 - claim.confidence

@@ -4,8 +4,8 @@
     python evals/embedded/calibration.py --head question \\
         evals/results/ragtruth-qa_test_embedded-<hash>_rt4chart.predictions.jsonl
 
-For every answer, the claims' P(not supported) (the confidence of each claim's label, turned into
-P(not supported) as ``rt4chart.metrics.claim_unsupported_score`` does) gives the answer-level
+For every answer, the claims' P(not supported) (each claim's ``score.p_unsupported``, the
+probability the record calls calibrated: ``rt4chart.metrics.claim_unsupported_score``) gives the answer-level
 probability of the shipped head (``Head.answer_probability``). Prints its expected calibration
 error (10 equal-width bins), Brier score and AUROC against gold, and writes a reliability plot
 (PNG) next to the predictions' result files, under evals/results/.

@@ -53,6 +53,35 @@ def summary_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+MAIN_README = HERE.parent / "README.md"
+HEADLINE_START, HEADLINE_END = "<!-- embedded-figures:start -->", "<!-- embedded-figures:end -->"
+HEADLINE_DATASETS = (("ragtruth-qa", "RAGTruth QA test"), ("faithbench", "FaithBench test"))
+
+
+def embedded_headline(judge: str) -> str:
+    """The README's table of the shipped embedded judge on the test splits, from its result files,
+    with the flag-everything baseline each figure has to beat."""
+    results = {
+        (r.config.dataset, r.judge): r
+        for r in (EvaluationResult.model_validate_json(path.read_text(encoding="utf-8"))
+                  for path in sorted(RESULTS.glob("*.json")))
+        if r.config.split == "test" and r.config.variant == "rt4chart"
+    }
+    shipped = [results.get((dataset, judge)) for dataset, _ in HEADLINE_DATASETS]
+    header = " | ".join(f"{name} ({r.metrics.scored if r else 'not run'})" for (_, name), r in zip(
+        HEADLINE_DATASETS, shipped, strict=True))
+    lines = [f"Judge `{judge}`, from `evals/results/` (`python evals/summary.py` writes this table):", "",
+             f"| | {header} |", "|---|---|---|"]
+    for key, name in (("answer_f1", "answer F1"), ("balanced_accuracy", "balanced accuracy"),
+                      ("auroc", "AUROC of the answer score"), ("span_f1", "span F1 (chars)")):
+        cells = [format_estimate(r.metrics.headline.get(key)) if r else "n/a" for r in shipped]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    baseline = [r.metrics.flag_everything if r else None for r in shipped]
+    lines.append("| flag every answer: F1 | " + " | ".join(
+        f"{b.f1:.3f}" if b is not None else "n/a" for b in baseline) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     table = summary_table()
     (RESULTS / "SUMMARY.md").write_text(
@@ -65,6 +94,14 @@ def main() -> None:
         block = re.compile(re.escape(START) + ".*?" + re.escape(END), re.DOTALL)
         if block.search(text):
             README.write_text(block.sub(lambda _: f"{START}\n{table}{END}", text), encoding="utf-8")
+    text = MAIN_README.read_text(encoding="utf-8")
+    block = re.compile(re.escape(HEADLINE_START) + ".*?" + re.escape(HEADLINE_END), re.DOTALL)
+    if block.search(text):
+        from rt4chart.backends.embedded import VERSION  # the judge that ships (needs the embedded extra)
+
+        headline = embedded_headline(f"embedded#{VERSION}")
+        replaced = block.sub(lambda _: f"{HEADLINE_START}\n{headline}{HEADLINE_END}", text)
+        MAIN_README.write_text(replaced, encoding="utf-8")
     print(table)
 
 

@@ -67,6 +67,12 @@ class Ledger:
         if self.limit_usd is not None and not (math.isfinite(self.limit_usd) and self.limit_usd >= 0):
             raise ValueError(f"a budget must be a finite amount of at least 0 USD (got {self.limit_usd})")
 
+    def free_usd(self) -> float | None:
+        """What is neither spent nor reserved; ``None`` without a cap."""
+        if self.limit_usd is None:
+            return None
+        return self.limit_usd - self.spent_usd - self.reserved_usd
+
     def reserve(self, amount: float) -> bool:
         """Reserve ``amount`` if the budget allows it."""
         if self.limit_usd is not None and self.spent_usd + self.reserved_usd + amount > self.limit_usd:
@@ -118,13 +124,12 @@ class SampleAdmission:
         self.finished = 0
 
     def may_start(self, in_flight: int) -> bool:
-        ledger = self.ledger
-        if ledger is None or ledger.limit_usd is None or in_flight == 0:
+        if self.ledger is None or in_flight == 0:
             return True
-        if self.finished == 0:
-            return False
-        free = ledger.limit_usd - ledger.spent_usd - ledger.reserved_usd
-        return free >= self.costliest_usd * (in_flight + 1)
+        free = self.ledger.free_usd()
+        if free is None:
+            return True
+        return self.finished > 0 and free >= self.costliest_usd * (in_flight + 1)
 
     def sample_finished(self, cost_usd: float) -> None:
         self.finished += 1

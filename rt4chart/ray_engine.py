@@ -109,6 +109,12 @@ class RemoteLedger(Ledger):
         self.usage = self.usage + usage
         return overrun
 
+    def free_usd(self) -> float | None:
+        import ray
+
+        free: float | None = ray.get(self._keeper.free_usd.remote())
+        return free
+
 
 class BudgetKeeper:
     """The run's one ledger, as a Ray actor (see :class:`RemoteLedger`)."""
@@ -121,6 +127,9 @@ class BudgetKeeper:
 
     def settle(self, reserved: float, usage: dict[str, Any]) -> float:
         return self.ledger.settle(reserved, Usage.model_validate(usage))
+
+    def free_usd(self) -> float | None:
+        return self.ledger.free_usd()
 
     def totals(self) -> dict[str, Any]:
         ledger = self.ledger

@@ -241,3 +241,15 @@ def test_progress_shows_the_workers_spend_while_the_run_goes(tmp_path: Path, ray
     assert spent_by_records > 0
     assert ledger.spent_usd == pytest.approx(spent_by_records)
     assert spent[-1] == pytest.approx(spent_by_records, abs=1e-4), "the last line shows the whole spend"
+
+
+def test_a_budget_stop_under_ray_exits_3_with_the_summary(tmp_path: Path) -> None:
+    """Issue 27: a Ray run stopped by its budget once exited 1 (the "hallucinated" code), no summary."""
+    write_samples(tmp_path / "in.jsonl", 12)
+    rules = write_rules(tmp_path / "rules.json", cost_per_call=0.01)
+    done = rt4("verify", "in.jsonl", "--judge", f"scripted:{rules}", "--engine", "ray", "--workers", "1",
+               "--worker-cpus", "0.5", "--budget", "0.05", "--no-cache", "--out", "out.jsonl", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert "stopped by budget" in done.stderr and "spent by this run" in done.stderr
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert 0 < len(records) < 12 and sum(r["usage"]["cost_usd"] for r in records) <= 0.05

@@ -34,3 +34,27 @@ def test_default_judge_audits_the_examples_with_no_network(tmp_path: Path) -> No
         joined = context if isinstance(context, str) else "\n\n".join(context)
         for claim in record["claims"]:
             assert all(joined[e["start"] : e["end"]] == e["text"] for e in claim["evidence"])
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _python_block_with(marker: str) -> str:
+    """The README's ```python block that contains ``marker``."""
+    blocks = README.read_text(encoding="utf-8").split("```python\n")[1:]
+    return next(block.split("```", 1)[0] for block in blocks if marker in block)
+
+
+def test_the_lower_level_library_example_runs_as_written(tmp_path: Path) -> None:
+    code = _python_block_with("rt4chart.Pipeline(stack")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                            cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "contradicted"
+
+
+def test_rt4_serve_prints_the_judge_string_the_readme_shows() -> None:
+    from rt4chart.serve import LocalServer
+
+    server = LocalServer(base_url="http://127.0.0.1:8080", alias="smollm2", model_path=Path("SmolLM2.gguf"))
+    assert f"rt4 verify examples/answers.jsonl {server.judge_arguments(2)}" in README.read_text(encoding="utf-8")

@@ -400,7 +400,8 @@ def eval_command(
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
     tag: Annotated[str | None, typer.Option(help="Label added to the result file names (e.g. run-2).")] = None,
-    results_dir: Annotated[Path, typer.Option(help="Where the JSON and Markdown results go.")] = Path("evals/results"),
+    # Not the checkout's tracked evals/results by default: a rerun of a split would overwrite its files.
+    results_dir: Annotated[Path, typer.Option(help="Where the JSON and Markdown results go (the project's own figures: evals/results).")] = Path("rt4-results"),
     save_predictions: Annotated[bool, typer.Option(help="Also write every output record.")] = False,
     cache_dir: Annotated[Path | None, typer.Option(help="Cache judge calls here (default: no cache, so runs are independent).")] = None,
     cache_url: CacheUrlOption = None,

@@ -112,7 +112,7 @@ def policy_text(summary: RunSummary) -> str | None:
         return "passed: --fail-on never (the verdicts do not decide the exit code)"
     judged = sum(summary.labels.values())
     if not judged:
-        return "passed: no answer was judged"
+        return "no answer was judged, so none fails the policy (see the errors for why)"
     failing = sum(summary.labels[label] for label in failing_labels(summary.fail_on))
     share = failing / judged
     fails = share > summary.max_rate

@@ -264,7 +264,7 @@ def test_the_readme_eval_command_finds_its_data_after_a_non_editable_install(tmp
     for cwd in (checkout, elsewhere):  # from the clone (../shared/data), and from anywhere (pip's record)
         completed = _installed_rt4(site, cwd, *readme_eval, "--resamples", "10")
         assert completed.returncode == 0, completed.stderr
-        written = sorted((cwd / "evals" / "results").glob("*.json"))
+        written = sorted((cwd / "rt4-results").glob("*.json"))
         assert written, completed.stderr
         result = json.loads(written[0].read_text(encoding="utf-8"))
         assert result["config"]["path"] == str((tmp_path / "shared" / "data" / "ragtruth-qa").resolve())
@@ -283,3 +283,20 @@ def test_a_missing_dataset_lists_every_place_looked_in(tmp_path: Path) -> None:
     assert DATA_DIR_ENV in message and "--path" in message
     help_text = " ".join(_installed_rt4(site, elsewhere, "eval", "--help").stdout.split())
     assert DATA_DIR_ENV in help_text and "installed from" in help_text
+
+
+def test_eval_never_writes_into_the_tracked_results_by_default(tmp_path: Path) -> None:
+    """From the checkout, `rt4 eval` without --results-dir leaves evals/results (tracked figures) alone."""
+    data = tmp_path / "shared" / "data"
+    shutil.copytree(FIXTURES / "ragtruth-qa", data / "ragtruth-qa")
+    checkout = tmp_path / "clone"
+    (checkout / "evals" / "results").mkdir(parents=True)
+    environment = {**os.environ, DATA_DIR_ENV: str(data)}
+    completed = subprocess.run(
+        [sys.executable, "-m", "rt4chart", "eval", "ragtruth-qa", "--split", "test", "--judge", "embedded",
+         "--resamples", "10", "-q"],
+        cwd=checkout, env=environment, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert list((checkout / "evals" / "results").iterdir()) == []
+    assert sorted(path.suffix for path in (checkout / "rt4-results").iterdir()) == [".json", ".md"]

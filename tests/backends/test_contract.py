@@ -1,5 +1,6 @@
-"""The backend contract, once, against every backend: scripted, embedded, litellm on a real
-llama.cpp server, a cascade and a vote. SmolLM2 judges badly; only the protocol is asserted."""
+"""The backend contract, once, against every backend: scripted, embedded, litellm and a fleet on a
+real llama.cpp server, a raw httpx sender under the transport policy, a cascade and a vote.
+SmolLM2 judges badly; only the protocol is asserted."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import EXAMPLES, LLAMA_MAX_TOKENS, VerifyRequestFactory
+from test_policy import HttpxSender
 
 from rt4chart.backends.base import Backend, CostEstimator, GenerationParams, JudgeRequest, JudgeResponse
+from rt4chart.backends.fleet import FleetBackend, FleetMember, FleetRouting
 from rt4chart.backends.litellm import LiteLLMBackend
+from rt4chart.backends.policy import CallSettings, PolicyBackend
 from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.ensembles.cascade import CascadeBackend, CascadeStage
 from rt4chart.ensembles.vote import VoteBackend
@@ -23,7 +27,8 @@ from rt4chart.types import Label, Sample, Usage
 
 RULES = EXAMPLES / "free_trial.rules.json"
 CLAIMS = ["All users can start the free trial.", "The trial lasts 14 days."]
-BACKENDS = ["scripted", "embedded", "litellm-llamacpp", "cascade", "vote"]
+BACKENDS = ["scripted", "embedded", "litellm-llamacpp", "fleet-llamacpp", "policy-httpx-llamacpp", "cascade", "vote"]
+"""Every backend of the package, and a sender of a few lines under the transport policy."""
 
 
 def _embedded() -> Backend:
@@ -44,6 +49,15 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         server: LocalServer = request.getfixturevalue("llamacpp")
         profile = JudgeProfile(name="smollm2", model="hosted_vllm/smollm2", max_attempts=2, backoff_s=0.01)
         built = LiteLLMBackend(profile.litellm_settings(), api_key="no-key", api_base=server.api_base)
+    elif kind == "fleet-llamacpp":
+        server = request.getfixturevalue("llamacpp")
+        profile = JudgeProfile(name="smollm2-fleet", model="hosted_vllm/smollm2", max_attempts=2, backoff_s=0.01)
+        # Two deployments of one server: the router picks one per attempt, as over several hosts.
+        members = [FleetMember("hosted_vllm/smollm2", server.api_base, "no-key") for _ in range(2)]
+        built = FleetBackend(profile.litellm_settings(), members, FleetRouting())
+    elif kind == "policy-httpx-llamacpp":
+        server = request.getfixturevalue("llamacpp")
+        built = PolicyBackend(HttpxSender(server.api_base, key="no-key"), CallSettings(max_attempts=2, backoff_s=0.01))
     elif kind == "vote":
         built = VoteBackend([ScriptedBackend.from_file(RULES), _embedded(), ScriptedBackend.from_file(RULES)])
     else:

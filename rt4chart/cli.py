@@ -31,9 +31,10 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperCommand, TyperOption
 
 from rt4chart.datasets import DATA_LOCATION_HELP, DATASET_NAMES
-from rt4chart.options import AuditOptions, EngineOptions, FailOn, OutputFormat, ShowOnly
+from rt4chart.options import HELP_PANELS, AuditOptions, EngineOptions, FailOn, OutputFormat, ShowOnly
 
 if TYPE_CHECKING:
     from rt4chart.audited import AuditedSample
@@ -56,6 +57,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 stderr = Console(stderr=True)
+
+
+class _PanelledCommand(TyperCommand):
+    """A command whose ``--help`` groups its options into the panels of :data:`rt4chart.options.HELP_PANELS`."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:  # typer's vendored click types are private
+        for param in self.params:
+            if isinstance(param, TyperOption) and param.rich_help_panel is None:
+                param.rich_help_panel = HELP_PANELS.get(param.name or "")
+        super().format_help(ctx, formatter)
 
 
 def _print_version(asked: bool) -> None:
@@ -232,7 +243,7 @@ def _engine_help(name: str) -> str:
 
 InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin).")]
 TimeoutOption = Annotated[float | None, typer.Option("--timeout", help="Seconds one judge HTTP attempt may take (default: the judge profile's).")]
-JudgeOption = Annotated[str | None, typer.Option(help="Judge: profile name, litellm model, cascade:A,B or scripted:RULES.json (default: the embedded offline verifier).")]
+JudgeOption = Annotated[str | None, typer.Option(help="Judge: a profile name (rt4 judges), a profile FILE.toml (e.g. a fleet), a litellm model (openai/NAME with --api-base), cascade:A@0.8,B, vote:A,B,C or scripted:RULES.json (default: the embedded offline verifier).")]
 ApiBaseOption = Annotated[str | None, typer.Option(help="Base URL of an OpenAI-compatible or vLLM server.")]
 ConcurrencyOption = Annotated[int | None, typer.Option(help="Judge calls in flight (default: the judge profile's).")]
 CacheDirOption = Annotated[Path | None, typer.Option(help="Judge-call cache directory (default: per-user cache).")]
@@ -245,7 +256,7 @@ MaxRateOption = Annotated[float, typer.Option(min=0.0, max=1.0, help="Fail only 
 BaselineOption = Annotated[Path | None, typer.Option(help="An earlier audit of these answers (its --out): --fail-on new|worse gate against it, and unchanged lines reuse its records without a judge call.")]
 
 
-@app.command()
+@app.command(cls=_PanelledCommand)
 @audit_options
 def verify(
     input_path: InputArgument,
@@ -304,7 +315,7 @@ def verify(
     raise typer.Exit(outcome.exit_code)
 
 
-@app.command()
+@app.command(cls=_PanelledCommand)
 @audit_options
 def estimate(
     input_path: InputArgument,
@@ -387,7 +398,7 @@ ResamplesOption = Annotated[int, typer.Option(min=0, max=MAX_RESAMPLES, help="Bo
 SeedOption = Annotated[int, typer.Option(help="Bootstrap seed.")]
 
 
-@app.command("eval")
+@app.command("eval", cls=_PanelledCommand)
 @audit_options
 def eval_command(
     dataset: DatasetArgument,

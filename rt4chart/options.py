@@ -51,6 +51,28 @@ class ShowOnly(StrEnum):
     HALLUCINATED = FailOn.HALLUCINATED.value
 
 
+_JUDGE, _METHOD, _OUTPUTS, _RESUME, _SCALE, _SIGNALS = (
+    "Judge and cost", "Method", "Outputs and CI", "Resume", "Scale-out", "Signals",
+)
+HELP_PANELS: dict[str, str] = {
+    **dict.fromkeys(
+        ["judge", "api_base", "concurrency", "budget", "cache_dir", "no_cache", "cache_url", "timeout",
+         "max_tokens", "temperature", "sampling_seed"], _JUDGE),
+    **dict.fromkeys(
+        ["method", "decomposer", "decompose_per_sentence", "decompose_with_question", "max_claims_per_sentence",
+         "window", "overlap", "batch_claims", "global_verification", "global_auto", "ungrounded", "skip_decided"],
+        _METHOD),
+    **dict.fromkeys(
+        ["out", "quiet", "output_format", "html_report", "junit", "github", "fail_on", "max_rate", "baseline"],
+        _OUTPUTS),
+    "resume": _RESUME,
+    **dict.fromkeys(["engine", "address", "workers", "worker_cpus", "samples_in_flight"], _SCALE),
+    **dict.fromkeys(["signals", "signal_model", "signal_probe", "signal_server", "signal_delta"], _SIGNALS),
+}
+"""The ``--help`` panel of each option (by parameter name), declared once for every command that
+offers it: ``rt4 verify --help`` reads as six short groups instead of one wall."""
+
+
 class OutputFormat(StrEnum):
     """What ``rt4 verify`` writes to stdout when no ``--out`` is given."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -298,3 +299,21 @@ def test_small_traps_of_the_first_hour(tmp_path: Path) -> None:
     assert folder.exit_code == EXIT_USAGE and "is a directory" in folder.stderr
     version = runner.invoke(app, ["--version"], catch_exceptions=False)
     assert version.exit_code == 0 and version.stdout.startswith("rt4chart ")
+
+
+def test_verify_help_is_grouped_into_panels_readable_at_80_columns() -> None:
+    from rich.text import Text
+
+    completed = subprocess.run(
+        [str(Path(sys.executable).with_name("rt4")), "verify", "--help"], capture_output=True, text=True,
+        env={**os.environ, "COLUMNS": "80", "TERMINAL_WIDTH": "80"}, timeout=120, check=False,
+    )
+    assert completed.returncode == 0
+    text = Text.from_ansi(completed.stdout).plain
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for panel in ("Judge and cost", "Method", "Outputs and CI", "Resume", "Scale-out", "Signals"):
+        assert f"─ {panel} ─" in text, panel
+    options_panel = text.split("─ Options ─", 1)[1].split("╰", 1)[0]
+    assert "--judge" not in options_panel, "every audit option sits in a named panel"
+    flat = " ".join(text.split())
+    assert "vote:A,B,C" in flat and "FILE.toml" in flat

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+pytest.importorskip("torch", reason="needs torch (the embedded extra)")
+pytest.importorskip("transformers", reason="needs transformers (the embedded extra)")
 
 from rt4chart.backends.base import Backend, JudgeRequest
 from rt4chart.backends.embedded import VERSION, EmbeddedBackend, load_encoder

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+pytest.importorskip("torch", reason="needs torch (the embedded extra)")
+pytest.importorskip("transformers", reason="needs transformers (the embedded extra)")
 
 import torch
 import transformers

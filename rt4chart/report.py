@@ -1,4 +1,8 @@
-"""Human-readable reports of an audit. Only this module and ``cli.py`` print."""
+"""The terminal's view of a run: progress, the summary, estimates and metric tables.
+
+Not the output record (that is :class:`rt4chart.types.Report`) and not ``rt4 report`` (the HTML
+report, :mod:`rt4chart.html_report`). Printing happens only here, in ``cli.py`` and in the other
+reporting modules (agreement_view, terminal_view, diff_view), as ARCHITECTURE.md says."""
 
 from __future__ import annotations
 

@@ -41,8 +41,10 @@ def _needs_evidence(judgement: ClaimJudgement) -> bool:
 
 
 @dataclass
-class ClaimJudge:
-    """Judges batches of claims against a view of the context, with grounding and re-asks."""
+class ClaimVerifier:
+    """The verification step of one sample: asks the sample's judge (through its session) about
+    batches of claims against a view of the context, anchors the evidence (grounding) and re-asks.
+    It judges nothing itself; the judge is the session's backend."""
 
     session: JudgeSession
     index: ContextIndex
@@ -226,8 +228,12 @@ def _judges_by_position(response: JudgeResponse, fallback: str) -> defaultdict[i
     return judges
 
 
+ClaimJudge = ClaimVerifier
+"""The old name of :class:`ClaimVerifier` (it drives the step and is no judge), importable for one release."""
+
+
 def max_calls(batch_size: int) -> int:
-    """The most calls :meth:`ClaimJudge.judge` makes for a batch: the call, one re-ask for
+    """The most calls :meth:`ClaimVerifier.judge` makes for a batch: the call, one re-ask for
     ungrounded evidence, and for a batch of several claims each claim left without a judgement
     asked alone (and re-asked); the planner's worst case is built from this."""
     return 2 if batch_size == 1 else 1 + 2 * batch_size
@@ -255,7 +261,7 @@ def batches(claims: list[Claim], size: int) -> list[list[Claim]]:
 
 
 async def verify_locally(
-    judge: ClaimJudge, claims: list[Claim], chunks: list[Chunk], options: AuditOptions
+    judge: ClaimVerifier, claims: list[Claim], chunks: list[Chunk], options: AuditOptions
 ) -> dict[int, list[Vote]]:
     """Judge every claim against every chunk; returns the votes per claim in chunk order."""
     votes: dict[int, list[Vote]] = {c.index: [] for c in claims}
@@ -293,7 +299,7 @@ def deciding_chunk(votes: list[Vote], label: Label | None) -> int | None:
 
 
 async def verify_claims(
-    judge: ClaimJudge, claims: list[Claim], chunks: list[Chunk], options: AuditOptions, run_global: bool = True
+    judge: ClaimVerifier, claims: list[Claim], chunks: list[Chunk], options: AuditOptions, run_global: bool = True
 ) -> list[ClaimVerdict]:
     """The whole verification of one answer's claims: local, OR-join, adaptive global."""
     votes = await verify_locally(judge, claims, chunks, options)
@@ -324,7 +330,7 @@ async def verify_claims(
 
 
 async def verify_globally(
-    judge: ClaimJudge,
+    judge: ClaimVerifier,
     claims: list[Claim],
     verdicts: list[ClaimVerdict],
     chunks: list[Chunk],

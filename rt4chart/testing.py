@@ -95,12 +95,14 @@ def failing_claims(report: Report, fail_on: FailOn | str = FailOn.HALLUCINATED) 
 
 
 def _marked(text: Text) -> Text:
-    """``text`` with each reverse-video span (the evidence quote) between « and »: the one mark of
-    the terminal view that plain text would otherwise lose."""
+    """``text`` with each reverse-video span (the evidence quote) between « and », unless the view
+    marks it so already: plain text would otherwise lose where the quote starts and ends."""
     plain = text.plain
     quotes = sorted((span.start, span.end) for span in text.spans if "reverse" in str(span.style))
     pieces, position = [], 0
     for start, end in quotes:
+        if plain[start - 1 : start] == "«" and plain[end : end + 1] == "»":
+            continue
         pieces += [plain[position:start], "«", plain[start:end], "»"]
         position = end
     return Text("".join([*pieces, plain[position:]]))

@@ -66,13 +66,17 @@ _UNITS = _numbered(
 _TENS = {word: 10 * n for word, n in _numbered("twenty thirty forty fifty sixty seventy eighty ninety", 2).items()}
 _SCALES = {"hundred": 1e2, "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12, "dozen": 12.0}
 _ORDINALS = _numbered(
-    """second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth
+    """third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth
     fifteenth sixteenth seventeenth eighteenth nineteenth twentieth""",
-    2,
+    3,
 ) | {"thirtieth": 30.0, "fortieth": 40.0, "fiftieth": 50.0, "hundredth": 100.0}
-# "one" and "first" are mostly not counts ("one of the ...", "first opened"): numbers only before a
+# "one", "first" and "second" are mostly not counts ("one of the ...", "first opened", "the second
+# half", "a second"): "one" is a number only before a
 # scale word ("one million").
-_FRACTIONS = {"half": 0.5, "quarter": 0.25}
+_FRACTIONS = {"half": 0.5}
+_FRACTION_OF = frozenset({"of", "a", "an", "the"})
+"""What follows "half" when it is a quantity ("half of the votes", "half a million"), not a part of
+a match ("the second half", "half-time")."""
 
 def _digits_value(token: str) -> float | None:
     if not _DIGITS.fullmatch(token):
@@ -95,7 +99,7 @@ def number_at(tokens: list[str], position: int) -> tuple[float, int] | None:
     if token in _FRACTIONS:
         if following == "a" and position + 2 < len(tokens) and tokens[position + 2] in _SCALES:
             return _FRACTIONS[token] * _SCALES[tokens[position + 2]], 3
-        return _FRACTIONS[token], 1
+        return (_FRACTIONS[token], 1) if following in _FRACTION_OF else None
     value = _digits_value(token)
     if value is not None:
         span = 1

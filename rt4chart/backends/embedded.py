@@ -98,7 +98,7 @@ NUMBER_CUE_SIMILARITY = 0.8
 other words (embedding similarity at least this: "12 million people live in Paris" against "Paris
 has about two million inhabitants"), not only when it shares the claim's words."""
 
-ABSENT_NUMBERS_COVERAGE = 0.5
+ABSENT_NUMBERS_COVERAGE = 0.25
 """A claim with numbers the context never states is baseless when less than this share of its
 content words is in its evidence (a guard; the head decides above it)."""
 

@@ -5,6 +5,7 @@ statistics checked against statsmodels / scipy computed here independently."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -239,6 +240,13 @@ def test_gate_exit_codes_for_new_worse_and_none(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "--baseline" in refused.stderr
 
 
+def _annotated_id(command: str) -> str:
+    """The sample id at the end of a workflow command's title (``title=... (ID)::message``)."""
+    match = re.search(r"title=[^:]*\(([^()]*)\)::", command)
+    assert match is not None, command
+    return match.group(1)
+
+
 def test_junit_skips_and_annotations_warn_pre_existing_hallucinations(tmp_path: Path) -> None:
     base = _audit(tmp_path, "ci-base", BASE_ANSWERS, BASE_RULES)
     valid_new = {key: value for key, value in NEW_ANSWERS.items() if key != "s-bad"}
@@ -258,7 +266,7 @@ def test_junit_skips_and_annotations_warn_pre_existing_hallucinations(tmp_path: 
     assert suite.get("skipped") == "3" and suite.get("failures") == "2"
     errors = [line for line in done.stdout.splitlines() if line.startswith("::error")]
     warnings = [line for line in done.stdout.splitlines() if line.startswith("::warning")]
-    assert sorted(line.split("(")[-1].split(")")[0] for line in errors) == ["s-added", "s-edited"]
+    assert sorted(map(_annotated_id, errors)) == ["s-added", "s-edited"]
     assert len(warnings) == 3 and all("also in the baseline" in line for line in warnings)
 
 
@@ -341,3 +349,15 @@ def test_claim_and_rationale_text_never_becomes_markup(tmp_path: Path) -> None:
     page = (tmp_path / "h.html").read_text()
     assert "<img" not in page and "</script><b>" not in page
     assert "<img" not in (tmp_path / "h.md").read_text()
+
+
+def test_rt4_report_gates_existing_results_against_a_baseline(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    base, new = runs
+    valid = tmp_path / "new-valid.jsonl"  # without the invalid line, whose exit 2 would come first
+    valid.write_text("".join(line + "\n" for line in new.read_text().splitlines() if '"s-bad"' not in line))
+    gated = rt4("report", str(valid), "--baseline", str(base), "--fail-on", "new", "--github", cwd=tmp_path)
+    assert gated.returncode == 1
+    errors = [line for line in gated.stdout.splitlines() if line.startswith("::error")]
+    assert sorted(map(_annotated_id, errors)) == ["s-added", "s-edited", "s-new"]
+    itself = rt4("report", str(base), "--baseline", str(base), "--fail-on", "new", "--github", cwd=tmp_path)
+    assert itself.returncode == 0 and not any(line.startswith("::error") for line in itself.stdout.splitlines())

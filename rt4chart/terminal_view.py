@@ -50,12 +50,31 @@ def answer_text(answer: str, claims: list[ClaimVerdict]) -> Text:
     return text
 
 
-def evidence_in_context(context: str, start: int, end: int) -> Text:
-    """The evidence quote, highlighted, inside up to ``CONTEXT_MARGIN`` characters of its context."""
+QUOTE_MARKS = ("«", "»")
+"""Around the quote, so that its boundaries show without colour (a CI log, ``NO_COLOR``, a pipe)."""
+
+
+def _word_window(context: str, start: int, end: int) -> tuple[int, int]:
+    """Up to ``CONTEXT_MARGIN`` characters each side of ``[start, end)``, cut at spaces, never mid-word."""
     left, right = max(0, start - CONTEXT_MARGIN), min(len(context), end + CONTEXT_MARGIN)
+    if left > 0 and not context[left - 1].isspace():
+        space = context.find(" ", left, start)
+        left = space + 1 if space != -1 else start
+    if right < len(context) and not context[right].isspace():
+        space = context.rfind(" ", end, right)
+        right = space if space != -1 else end
+    return left, right
+
+
+def evidence_in_context(context: str, start: int, end: int) -> Text:
+    """The evidence quote, highlighted and between :data:`QUOTE_MARKS`, inside whole words of its
+    context (up to ``CONTEXT_MARGIN`` characters each side)."""
+    left, right = _word_window(context, start, end)
     text = Text("…" if left else "", style="dim")
     text.append(context[left:start].replace("\n", " "), style="dim")
+    text.append(QUOTE_MARKS[0], style="bold")
     text.append(context[start:end].replace("\n", " "), style="reverse")
+    text.append(QUOTE_MARKS[1], style="bold")
     text.append(context[end:right].replace("\n", " "), style="dim")
     text.append("…" if right < len(context) else "", style="dim")
     return text

@@ -71,7 +71,7 @@ def test_show_colours_claim_spans_by_label_and_highlights_their_evidence(
     assert _colour(_styles_of(text, "Berlin is the capital of Germany. It")) >= {"green"}
     assert _colour(_styles_of(text, "The list has")) == {"yellow"}
     unwrapped = " ".join(text.plain.split())  # wrapped lines (and the passage break) back to single spaces
-    assert "evidence: …" in unwrapped and "weekly market. It has 3.7 million inhabitants. The city" in unwrapped
+    assert "evidence: …" in unwrapped and "weekly market. «It has 3.7 million inhabitants.» The city" in unwrapped
     assert any(style.reverse for style in _styles_of(text, "3.7 million"))  # the quote stands out in its context
     assert not any(style.reverse for style in _styles_of(text, "The city has many lakes."))
     assert "<script>window.__pwned = 'answer'</script>" in text.plain  # markup-like text is shown as is
@@ -156,3 +156,19 @@ def test_a_scored_verdict_names_its_probability_threshold_and_decider_and_how_it
     assert "P(not entailed) 0.05 (entailed below 0.145) \u00b7 decided by no content overlap" in shown
     assert "quote matched folded" in shown
     assert "confidence" not in shown
+
+
+def test_evidence_without_colour_keeps_the_quote_boundaries_and_whole_words() -> None:
+    from rt4chart.terminal_view import evidence_in_context
+
+    before = "Alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike. "
+    quote = "The trial lasts 14 days."
+    after = " November oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu."
+    context = before + quote + after
+    shown = evidence_in_context(context, len(before), len(before) + len(quote)).plain
+    assert f"«{quote}»" in shown
+    left, right = shown.split(f"«{quote}»")
+    assert left.startswith("…") and right.endswith("…")
+    words = set(context.replace(".", " ").split())
+    assert all(word in words for word in left.strip("… ").replace(".", " ").split())
+    assert all(word in words for word in right.strip("… ").replace(".", " ").split())

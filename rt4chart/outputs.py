@@ -85,7 +85,10 @@ def publish(
         for warning in gate.warnings:
             notices.print(Text.assemble(("warning:", "bold yellow"), " ", warning), highlight=False, soft_wrap=True)
         notices.print(Text(f"baseline {options.baseline}: {gate.reason}"), highlight=False, soft_wrap=True)
-    pre_existing = frozenset(gate.pre_existing_lines) if gate is not None else frozenset()
+    gated = gate is not None and options.fail_on in (FailOn.NEW, FailOn.WORSE)
+    # Under a gate, what the baseline had too is not this change's failure; under any other policy
+    # (--fail-on hallucinated with a baseline given) every hallucination still fails.
+    pre_existing = frozenset(gate.pre_existing_lines) if gate is not None and gated else frozenset()
     if options.text_view:
         print_samples(audited, stdout)
     if options.html is not None:
@@ -97,6 +100,6 @@ def publish(
     if options.github:
         for command in github_annotations(audited, options.input_file, options.fail_on, pre_existing):
             stdout.print(command, markup=False, highlight=False, emoji=False, soft_wrap=True)
-    if gate is not None and options.fail_on in (FailOn.NEW, FailOn.WORSE):
+    if gate is not None and gated:
         return gate.fails
     return run_fails(audited, options.fail_on, options.max_rate)

@@ -268,6 +268,12 @@ def test_junit_skips_and_annotations_warn_pre_existing_hallucinations(tmp_path: 
     warnings = [line for line in done.stdout.splitlines() if line.startswith("::warning")]
     assert sorted(map(_annotated_id, errors)) == ["s-added", "s-edited"]
     assert len(warnings) == 3 and all("also in the baseline" in line for line in warnings)
+    # Any other policy with a baseline given still fails every hallucination.
+    rt4("verify", str(inputs), "--judge", f"scripted:{_rules_file(tmp_path, BASE_RULES)}", "--out",
+        str(tmp_path / "pr-audit.jsonl"), "--no-cache", "-q", "--baseline", str(base), "--junit", "all.xml",
+        cwd=tmp_path)
+    every = ElementTree.parse(tmp_path / "all.xml").getroot().find("testsuite")
+    assert every is not None and (every.get("failures"), every.get("skipped")) == ("5", "0")
 
 
 def test_a_rerun_with_the_baseline_and_an_empty_cache_makes_no_judge_call(tmp_path: Path) -> None:

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import Result
 from fixtures.spine.judges import copy_running_example, read_jsonl_records, write_jsonl
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from rt4chart.cli import app
 from rt4chart.text import segment_context, split_sentences

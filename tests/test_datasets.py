@@ -18,10 +18,9 @@ from rt4chart.datasets import (
     default_data_dir,
     faithbench_split,
     load_dataset,
-    merge_spans,
     samples_sha256,
 )
-from rt4chart.types import Sample, Span
+from rt4chart.types import Sample, Span, merge_spans
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
 

@@ -8,9 +8,11 @@ test marked ``@pytest.mark.rt4_samples("answers.jsonl")``, which runs once per l
 
 The plugin is inert until a test audits: no judge, thread or file exists before, and a session
 that audits nothing prints nothing. A judge that cannot be reached or refuses is reported as a test
-**error** (not a failure), naming the endpoint; a budget stop skips the audits after it, with the
-reason. Under pytest-xdist every worker builds its own judge on the shared cache (a directory is
-safe for concurrent processes; a Redis server too), the budget is one ledger file that every
+**error** (not a failure), naming the endpoint; a stop by the session's budget skips the audits
+after it, with the reason (a budget a test sets itself fails that test as any exception would).
+
+Under pytest-xdist every worker builds its own judge on the shared cache (a directory is safe for
+concurrent processes; a Redis server too), the budget is one ledger file that every
 worker reserves from under a file lock (:class:`rt4chart.testing.SharedLedger`), and the workers'
 records come back to the controller (``workeroutput``), which writes the summary and the reports.
 
@@ -197,7 +199,7 @@ def pytest_runtest_makereport(
     excinfo = call.excinfo
     if call.when != "call" or excinfo is None:
         return report
-    if _raised(excinfo, "rt4chart.budget", "BudgetExhausted"):
+    if _raised(excinfo, "rt4chart.testing", "SessionBudgetStop"):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"rt4chart budget: {excinfo.value}")
     elif _raised(excinfo, "rt4chart.backends.circuit", "JudgeUnavailable") or _raised(

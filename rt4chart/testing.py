@@ -10,7 +10,8 @@ quote and where it sits in the context (the terminal view of ``rt4 show``, as pl
 return the record when the answer passes. :func:`check_grounded` / :func:`acheck_grounded` return
 the record without judging it. A judge that cannot be reached or refuses is not a finding: it
 raises :class:`~rt4chart.backends.circuit.JudgeUnavailable`, or :class:`JudgeFailed` when its
-failures left the verdict open; a budget stop raises :class:`~rt4chart.budget.BudgetExhausted`.
+failures left the verdict open; a budget stop raises :class:`~rt4chart.budget.BudgetExhausted`
+(:class:`SessionBudgetStop` for the test session's budget).
 The pytest plugin (:mod:`rt4chart.pytest_plugin`) reports the first two as test errors and skips
 on the third.
 
@@ -68,6 +69,12 @@ class GroundingError(AssertionError):
         """The audit's record."""
         self.failing = failing
         """The claims that fail the assertion's policy."""
+
+
+class SessionBudgetStop(BudgetExhausted):
+    """The test session's budget (``--rt4-budget``) refused an audit: the plugin skips the test.
+    A budget of a test's own (``rt4chart.verify(..., budget=)``) raises plain
+    :class:`BudgetExhausted`, which fails the test like any other exception."""
 
 
 class JudgeFailed(RuntimeError):
@@ -306,12 +313,12 @@ class AuditSession:
     async def _audit(self, stack: JudgeStack, sample: Sample, options: Mapping[str, Any], test: str) -> Report:
         if self.stopped is not None:
             self.skipped += 1
-            raise BudgetExhausted(f"the session's budget stopped its audits: {self.stopped}")
+            raise SessionBudgetStop(f"the session's budget stopped its audits: {self.stopped}")
         try:
             report = await rt4chart.averify(sample, stack, **options)
         except BudgetExhausted as error:
             self.stopped = str(error)
-            raise
+            raise SessionBudgetStop(self.stopped) from error
         self.records.append(AuditRecord(test=test, report=report, sample=sample,
                                         failing_claims=len(failing_claims(report))))
         return report

@@ -132,12 +132,17 @@ from rt4chart.testing import assert_grounded
 @pytest.mark.parametrize("attempt", range(TESTS))
 def test_refund(attempt):
     assert_grounded("You can return a laptop within 30 days of delivery, in its original packaging.", CONTEXT)
-""", TESTS=tests, CONTEXT=REFUND))
+
+def test_a_budget_of_its_own():  # not the session's: its stop fails the test like any exception
+    import rt4chart
+    rt4chart.verify({"id": "own", "context": CONTEXT, "answer": "Laptops can be returned."}, JUDGE, budget=0.0)
+""", TESTS=tests, CONTEXT=REFUND, JUDGE=f"scripted:{paid}"))
     budget = 0.05
-    result = run(suite, f"--rt4-judge=scripted:{paid}", f"--rt4-budget={budget}", "-rs")
+    result = run(suite, f"--rt4-judge=scripted:{paid}", f"--rt4-budget={budget}", "-rfs")
     outcomes = result.parseoutcomes()
-    assert outcomes.get("passed", 0) >= 1 and outcomes.get("skipped", 0) >= 1
-    assert outcomes.get("passed", 0) + outcomes.get("skipped", 0) == tests and "failed" not in outcomes
+    assert outcomes.get("passed", 0) >= 1 and outcomes.get("skipped", 0) >= 1 and outcomes.get("failed") == 1
+    assert outcomes.get("passed", 0) + outcomes.get("skipped", 0) == tests
+    result.stdout.fnmatch_lines(["FAILED test_many.py::test_a_budget_of_its_own - rt4chart.budget.BudgetExhaust*"])
     output = result.stdout.str()
     assert "rt4chart budget:" in output and "would cross the budget" in output
     assert f"{outcomes['skipped'] - 1} audits skipped" in output  # the first skip is the stop itself

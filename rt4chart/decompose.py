@@ -58,7 +58,7 @@ def claim_problem(claim: str, sentence: str, answer: str, question: str | None) 
     cakes.") or paraphrase a verb; what fails is text the answer does not say, such as a claim
     that an instruction inside the answer dictated.
     """
-    if _PLACEHOLDER.search(claim):
+    if any(tag not in sentence for tag in _PLACEHOLDER.findall(claim)):  # markup the answer has is not one
         return f"the claim {claim!r} is a template placeholder"
     around = f"{answer} {question or ''}"
     sentence_numbers, claim_numbers = numbers_in(sentence), numbers_in(claim)

@@ -307,6 +307,7 @@ def test_claims_an_instruction_in_the_answer_dictated_are_rejected_and_the_answe
         ("Store 7 sells cakes.", "It also sells cakes.", False),  # a number the answer never states
         ("Lyon sells cakes.", "It also sells cakes.", False),  # a name the answer never names
         ("<claim>", "It also sells cakes.", False),
+        ("The list has <b>three</b> items.", "The list has <b>three</b> items.", True),  # the answer's own markup
     ],
 )
 def test_a_claim_must_be_a_piece_of_its_answer_sentence(claim: str, sentence: str, accepted: bool) -> None:

@@ -275,7 +275,7 @@ class ClaimVerdict(Verdict):
         if isinstance(data, dict) and any(key in data for key in _OLD_CLAIM_SIGNALS):
             data = dict(data)
             moved = {key: data.pop(key) for key in _OLD_CLAIM_SIGNALS if key in data}
-            data["signals"] = {**{k: v for k, v in moved.items() if v is not None}, **data.get("signals", {})}
+            data["signals"] = {**{k: v for k, v in moved.items() if v is not None}, **(data.get("signals") or {})}
         return data
 
 
@@ -480,6 +480,8 @@ class Report(BaseModel):
         tokens = dict(data.get("signal_tokens") or {})
         if isinstance(old_csr, dict) and "tokens" in old_csr:
             tokens["csr"] = old_csr
+        if old_csr is None or "csr" in tokens:
+            # The old CSR field (null when no signal ran) is not the new per-record map.
             data["signals"] = {}
         if old_probe is not None:
             tokens["aggtruth"] = old_probe

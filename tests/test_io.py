@@ -181,3 +181,14 @@ def test_a_sample_beyond_the_documented_input_limits_is_an_error_record(tmp_path
     items = _read(tmp_path, [json.dumps(record), json.dumps(VALID)])
     assert items[0].sample is None and items[0].error is not None and "over the limit" in items[0].error
     assert items[1].sample is not None
+
+
+def test_records_written_before_the_open_signal_maps_still_read(tmp_path: Path) -> None:
+    # Written by `rt4 verify` on 62f7240 (free_trial, scripted judge): "signals": null, "attention": null.
+    old = Path(__file__).parent / "fixtures" / "records" / "free_trial_62f7240.jsonl"
+    lines = list(read_records(old))
+    assert len(lines) == 1 and lines[0].problem is None, lines
+    report = lines[0].report
+    assert report is not None
+    assert report.signals == {} and report.label is not None
+    assert all(claim.signals == {} for claim in report.claims)

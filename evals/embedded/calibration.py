@@ -26,7 +26,7 @@ import numpy as np
 from sklearn.metrics import brier_score_loss, roc_auc_score
 
 from rt4chart.backends.embedded_model import HeadName, load_model
-from rt4chart.evaluation import read_predictions
+from rt4chart.io import read_predictions
 from rt4chart.metrics import claim_unsupported_score
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"

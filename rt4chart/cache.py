@@ -41,6 +41,16 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("rt4chart")) / "judge-calls"
 
 
+def cache_location(
+    cache_dir: Path | None, cache_url: str | None, *, per_user_default: bool = True
+) -> Path | str | None:
+    """The judge cache a command uses: the Redis server of --cache-url, else --cache-dir, else the
+    per-user cache directory (or none, for a command whose runs are independent by default)."""
+    if cache_dir is not None and cache_url is not None:
+        raise CacheError("--cache-dir and --cache-url are alternatives: give one")
+    return cache_url or cache_dir or (default_cache_dir() if per_user_default else None)
+
+
 @cache
 def _schema_digest(schema: type[BaseModel]) -> str:
     encoded = json.dumps(output_json_schema(schema), sort_keys=True).encode()

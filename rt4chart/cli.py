@@ -230,11 +230,14 @@ def _open_cache(location: Path | str | None) -> JudgeCache:
 
 
 def _cache_at(cache_dir: Path | None, cache_url: str | None) -> Path | str | None:
-    """:func:`rt4chart.run.cache_location`, its refusal a usage error."""
-    from rt4chart.run import cache_location
+    """:func:`rt4chart.cache.cache_location`, its refusal a usage error (the run layer is not imported:
+    the cache commands start quickly)."""
+    from rt4chart.cache import CacheError, cache_location
 
-    with _usage_errors():
+    try:
         return cache_location(cache_dir, cache_url)
+    except CacheError as error:
+        raise fail(str(error)) from None
 
 
 def _engine_help(name: str) -> str:

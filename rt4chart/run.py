@@ -264,13 +264,13 @@ def input_lines(samples: Iterable[Sample | Mapping[str, Any] | InputLine]) -> li
 def cache_location(
     cache_dir: Path | None, cache_url: str | None, *, per_user_default: bool = True
 ) -> Path | str | None:
-    """The judge cache a command uses: the Redis server of --cache-url, else --cache-dir, else the
-    per-user cache directory (or none, for a command whose runs are independent by default)."""
-    from rt4chart.cache import default_cache_dir
+    """:func:`rt4chart.cache.cache_location`, its refusal a :class:`RunUsageError`."""
+    from rt4chart import cache
 
-    if cache_dir is not None and cache_url is not None:
-        raise RunUsageError("--cache-dir and --cache-url are alternatives: give one")
-    return cache_url or cache_dir or (default_cache_dir() if per_user_default else None)
+    try:
+        return cache.cache_location(cache_dir, cache_url, per_user_default=per_user_default)
+    except cache.CacheError as error:
+        raise RunUsageError(str(error)) from None
 
 
 def run_limits(budget: float | None, concurrency: int | None, timeout: float | None) -> RunLimits:

@@ -169,15 +169,6 @@ def load_dataset(
     return samples if limit is None else samples[:limit]
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a file's bytes (as in the data folders' MANIFEST.md)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def samples_sha256(samples: Sequence[Sample]) -> str:
     """sha256 over the loaded samples (inputs and gold): identifies exactly what was evaluated."""
     digest = hashlib.sha256()

@@ -24,11 +24,10 @@ from rt4chart.backends.base import DEFAULT_MAX_TOKENS, Backend
 from rt4chart.datasets import (
     dataset_files,
     dataset_path,
-    file_sha256,
     load_dataset,
     samples_sha256,
 )
-from rt4chart.io import InputLine, PredictionsError, read_predictions
+from rt4chart.io import InputLine, PredictionsError, file_sha256, read_predictions
 from rt4chart.judges import judge_stack
 from rt4chart.metrics import EvaluationMetrics, metrics_markdown, score_reports
 from rt4chart.options import AuditOptions

@@ -524,3 +524,12 @@ def read_predictions(path: Path) -> list[Report]:
             raise PredictionsError(f"{path}:{record.number}: {record.problem}")
         reports.append(record.report)
     return reports
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes (as in the data folders' MANIFEST.md)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from rt4chart.io import STDIN, audit_fingerprint, write_lines_atomically
+from rt4chart.io import STDIN, audit_fingerprint, file_sha256, write_lines_atomically
 from rt4chart.options import AuditOptions
 from rt4chart.types import Label, Report, Usage
 
@@ -110,14 +110,6 @@ class RunManifest(BaseModel):
 def manifest_path(records: Path) -> Path:
     """Where the manifest of a records file lives."""
     return records.with_name(records.name + MANIFEST_SUFFIX)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def rt4chart_version() -> str:

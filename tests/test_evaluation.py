@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from rt4chart.cli import app
-from rt4chart.datasets import file_sha256
 from rt4chart.evaluation import EvalConfig, EvaluationResult, evaluate
+from rt4chart.io import file_sha256
 from rt4chart.types import Report, Sample
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"

@@ -20,7 +20,7 @@ from rt4chart.budget import BudgetExhausted
 from rt4chart.decompose import Decomposition, decompose_by_judge, rule_decomposition
 from rt4chart.io import InputLine, error_report
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import BudgetStop, Pipeline, UnavailableStop, in_input_order, stop_of
+from rt4chart.pipeline import BudgetStop, Pipeline, PipelineBound, UnavailableStop, in_input_order, stop_of
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import load_prompts
 from rt4chart.text import split_sentences
@@ -62,7 +62,7 @@ async def decompose_once(
 
 
 @dataclass
-class SharedClaimsEngine:
+class SharedClaimsEngine(PipelineBound):
     """An :class:`~rt4chart.pipeline.AuditEngine` that verifies the claims drawn once per answer
     (:func:`decompose_once`) with one judge's pipeline: every judge of a comparison judges the same
     claims, so their claim verdicts align one to one."""
@@ -73,18 +73,6 @@ class SharedClaimsEngine:
     """The claims of each valid input line."""
     stop: BudgetStop | UnavailableStop | None = None
     """Why the claims could not be drawn (the decomposer stopped): the engine stops at once."""
-
-    @property
-    def judge_name(self) -> str:
-        return self.pipeline.judge_name
-
-    @property
-    def prompt_version(self) -> str:
-        return self.pipeline.prompt_version
-
-    @property
-    def options(self) -> AuditOptions:
-        return self.pipeline.options
 
     async def audit(self, items: Sequence[InputLine]) -> AsyncIterator[Report | BudgetStop | UnavailableStop]:
         if self.stop is not None:

@@ -291,6 +291,25 @@ class Pipeline:
         return await self.verify_sample(item.sample, item.line)
 
 
+class PipelineBound:
+    """An engine whose calls are made elsewhere (Ray workers, a comparison's shared claims) but whose
+    records are bound, for ``--resume``, to the judge, prompts and options of its ``pipeline``."""
+
+    pipeline: Pipeline
+
+    @property
+    def judge_name(self) -> str:
+        return self.pipeline.judge_name
+
+    @property
+    def prompt_version(self) -> str:
+        return self.pipeline.prompt_version
+
+    @property
+    def options(self) -> AuditOptions:
+        return self.pipeline.options
+
+
 @dataclass
 class AuditResult:
     """How a batch audit ended."""

@@ -39,7 +39,7 @@ from rt4chart.budget import Ledger, RunLimits
 from rt4chart.io import InputLine, dump_report, error_report
 from rt4chart.judges import JudgeStack, judge_stack
 from rt4chart.options import AuditOptions, EngineOptions
-from rt4chart.pipeline import BudgetStop, Pipeline, RunStop, UnavailableStop
+from rt4chart.pipeline import BudgetStop, Pipeline, PipelineBound, RunStop, UnavailableStop
 from rt4chart.types import Report, Sample, Usage
 
 SHARD_SAMPLES = 8
@@ -178,7 +178,7 @@ class AuditShard:
 
 
 @dataclass
-class RayEngine:
+class RayEngine(PipelineBound):
     """The :class:`~rt4chart.pipeline.AuditEngine` that shards the samples over Ray workers; the
     judge's name and prompt version that bind records for ``--resume`` are the driver's
     ``pipeline``'s, whose stack the workers rebuild from ``worker_judge``."""
@@ -191,18 +191,6 @@ class RayEngine:
     """Cluster address, workers and their CPUs."""
     ledger: Ledger | None = None
     """The driver's ledger: kept up to date with what the workers spend, for progress and summary."""
-
-    @property
-    def judge_name(self) -> str:
-        return self.pipeline.judge_name
-
-    @property
-    def prompt_version(self) -> str:
-        return self.pipeline.prompt_version
-
-    @property
-    def options(self) -> AuditOptions:
-        return self.pipeline.options
 
     async def audit(self, items: Sequence[InputLine]) -> AsyncIterator[Report | BudgetStop | UnavailableStop]:
         ray = _ray()

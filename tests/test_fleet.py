@@ -169,3 +169,28 @@ def test_a_fleet_refuses_an_api_base_and_names_a_missing_key(tmp_path: Path, mon
 def test_the_example_fleet_profile_is_valid() -> None:
     profile = JudgeProfile.model_validate(tomllib.loads((ROOT / "examples" / "fleet.toml").read_text(encoding="utf-8")))
     assert len(profile.deployments) == 3 and profile.routing_strategy == "usage-based-routing"
+
+
+def test_a_router_with_no_deployment_to_offer_books_no_call(
+    tmp_path: Path, verify_request: VerifyRequestFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both replicas answer 429 with a 30 s Retry-After, so the router cools both down and refuses
+    the later attempts itself, before any request leaves: those are not calls. The usage a reply
+    carries counts exactly the requests the servers received."""
+    monkeypatch.setenv("RT4_FLEET_A_KEY", KEY_A)
+    monkeypatch.setenv("RT4_FLEET_B_KEY", KEY_B)
+
+    async def ask(profile: Path) -> list[JudgeResponse]:
+        stack = judge_stack(str(profile))
+        try:
+            return [await stack.complete(verify_request([f"claim {n}"])) for n in range(3)]
+        finally:
+            await stack.aclose()
+
+    entail = judge_every_claim("entailed")
+    with fault_server(entail, default=RATE_LIMITED) as first, fault_server(entail, default=RATE_LIMITED) as second:
+        replies = asyncio.run(ask(fleet_profile(tmp_path / "fleet.toml", first, second)))
+        sent = len(first.requests) + len(second.requests)
+    assert all(reply.error is not None for reply in replies), "every deployment was rate limited"
+    assert 1 <= sent < 3 * 6, "the router refused attempts itself: the test shows nothing otherwise"
+    assert sum(reply.usage.calls for reply in replies) == sent

@@ -171,6 +171,10 @@ class FleetSender(LiteLLMSender):
         log.debug("%s answered by %s", self.name, label)
         return label
 
+    def sent(self, error: BaseException) -> bool:
+        # Every deployment cooling down: the router refused the attempt itself, nothing was sent.
+        return not isinstance(error, RouterRateLimitError)
+
     def refusal(self, error: BaseException) -> str | None:
         if isinstance(error, RouterRateLimitError) and self._circuit.all_refusing:
             # The router has no deployment to offer because every one refused and is cooling down.

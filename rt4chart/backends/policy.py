@@ -232,7 +232,7 @@ class Sender:
         return frozenset()
 
     @property
-    def supports_decompose(self) -> bool:
+    def can_write_text(self) -> bool:
         """A language model can write text, so it can split sentences into claims."""
         return True
 
@@ -251,6 +251,11 @@ class Sender:
     def timed_out(self, error: BaseException) -> bool:
         """Whether a failed attempt got no answer in time (see :func:`timed_out`)."""
         return timed_out(error)
+
+    def sent(self, error: BaseException) -> bool:
+        """Whether the failed attempt reached a server; ``False`` when the client refused it before
+        sending (a router with no deployment to offer): such an attempt is no call."""
+        return True
 
     def per_token_prices(self) -> tuple[float, float] | None:
         """USD per prompt and completion token when the sender knows them (a price table), else ``None``."""
@@ -296,8 +301,8 @@ class PolicyBackend:
         return self.sender.name
 
     @property
-    def supports_decompose(self) -> bool:
-        return self.sender.supports_decompose
+    def can_write_text(self) -> bool:
+        return self.sender.can_write_text
 
     def _prices(self) -> tuple[float, float]:
         return self.settings.per_token_prices() or self.sender.per_token_prices() or (0.0, 0.0)
@@ -365,7 +370,12 @@ class PolicyBackend:
             # Another request may have opened the circuit while this one waited for a slot.
             self.circuit.check()
             usage.append(Usage(calls=1))
-            reply = await self.sender.send(messages, request)
+            try:
+                reply = await self.sender.send(messages, request)
+            except Exception as error:
+                if not self.sender.sent(error):
+                    usage.pop()
+                raise
         input_price, output_price = self._prices()
         cost = reply.cost_usd
         if cost is None:

@@ -24,21 +24,24 @@ import tomllib
 from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rt4chart.backends.base import Backend, BackendWrapper
+from rt4chart.backends.embedded_model import HeadName, load_model
 from rt4chart.backends.policy import CallSettings
 from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.backends.scrubbing import redact_url
 from rt4chart.budget import Ledger, MeteredBackend
+from rt4chart.languages import language_name
 from rt4chart.cache import CachedBackend, JudgeCache, open_cache
 from rt4chart.resources import resource_dir
 
 if TYPE_CHECKING:
     from rt4chart.backends.litellm import LiteLLMSettings
+    from rt4chart.backends.openai_compat import OpenAICompatSettings
     from rt4chart.options import AuditOptions
 
 DEFAULT_JUDGE = "embedded"
@@ -87,6 +90,12 @@ class JudgeProfile(CallSettings):
     """One line for ``rt4 judges``."""
     kind: Literal["litellm", "embedded"] = "litellm"
     """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier."""
+    api: Literal["auto", "openai-compatible", "litellm"] = "auto"
+    """How the model is called. ``openai-compatible``: OpenAI's chat-completions protocol over httpx
+    (:mod:`rt4chart.backends.openai_compat`; no litellm import), at the base URL or OpenAI's own;
+    ``litellm``: through litellm; ``auto``: ``openai-compatible`` for a model at a base URL
+    (``--api-base`` or the profile's) named ``openai/...``, ``hosted_vllm/...`` or with no provider
+    prefix, ``litellm`` otherwise. A fleet is always routed by litellm."""
     model: str | None = None
     """litellm model string (``gpt-4o-mini``, ``zai/glm-4.7``, ``hosted_vllm/<model>``)."""
     api_base: str | None = None
@@ -97,6 +106,10 @@ class JudgeProfile(CallSettings):
     """Environment variable holding the API key; ``None`` when the server needs none."""
     logprobs: bool = False
     """Whether the model can return token log-probabilities."""
+    languages: list[str] | None = None
+    """The languages (ISO 639-1 codes) the judge serves, for ``rt4 judges``; ``None``: any the model
+    reads (its prompts name the answer's language). The embedded verifier's own ``languages``
+    decide what it refuses; this field only describes it."""
     deployments: list[JudgeDeployment] = Field(default_factory=list)
     """Several deployments of ``model`` (a fleet, routed by litellm's Router); empty: one endpoint
     (``api_base``). The judge's name stays the profile's, whichever deployment answers."""
@@ -108,20 +121,52 @@ class JudgeProfile(CallSettings):
     """Failures a fleet deployment may have within a minute before it is cooled down."""
     cooldown_s: float = Field(default=30.0, ge=0.0)
     """Seconds a failing fleet deployment gets no calls (a 429's Retry-After, when given, decides)."""
+    claim_thresholds: dict[HeadName, Annotated[float, Field(ge=0.0, le=1.0)]] = Field(default_factory=dict)
+    """Embedded judge only: per head of the verifier (``question``: answers with a question;
+    ``no_question``: the others), the P(not entailed) at or above which the head calls a claim not
+    entailed, in place of its trained threshold (what ``rt4 calibrate`` writes; empty: the trained ones)."""
 
     @model_validator(mode="after")
     def _litellm_needs_model(self) -> JudgeProfile:
         if self.kind == "litellm" and not self.model:
             raise ValueError(f"judge profile {self.name!r} needs a litellm model string")
+        if self.kind != "embedded" and self.claim_thresholds:
+            raise ValueError(f"judge profile {self.name!r}: claim_thresholds apply to the embedded judge only")
         return self
 
     def litellm_settings(self, concurrency: int | None = None) -> LiteLLMSettings:
         """The transport settings of this profile's litellm backend (``concurrency`` overrides)."""
         from rt4chart.backends.litellm import LiteLLMSettings
 
+        return LiteLLMSettings(**self._call_settings(concurrency))
+
+    def openai_compat_settings(self, concurrency: int | None = None) -> OpenAICompatSettings:
+        """The transport settings of this profile's OpenAI-compatible backend (``concurrency`` overrides)."""
+        from rt4chart.backends.openai_compat import OpenAICompatSettings
+
+        return OpenAICompatSettings(**self._call_settings(concurrency))
+
+    def _call_settings(self, concurrency: int | None) -> dict[str, Any]:
         assert self.model is not None, "litellm judge profiles always name a model"
         call = self.model_dump(include=set(CallSettings.model_fields) - {"concurrency"})
-        return LiteLLMSettings(name=self.name, model=self.model, concurrency=concurrency or self.concurrency, **call)
+        return {"name": self.name, "model": self.model, "concurrency": concurrency or self.concurrency, **call}
+
+    def openai_compatible_at(self, base: str | None) -> bool:
+        """Whether this profile's model, served at ``base``, is called over the OpenAI-compatible
+        transport rather than litellm (see :attr:`api`)."""
+        if self.api != "auto":
+            return self.api == "openai-compatible"
+        return base is not None and model_speaks_openai(self.model or "")
+
+
+OPENAI_COMPATIBLE_PREFIXES = ("openai/", "hosted_vllm/")
+"""Model-string prefixes (litellm's provider names) of servers that speak OpenAI's protocol."""
+
+
+def model_speaks_openai(model: str) -> bool:
+    """Whether a server at a base URL given for ``model`` speaks OpenAI's protocol: an
+    ``openai/`` or ``hosted_vllm/`` model string, or a bare model name (litellm's ``gpt-4o-mini``)."""
+    return model.startswith(OPENAI_COMPATIBLE_PREFIXES) or "/" not in model
 
 
 class ProfileStatus(BaseModel):
@@ -264,7 +309,7 @@ def _build_leaf(spec: str, api_base: str | None, concurrency: int | None, timeou
     profiles = load_profiles()
     profile = profiles.get(spec) or _profile_file(spec) or _profile_for_model(spec, profiles, api_base)
     if profile.kind == "embedded":
-        return _embedded_backend()
+        return _embedded_backend(profile.claim_thresholds)
     if timeout_s is not None:
         profile = profile.model_copy(update={"timeout_s": timeout_s})
     return _litellm_backend(profile, api_base, concurrency)
@@ -281,7 +326,7 @@ def _profile_file(spec: str) -> JudgeProfile | None:
         raise JudgeConfigError(f"cannot use judge profile {spec!r}: {error}") from error
 
 
-def _embedded_backend() -> Backend:
+def _embedded_backend(thresholds: dict[HeadName, float]) -> Backend:
     try:
         from rt4chart.backends.embedded import EmbeddedBackend
     except ImportError as error:
@@ -289,7 +334,13 @@ def _embedded_backend() -> Backend:
             f"the embedded verifier is not installed ({error}); pip install 'rt4chart[embedded]'"
         ) from error
     try:
-        return EmbeddedBackend()
+        if not thresholds:
+            return EmbeddedBackend()
+        from rt4chart.backends.embedded import VERSION
+
+        # The thresholds are in the name: records, and the cache's keys, tell the calibrated judge apart.
+        moved = ",".join(f"{head}={value:g}" for head, value in sorted(thresholds.items()))
+        return EmbeddedBackend(name=f"embedded#{VERSION}+{moved}", model=load_model().with_thresholds(thresholds))
     except (OSError, ImportError) as error:
         raise JudgeConfigError(f"cannot load the embedded verifier: {error}") from error
 
@@ -299,6 +350,11 @@ def _profile_for_model(model: str, profiles: dict[str, JudgeProfile], api_base: 
     shipped = next((p for p in profiles.values() if p.model == model), None)
     if shipped is not None:
         return shipped
+    if api_base is not None and model.startswith(OPENAI_COMPATIBLE_PREFIXES):
+        # The user's own OpenAI-compatible server: no provider to route and no key variable to
+        # check (its key, if any, belongs in a profile), so litellm is never imported. (A bare
+        # name still goes through litellm's routing, which tells a model from a mistyped profile.)
+        return JudgeProfile(name=model, model=model)
     from rt4chart.backends.litellm import litellm_provider, missing_key_variables
 
     provider = litellm_provider(model)
@@ -352,6 +408,10 @@ def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: i
             )
     elif base is not None:
         api_key = NO_KEY
+    if profile.openai_compatible_at(base):
+        from rt4chart.backends.openai_compat import OpenAICompatBackend
+
+        return OpenAICompatBackend(profile.openai_compat_settings(concurrency), api_key=api_key, api_base=base)
     from rt4chart.backends.litellm import LiteLLMBackend
 
     return LiteLLMBackend(profile.litellm_settings(concurrency), api_key=api_key, api_base=base)
@@ -464,11 +524,13 @@ _TEXT_JUDGES = (
 def check_judge_serves(backend: Backend, options: AuditOptions) -> None:
     """Raise :class:`JudgeConfigError` when ``backend`` cannot serve a step ``options`` ask for.
 
-    A judge that only verifies claims (the embedded verifier: ``supports_decompose`` false) would
+    A judge that only verifies claims (the embedded verifier: ``can_write_text`` false) would
     answer every decomposition or direct request with an error, so the run would write all-null
     records and look like an unreachable judge; a usage error before any work says what to change.
     """
-    if backend.supports_decompose:
+    if options.language is not None and (refusal := language_refusal(backend, options.language)) is not None:
+        raise JudgeConfigError(refusal)
+    if backend.can_write_text:
         return
     if options.method == "direct":
         needs = "--method direct (one call that finds the hallucinated spans)"
@@ -477,3 +539,28 @@ def check_judge_serves(backend: Backend, options: AuditOptions) -> None:
     else:
         return
     raise JudgeConfigError(f"{needs} needs {_TEXT_JUDGES}; judge {backend.name!r} only verifies claims")
+
+
+def judge_languages(backend: Backend) -> frozenset[str] | None:
+    """The languages ``backend`` judges (ISO 639-1 codes), from the first backend of its wrapping
+    chain that declares them (a ``languages`` attribute: the embedded verifier's ``{"en"}``);
+    ``None``: whatever its model reads (a language model's prompt says the answer's language)."""
+    layer: object | None = backend
+    while layer is not None:
+        languages = getattr(layer, "languages", None)
+        if languages is not None:
+            return frozenset(languages)
+        layer = getattr(layer, "inner", None)
+    return None
+
+
+def language_refusal(backend: Backend, language: str) -> str | None:
+    """Why ``backend`` must not judge an answer in ``language``; ``None`` when it may."""
+    served = judge_languages(backend)
+    if served is None or language in served:
+        return None
+    return (
+        f"judge {backend.name!r} serves {', '.join(sorted(served))} only, and this answer is "
+        f"{language_name(language)} ({language}): its verdicts would look confident and mean little. "
+        f"Audit it with {_TEXT_JUDGES}; or give --language en to audit it as English anyway"
+    )

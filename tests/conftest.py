@@ -17,6 +17,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import pytest
 
 from rt4chart.backends.base import GenerationParams, JudgeRequest
+from rt4chart.backends.policy import PolicyBackend
+from rt4chart.judges import JudgeProfile
 from rt4chart.serve import LocalServer, ServeError, smollm2_gguf, start_server
 from rt4chart.tasks import DecomposeInput, VerifyInput, build_request, load_prompts
 from rt4chart.text import segment_context
@@ -151,3 +153,43 @@ def decompose_request(free_trial: Sample) -> JudgeRequest:
     """A decompose request for the free-trial answer, rendered like the pipeline."""
     payload = DecomposeInput(question=free_trial.question, sentences=[free_trial.answer])
     return build_request(payload, load_prompts(), GenerationParams(max_tokens=LLAMA_MAX_TOKENS))
+
+
+TRANSPORTS = ["openai-compatible", "litellm"]
+"""The two ways a judge on an OpenAI-compatible server is called: httpx (the default at a base URL)
+and litellm. Tests of faults, secrets and budgets that meet such a server run over both."""
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> str:
+    """Each transport in turn (see :data:`TRANSPORTS`)."""
+    kind: str = request.param
+    return kind
+
+
+def judge_over(transport: str, spec: str, directory: Path) -> str:
+    """A ``--judge`` value for ``spec`` (a shipped profile or an ``openai/`` model string, used with
+    ``--api-base``) called over ``transport``: ``spec`` itself for the OpenAI-compatible transport
+    (what it resolves to at a base URL), else a copy of its profile saying ``api = "litellm"``, under
+    the same name, so records and cache keys are the same whichever transport sends the calls."""
+    if transport == "openai-compatible":
+        return spec
+    from rt4chart.judges import JudgeProfile, load_profiles
+
+    profile = load_profiles().get(spec) or JudgeProfile(name=spec, model=spec)
+    fields = {**profile.model_dump(exclude_defaults=True), "api": transport}
+    path = directory / f"{transport}-judge.toml"
+    # Every field of a one-endpoint profile is a scalar, and JSON's scalars are TOML's.
+    path.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in fields.items()), encoding="utf-8")
+    return str(path)
+
+
+def backend_over(transport: str, profile: JudgeProfile, *, api_base: str, api_key: str = "no-key") -> PolicyBackend:
+    """``profile``'s judge at ``api_base`` over ``transport``, built directly (no registry)."""
+    if transport == "litellm":
+        from rt4chart.backends.litellm import LiteLLMBackend
+
+        return LiteLLMBackend(profile.litellm_settings(), api_key=api_key, api_base=api_base)
+    from rt4chart.backends.openai_compat import OpenAICompatBackend
+
+    return OpenAICompatBackend(profile.openai_compat_settings(), api_key=api_key, api_base=api_base)

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 from audit_fixtures import write_samples
-from conftest import EXAMPLES, VerifyRequestFactory
+from conftest import EXAMPLES, VerifyRequestFactory, backend_over, judge_over
 from faults import Fault, fault_server, judge_every_claim
 from typer.testing import CliRunner
 
 from rt4chart.backends.circuit import CIRCUIT_THRESHOLD, JudgeUnavailable
-from rt4chart.backends.litellm import LiteLLMBackend
+from rt4chart.backends.policy import PolicyBackend
 from rt4chart.cli import app
 from rt4chart.judges import JudgeProfile
 
@@ -39,17 +39,17 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/v1"
 
 
-def backend_at(api_base: str, **profile: float) -> LiteLLMBackend:
+def backend_at(api_base: str, transport: str, **profile: float) -> PolicyBackend:
     settings = {"timeout_s": 5.0, "max_attempts": 5, "backoff_s": 0.01, "backoff_max_s": 0.05, **profile}
-    return LiteLLMBackend(JudgeProfile(name="fault", model="openai/fault", **settings).litellm_settings(),  # type: ignore[arg-type]
-                          api_key="no-key", api_base=api_base)
+    judge = JudgeProfile(name="fault", model="openai/fault", **settings)  # type: ignore[arg-type]
+    return backend_over(transport, judge, api_base=api_base)
 
 
 def test_a_refused_connection_is_retried_once_then_the_circuit_opens(
-    verify_request: VerifyRequestFactory,
+    verify_request: VerifyRequestFactory, transport: str
 ) -> None:
     url = closed_port_url()
-    backend = backend_at(url)
+    backend = backend_at(url, transport)
 
     async def four_requests() -> tuple[list[int], JudgeUnavailable, JudgeUnavailable]:
         calls = []
@@ -70,10 +70,10 @@ def test_a_refused_connection_is_retried_once_then_the_circuit_opens(
 
 
 def test_a_401_is_not_retried_and_opens_the_circuit_after_three_requests(
-    verify_request: VerifyRequestFactory,
+    verify_request: VerifyRequestFactory, transport: str
 ) -> None:
     with fault_server("{}", default=Fault("echo_key")) as server:
-        backend = backend_at(server.base_url)
+        backend = backend_at(server.base_url, transport)
 
         async def requests() -> JudgeUnavailable:
             for _ in range(CIRCUIT_THRESHOLD - 1):
@@ -90,10 +90,10 @@ def test_a_401_is_not_retried_and_opens_the_circuit_after_three_requests(
     assert "no-key" not in str(opened)  # the key the server echoed back is scrubbed
 
 
-def test_a_server_that_answers_resets_the_count(verify_request: VerifyRequestFactory) -> None:
+def test_a_server_that_answers_resets_the_count(verify_request: VerifyRequestFactory, transport: str) -> None:
     faults = [Fault("echo_key"), Fault("echo_key"), Fault("server_error"), Fault("echo_key"), Fault("echo_key")]
     with fault_server(judge_every_claim("entailed"), *faults) as server:
-        backend = backend_at(server.base_url, max_attempts=1)
+        backend = backend_at(server.base_url, transport, max_attempts=1)
 
         async def five_requests() -> list[str | None]:
             return [(await backend.complete(verify_request(CLAIM))).error for _ in range(5)]
@@ -108,11 +108,12 @@ def rt4_verify(*args: str) -> tuple[int, str]:
     return result.exit_code, "".join(result.stderr.split())
 
 
-def test_verify_against_a_closed_port_stops_with_exit_4_and_resume_continues(tmp_path: Path) -> None:
+def test_verify_against_a_closed_port_stops_with_exit_4_and_resume_continues(tmp_path: Path, transport: str) -> None:
     out = tmp_path / "out.jsonl"
     url = closed_port_url()
     sample = EXAMPLES / "free_trial.jsonl"
-    code, stderr = rt4_verify(str(sample), "--judge", "openai/fault", "--api-base", url, "--out", str(out))
+    judge = judge_over(transport, "openai/fault", tmp_path)
+    code, stderr = rt4_verify(str(sample), "--judge", judge, "--api-base", url, "--out", str(out))
     assert code == EXIT_JUDGE_FAILED
     assert "".join(url.split()) in stderr and "connectionrefused" in stderr.lower()
     assert "1samplesnotaudited" in stderr and "--resume" in stderr
@@ -123,16 +124,17 @@ def test_verify_against_a_closed_port_stops_with_exit_4_and_resume_continues(tmp
 
     with fault_server(judge_every_claim("entailed")) as server:
         # The fault server quotes no evidence: keep its ungrounded verdicts to see the resumed label.
-        code, _ = rt4_verify(str(sample), "--judge", "openai/fault", "--api-base", server.base_url,
+        code, _ = rt4_verify(str(sample), "--judge", judge, "--api-base", server.base_url,
                              "--out", str(out), "--resume", "--ungrounded", "keep")
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert code == 0 and [r["id"] for r in records] == ["free-trial"] and records[0]["label"] == "entailed"
 
 
-def test_verify_against_a_401_makes_three_calls_and_exits_4(tmp_path: Path) -> None:
+def test_verify_against_a_401_makes_three_calls_and_exits_4(tmp_path: Path, transport: str) -> None:
     out = tmp_path / "out.jsonl"
     with fault_server("{}", default=Fault("echo_key")) as server:
-        code, stderr = rt4_verify(str(EXAMPLES / "free_trial.jsonl"), "--judge", "openai/fault",
+        code, stderr = rt4_verify(str(EXAMPLES / "free_trial.jsonl"), "--judge",
+                                  judge_over(transport, "openai/fault", tmp_path),
                                   "--api-base", server.base_url, "--out", str(out))
     # decomposition, the local batch, the global batch: three 401s, no retry, then the circuit opens
     assert len(server.requests) == CIRCUIT_THRESHOLD
@@ -151,15 +153,17 @@ def test_eval_against_a_closed_port_exits_4_without_writing_a_result(tmp_path: P
     assert list(tmp_path.iterdir()) == []  # an incomplete evaluation is not a result
 
 
-def test_a_judge_that_accepts_and_never_answers_stops_the_run_within_a_few_attempts(tmp_path: Path) -> None:
+def test_a_judge_that_accepts_and_never_answers_stops_the_run_within_a_few_attempts(
+    tmp_path: Path, transport: str
+) -> None:
     """Issue 27: timeouts once never opened the circuit (15 attempts of 120 s per request)."""
     inputs = tmp_path / "in.jsonl"
     write_samples(inputs, 4)
     with fault_server(judge_every_claim("entailed"), default=Fault("hang", hang_s=30)) as server:
         done = subprocess.run(
-            [sys.executable, "-m", "rt4chart", "verify", str(inputs), "--judge", "openai/hung", "--api-base",
-             server.base_url, "--decomposer", "rules", "--no-cache", "--timeout", "1", "--concurrency", "1",
-             "--out", str(tmp_path / "out.jsonl")],
+            [sys.executable, "-m", "rt4chart", "verify", str(inputs), "--judge",
+             judge_over(transport, "openai/hung", tmp_path), "--api-base", server.base_url, "--decomposer", "rules",
+             "--no-cache", "--timeout", "1", "--concurrency", "1", "--out", str(tmp_path / "out.jsonl")],
             capture_output=True, text=True, timeout=300,
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
                  "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
@@ -172,7 +176,9 @@ def test_a_judge_that_accepts_and_never_answers_stops_the_run_within_a_few_attem
     assert len((tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()) == 4
 
 
-def test_a_reply_beyond_what_max_tokens_can_produce_is_capped_not_parsed_or_stored(tmp_path: Path) -> None:
+def test_a_reply_beyond_what_max_tokens_can_produce_is_capped_not_parsed_or_stored(
+    tmp_path: Path, transport: str
+) -> None:
     """Issue 27: 20 MB replies, 16 in flight, once took 4.8 GB; such a body is an error on its call."""
     from rt4chart.backends.policy import reply_cap_chars
 
@@ -181,7 +187,8 @@ def test_a_reply_beyond_what_max_tokens_can_produce_is_capped_not_parsed_or_stor
     huge = json.dumps({"judgements": [{"claim": 0, "label": "entailed", "evidence": ["opens at"],
                                        "rationale": "x" * (reply_cap_chars(64) + 1)}]})
     with fault_server(huge) as server:
-        done = CliRunner().invoke(app, ["verify", str(inputs), "--judge", "openai/huge", "--api-base", server.base_url,
+        judge = judge_over(transport, "openai/huge", tmp_path)
+        done = CliRunner().invoke(app, ["verify", str(inputs), "--judge", judge, "--api-base", server.base_url,
                                         "--decomposer", "rules", "--max-tokens", "64", "--cache-dir",
                                         str(tmp_path / "cache"), "--out", str(tmp_path / "out.jsonl"), "-q"])
     assert done.exit_code == 4, done.output

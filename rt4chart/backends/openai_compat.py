@@ -1,0 +1,227 @@
+"""A judge on any server that speaks OpenAI's chat-completions protocol (vLLM, llama.cpp, TGI,
+SGLang, OpenAI itself, most gateways), sent with httpx and nothing heavier.
+
+A thin sender (:class:`OpenAICompatSender`): one POST of ``/chat/completions``, the reply's text
+and token counts. The transport policy (:mod:`rt4chart.backends.policy`) does the rest, as for the
+litellm sender: retries and backoff (Retry-After honoured), the circuit breaker, concurrency,
+reply parsing and re-asks, key scrubbing, the reply size cap. It never imports litellm (seconds of
+start-up, milliseconds of CPU per call): prices are the profile's, prompt tokens the policy's
+tokenizer-free bound.
+
+Structured output: a JSON schema (``response_format: json_schema``) unless the profile says
+otherwise. A server that refuses it with HTTP 400 is asked again at once with JSON mode, then with
+no ``response_format``; the first that it accepts is remembered for that endpoint and model, so the
+400 is met once per process. A 400 that every form meets is the request's own fault and is raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import weakref
+from typing import Any
+
+import httpx
+
+from rt4chart.backends.base import JudgeRequest, output_json_schema
+from rt4chart.backends.policy import CallSettings, InvalidReply, PolicyBackend, Reply, Sender, reply_cap_chars
+from rt4chart.backends.scrubbing import redact_url
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+"""Where a profile with ``api = "openai-compatible"`` and no base URL is served."""
+
+PROVIDER_PREFIXES = ("openai/", "hosted_vllm/")
+"""Model-string prefixes (litellm's provider names) that are not part of the name the server knows."""
+
+STRUCTURED_OUTPUT_FALLBACKS = ("json_schema", "json_object", "none")
+"""Structured-output modes from the strictest down, tried in this order after a 400."""
+
+_ACCEPTED_MODE: dict[tuple[str, str], str] = {}
+"""The structured-output mode an endpoint and model accepted after refusing a stricter one."""
+
+_ERROR_MESSAGE_CHARS = 500
+"""How much of a server's error message an exception quotes (scrubbed by the policy)."""
+
+_BODY_SLACK_BYTES = 65_536
+"""Bytes a reply body may hold beyond its content: the JSON around it, escapes, usage."""
+
+
+def served_model(model: str) -> str:
+    """The model name the server knows: ``model`` without a provider prefix (``openai/``, ``hosted_vllm/``)."""
+    for prefix in PROVIDER_PREFIXES:
+        if model.startswith(prefix):
+            return model.removeprefix(prefix)
+    return model
+
+
+class OpenAICompatSettings(CallSettings):
+    """How one model is called on an OpenAI-compatible server. The judge registry
+    (:mod:`rt4chart.judges`) builds these from a profile; this backend knows no profile."""
+
+    name: str
+    """The judge's name, recorded in outputs and cache keys (the server is appended to it)."""
+    model: str
+    """Model string (``openai/<name>``, ``hosted_vllm/<name>`` or the bare name the server knows)."""
+
+
+class EndpointError(httpx.HTTPStatusError):
+    """The server answered with an HTTP error: its status and its message, never a request header."""
+
+
+class MalformedResponse(Exception):
+    """A 2xx answer that is not a chat completion (a proxy's page, a truncated body)."""
+
+
+class OpenAICompatSender(Sender):
+    """One attempt as one httpx POST of ``{api_base}/chat/completions``."""
+
+    # One connection pool per event loop: httpx's connections belong to the loop that opened them,
+    # and a backend may serve several ``asyncio.run`` calls (one per CLI command or evaluation).
+    _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient]
+
+    def __init__(self, settings: OpenAICompatSettings, *, api_key: str | None, api_base: str | None) -> None:
+        self.settings = settings
+        self.model = served_model(settings.model)
+        self.api_base = api_base
+        self._url = f"{(api_base or OPENAI_BASE_URL).rstrip('/')}/chat/completions"
+        self._api_key = api_key
+        self._clients = weakref.WeakKeyDictionary()
+        mode = "json_schema" if settings.response_format == "auto" else settings.response_format
+        self._mode_key = (self._url, self.model)
+        self._configured_mode = mode
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, api_base={self.api_base!r})"
+
+    @property
+    def name(self) -> str:
+        # As the litellm sender's, so records and cache keys do not depend on the transport: the
+        # server is part of the identity, its credentials never.
+        return f"{self.settings.name}@{redact_url(self.api_base)}" if self.api_base else self.settings.name
+
+    @property
+    def endpoint(self) -> str:
+        return self.name if self.api_base else f"{self.name} (at {OPENAI_BASE_URL})"
+
+    @property
+    def secrets(self) -> frozenset[str]:
+        return frozenset({self._api_key} if self._api_key else ())
+
+    @property
+    def structured_output(self) -> str:
+        """The ``response_format`` mode sent now: json_schema, json_object or none."""
+        return _ACCEPTED_MODE.get(self._mode_key, self._configured_mode)
+
+    def is_transient(self, error: BaseException) -> bool:
+        return isinstance(error, MalformedResponse) or super().is_transient(error)
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+            # Every slot keeps its connection alive between calls (httpx keeps 20 by default).
+            keep = self.settings.concurrency
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=keep)
+            client = httpx.AsyncClient(headers=headers, timeout=self.settings.timeout_s, limits=limits)
+            self._clients[loop] = client
+        return client
+
+    def body(self, messages: list[dict[str, str]], request: JudgeRequest, mode: str) -> dict[str, Any]:
+        """The JSON body of one attempt at ``request`` with structured-output ``mode``."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": request.params.temperature,
+            "max_tokens": request.params.max_tokens,
+        }
+        if request.params.seed is not None:
+            body["seed"] = request.params.seed
+        schema = request.output_schema
+        if mode == "json_schema":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": schema.__name__, "schema": output_json_schema(schema)},
+            }
+        elif mode == "json_object":
+            body["response_format"] = {"type": "json_object"}
+        return body
+
+    async def send(self, messages: list[dict[str, str]], request: JudgeRequest) -> Reply:
+        mode = self.structured_output
+        try:
+            return await self._post(self.body(messages, request, mode), request)
+        except EndpointError as refused:
+            if refused.response.status_code != 400 or mode == "none":
+                raise
+            # Maybe the server does not take this response_format: the laxer forms, at once.
+            for laxer in STRUCTURED_OUTPUT_FALLBACKS[STRUCTURED_OUTPUT_FALLBACKS.index(mode) + 1 :]:
+                try:
+                    reply = await self._post(self.body(messages, request, laxer), request)
+                except EndpointError as again:
+                    if again.response.status_code != 400:
+                        raise
+                    continue
+                _ACCEPTED_MODE[self._mode_key] = laxer
+                return reply
+            raise
+
+    async def _post(self, body: dict[str, Any], request: JudgeRequest) -> Reply:
+        limit = 4 * reply_cap_chars(request.params.max_tokens) + _BODY_SLACK_BYTES
+        client = self._client()
+        async with client.stream("POST", self._url, json=body) as response:
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > limit:
+                    # Read no further: such a body is not a reply max_tokens can produce.
+                    raise InvalidReply(f"a reply body of over {limit:,} bytes, over the cap", "", final=True)
+                chunks.append(chunk)
+        data = b"".join(chunks)
+        if response.status_code >= 400:
+            raise EndpointError(self._error_message(response, data), request=response.request, response=response)
+        try:
+            answer = json.loads(data)
+            message = answer["choices"][0]["message"]
+        except (ValueError, KeyError, IndexError, TypeError) as error:
+            raise MalformedResponse(f"HTTP {response.status_code} without a chat completion: {data[:200]!r}") from error
+        counts = answer.get("usage") or {}
+        return Reply(
+            # The content only: a reasoning model's separate reasoning is never read as the verdict.
+            text=str(message.get("content") or ""),
+            prompt_tokens=int(counts.get("prompt_tokens") or 0),
+            completion_tokens=int(counts.get("completion_tokens") or 0),
+        )
+
+    def _error_message(self, response: httpx.Response, data: bytes) -> str:
+        """``HTTP 429 from <endpoint>: <the server's message>``: the status and what the server
+        said, never the request (its headers carry the key; the policy scrubs echoes of it)."""
+        try:
+            detail = json.loads(data)
+            detail = detail.get("error", detail) if isinstance(detail, dict) else detail
+            detail = detail.get("message", detail) if isinstance(detail, dict) else detail
+        except ValueError:
+            detail = data.decode("utf-8", "replace")
+        return f"HTTP {response.status_code} from {self.endpoint}: {str(detail)[:_ERROR_MESSAGE_CHARS]}"
+
+    async def aclose(self) -> None:
+        clients = list(self._clients.items())
+        self._clients.clear()
+        running = asyncio.get_running_loop()
+        for loop, client in clients:
+            # A pool of an event loop that has ended cannot be closed from this one; its sockets
+            # went with that loop's transports.
+            if loop is running:
+                await client.aclose()
+
+
+class OpenAICompatBackend(PolicyBackend):
+    """A judge on an OpenAI-compatible server, sent with httpx, under the transport policy."""
+
+    sender: OpenAICompatSender
+
+    def __init__(
+        self, settings: OpenAICompatSettings, *, api_key: str | None = None, api_base: str | None = None
+    ) -> None:
+        super().__init__(OpenAICompatSender(settings, api_key=api_key, api_base=api_base), settings)

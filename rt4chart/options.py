@@ -12,12 +12,13 @@ records it in its result.
 
 from __future__ import annotations
 
-from enum import StrEnum
+import re
 from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from rt4chart.backends.base import DEFAULT_MAX_TOKENS, GenerationParams
+from rt4chart.languages import normalize_language
 
 DecomposerKind = Literal["judge", "rules", "auto", "holistic"]
 """How answers become claims."""
@@ -29,28 +30,6 @@ UngroundedPolicy = Literal["downgrade", "keep"]
 """What an entailed or contradicted verdict whose evidence is not in the context becomes."""
 
 
-class FailOn(StrEnum):
-    """Which answers fail a run (exit code 1, JUnit failures): a policy of what a finished run
-    reports, declared here beside the audit's options so the CLI needs no reporting module to
-    offer it."""
-
-    CONTRADICTED = "contradicted"
-    HALLUCINATED = "hallucinated"
-    NEVER = "never"
-    NEW = "new"
-    """Only hallucinations the ``--baseline`` audit did not have (and hallucinated answers new to the input)."""
-    WORSE = "worse"
-    """Only a hallucination rate above the ``--baseline``'s beyond the paired bootstrap CI."""
-
-
-class ShowOnly(StrEnum):
-    """Which samples ``rt4 show --only`` keeps: the :class:`FailOn` policies that select answers
-    by their own label (``never``, ``new`` and ``worse`` select none, or need a baseline)."""
-
-    CONTRADICTED = FailOn.CONTRADICTED.value
-    HALLUCINATED = FailOn.HALLUCINATED.value
-
-
 _JUDGE, _METHOD, _OUTPUTS, _RESUME, _SCALE, _SIGNALS = (
     "Judge and cost", "Method", "Outputs and CI", "Resume", "Scale-out", "Signals",
 )
@@ -60,7 +39,8 @@ HELP_PANELS: dict[str, str] = {
          "max_tokens", "temperature", "sampling_seed"], _JUDGE),
     **dict.fromkeys(
         ["method", "decomposer", "decompose_per_sentence", "decompose_with_question", "max_claims_per_sentence",
-         "window", "overlap", "batch_claims", "global_verification", "global_auto", "ungrounded", "skip_decided"],
+         "window", "overlap", "batch_claims", "global_verification", "global_auto", "ungrounded", "skip_decided",
+         "citation_pattern", "language"],
         _METHOD),
     **dict.fromkeys(
         ["out", "quiet", "output_format", "html_report", "junit", "github", "fail_on", "max_rate", "baseline"],
@@ -71,17 +51,6 @@ HELP_PANELS: dict[str, str] = {
 }
 """The ``--help`` panel of each option (by parameter name), declared once for every command that
 offers it: ``rt4 verify --help`` reads as six short groups instead of one wall."""
-
-
-class OutputFormat(StrEnum):
-    """What ``rt4 verify`` writes to stdout when no ``--out`` is given."""
-
-    AUTO = "auto"
-    """The readable view on a terminal, JSONL anywhere else (pipes, files, CI logs)."""
-    JSONL = "jsonl"
-    """One JSON record per line, always."""
-    TEXT = "text"
-    """The readable view, always."""
 
 
 class AuditOptions(BaseModel):
@@ -127,6 +96,35 @@ class AuditOptions(BaseModel):
     """Sampling seed of judge calls, for providers that honour one (the paper's 42)."""
     samples_in_flight: int = Field(default=16, ge=1)
     """Samples audited at once (fewer finish sooner under a budget)."""
+    citation_pattern: str | None = None
+    """A regular expression for the citation markers of your answers, in place of the built-in forms
+    ([1], [1, 3], [1][2], [^1], (Source 2)); its group `refs` (else its first group) holds what a
+    marker cites, refs separated by commas: a 1-based passage number or a passage id."""
+
+    language: str | None = Field(default=None, exclude_if=lambda language: language is None)
+    """The language of the answers (an ISO 639-1 code: de, ja, zh...) for lines that give none in
+    their "language" field; default: detected per answer. English runs leave it out of the audit's
+    fingerprint, so their --resume bindings are those of before."""
+
+    @field_validator("language")
+    @classmethod
+    def _a_language_code(cls, language: str | None) -> str | None:
+        return None if language is None else normalize_language(language)
+
+    @field_validator("citation_pattern")
+    @classmethod
+    def _a_pattern_with_refs(cls, pattern: str | None) -> str | None:
+        if pattern is None:
+            return None
+        try:
+            compiled = re.compile(pattern)
+        except re.error as error:
+            raise ValueError(f"citation_pattern is not a regular expression: {error}") from None
+        if compiled.groups == 0:
+            raise ValueError("citation_pattern needs a group that holds the refs, e.g. <cite (?P<refs>[^>]+)>")
+        if compiled.search("") is not None:
+            raise ValueError("citation_pattern matches the empty string: it would find a marker everywhere")
+        return pattern
 
     @field_validator("overlap")
     @classmethod
@@ -170,22 +168,5 @@ class AuditOptionKeywords(TypedDict, total=False):
     temperature: float
     sampling_seed: int | None
     samples_in_flight: int
-
-Engine = Literal["local", "ray"]
-"""Where an audit runs: this process, or a Ray cluster's workers."""
-
-
-class EngineOptions(BaseModel):
-    """Where ``rt4 verify`` runs its audit (``--engine``, ``--address``, ``--workers``, ``--worker-cpus``):
-    options of the run, not of the audit, so they change no record and no ``--resume`` binding."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    engine: Engine = "local"
-    """local (this process) or ray (a Ray Data pipeline over worker actors; the ray extra)."""
-    address: str | None = None
-    """Ray cluster to join (auto: the one started on this machine with `ray start`); default: a local one."""
-    workers: int = Field(default=2, ge=1)
-    """Ray workers, each with its own judge stack and --concurrency calls in flight."""
-    worker_cpus: float = Field(default=1.0, gt=0.0)
-    """CPUs Ray reserves per worker (a judge worker mostly waits on HTTP; litellm costs a few ms of CPU per call)."""
+    citation_pattern: str | None
+    language: str | None

@@ -9,8 +9,9 @@ local engine; :class:`rt4chart.ray_engine.RayEngine` the other one. :func:`run_a
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal, Protocol, TextIO
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rt4chart.backends.base import Backend
 from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.budget import BudgetExhausted, SampleAdmission
+from rt4chart.citations import CitedAnswer, audit_citations, find_citations
 from rt4chart.decompose import (
     Decomposition,
     decompose_by_judge,
@@ -43,14 +45,15 @@ from rt4chart.io import (
     unaudited_report,
     write_reports_atomically,
 )
-from rt4chart.judges import JudgeStack
+from rt4chart.judges import JudgeStack, language_refusal
+from rt4chart.languages import ENGLISH, audit_language
 from rt4chart.options import AuditOptions
 from rt4chart.prompts import PromptTemplate
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import load_prompts, prompt_set_version
 from rt4chart.text import chunk_sentences, segment_context, split_sentences
-from rt4chart.types import Claim, DecompositionStats, Label, Report, Sample, Sentence, answer_sha256
-from rt4chart.verification import ClaimJudge, and_join, answer_hallucinated, hallucinated_spans, verify_claims
+from rt4chart.types import AuditRecord, Claim, DecompositionStats, Label, Sample, Sentence, answer_sha256
+from rt4chart.verification import ClaimVerifier, and_join, answer_hallucinated, hallucinated_spans, verify_claims
 
 
 class BudgetStop(BaseModel):
@@ -106,14 +109,14 @@ def stop_of(error: BudgetExhausted | JudgeUnavailable) -> BudgetStop | Unavailab
 
 async def in_input_order(
     items: Iterable[InputLine],
-    audit: Callable[[InputLine], Awaitable[Report]],
+    audit: Callable[[InputLine], Awaitable[AuditRecord]],
     in_flight: int,
     admission: SampleAdmission | None = None,
-) -> AsyncIterator[Report]:
+) -> AsyncIterator[AuditRecord]:
     """``audit`` every item, up to ``in_flight`` at a time (fewer when ``admission``, the budget's,
     says so), yielding the reports in input order; an exception of one audit (a stop) cancels the
     others and propagates."""
-    pending: deque[asyncio.Task[Report]] = deque()
+    pending: deque[asyncio.Task[AuditRecord]] = deque()
     iterator = iter(items)
 
     def start_next() -> bool:
@@ -140,6 +143,26 @@ async def in_input_order(
             task.cancel()
 
 
+Engine = Literal["local", "ray"]
+"""Where an audit runs: this process, or a Ray cluster's workers."""
+
+
+class EngineOptions(BaseModel):
+    """Where ``rt4 verify`` runs its audit (``--engine``, ``--address``, ``--workers``, ``--worker-cpus``):
+    options of the run, not of the audit, so they change no record and no ``--resume`` binding."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    engine: Engine = "local"
+    """local (this process) or ray (a Ray Data pipeline over worker actors; the ray extra)."""
+    address: str | None = None
+    """Ray cluster to join (auto: the one started on this machine with `ray start`); default: a local one."""
+    workers: int = Field(default=2, ge=1)
+    """Ray workers, each with its own judge stack and --concurrency calls in flight."""
+    worker_cpus: float = Field(default=1.0, gt=0.0)
+    """CPUs Ray reserves per worker (a judge worker mostly waits on HTTP; litellm costs a few ms of CPU per call)."""
+
+
 class AuditEngine(Protocol):
     """Where a batch of samples is audited: records in, records out, in input order.
 
@@ -157,7 +180,7 @@ class AuditEngine(Protocol):
     @property
     def options(self) -> AuditOptions: ...
 
-    def audit(self, items: Sequence[InputLine]) -> AsyncIterator[Report | BudgetStop | UnavailableStop]: ...
+    def audit(self, items: Iterable[InputLine]) -> AsyncIterator[AuditRecord | BudgetStop | UnavailableStop]: ...
 
 
 MAX_ANSWER_SENTENCES = 300
@@ -187,24 +210,33 @@ class Pipeline:
     def decomposes_by_judge(self) -> bool:
         """Whether answers are decomposed by a judge call (else by rules)."""
         return self.options.decomposer == "judge" or (
-            self.options.decomposer == "auto" and self.backend.supports_decompose
+            self.options.decomposer == "auto" and self.backend.can_write_text
         )
 
-    async def verify_sample(self, sample: Sample, line: int = 1, claims: list[Claim] | None = None) -> Report:
+    async def verify_sample(self, sample: Sample, line: int = 1, claims: list[Claim] | None = None) -> AuditRecord:
         """Audit one sample with the configured method; ``claims``, when given, replace the
         decomposition (``rt4 compare``: one claim set verified by every judge)."""
-        session = JudgeSession(self.backend, self.prompts, self.options.params)
+        language = audit_language(sample.language, self.options.language, sample.answer, sample.context)
+        session = JudgeSession(self.backend, self.prompts, self.options.params, language=language)
         if self.options.method == "direct":
             report = await audit_directly(session, sample)
+        elif (refusal := language_refusal(self.backend, language)) is not None:
+            # An English model's verdicts on other languages look confident and mean little: the
+            # sample stays open (exit 4) and says which judges can audit it.
+            report = AuditRecord(id=sample.id, line=line, errors=[f"line {line}: {refusal}"], incomplete=True)
         else:
-            answer_sentences = split_sentences(sample.answer)
+            # Citation markers leave the text the judge sees; sentences keep the answer's offsets.
+            cited = find_citations(sample, self.options.citation_pattern, language)
+            answer_sentences = (
+                cited.sentences if cited is not None else split_sentences(sample.answer, language=language)
+            )
             if not answer_sentences:
                 # e.g. an answer made only of list markers: nothing to verify is not "all entailed"
-                return Report(id=sample.id, line=line, errors=[f"line {line}: answer has no sentence to verify"])
+                return AuditRecord(id=sample.id, line=line, errors=[f"line {line}: answer has no sentence to verify"])
             if len(answer_sentences) > MAX_ANSWER_SENTENCES:
                 problem = f"answer of {len(answer_sentences)} sentences, over the limit of {MAX_ANSWER_SENTENCES}"
-                return Report(id=sample.id, line=line, errors=[f"line {line}: {problem}"])
-            report = await self._rt4chart(session, sample, answer_sentences, claims)
+                return AuditRecord(id=sample.id, line=line, errors=[f"line {line}: {problem}"])
+            report = await self._rt4chart(session, sample, answer_sentences, claims, cited, language)
         return report.model_copy(
             update={
                 "id": sample.id,
@@ -215,16 +247,23 @@ class Pipeline:
                 "prompt_version": self.prompt_version,
                 "gold": sample.gold,
                 "answer_sha256": answer_sha256(sample.answer),
+                "language": language,
             }
         )
 
     async def _rt4chart(
-        self, session: JudgeSession, sample: Sample, answer_sentences: list[Sentence], claims: list[Claim] | None
-    ) -> Report:
+        self,
+        session: JudgeSession,
+        sample: Sample,
+        answer_sentences: list[Sentence],
+        claims: list[Claim] | None,
+        cited: CitedAnswer | None = None,
+        language: str = ENGLISH,
+    ) -> AuditRecord:
         options = self.options
-        context, sentences = segment_context(sample.context)
+        context, sentences = segment_context(sample.context, language)
         chunks = chunk_sentences(len(sentences), options.window, options.overlap)
-        judge = ClaimJudge(session, ContextIndex(context, sentences), sample.question, options.ungrounded)
+        judge = ClaimVerifier(session, ContextIndex(context, sentences), sample.question, options.ungrounded)
         question = sample.question if options.decompose_with_question else None
         if claims is not None:
             decomposition = Decomposition(claims, [], DecompositionStats(mode="given", sentences=len(answer_sentences)))
@@ -232,7 +271,8 @@ class Pipeline:
             decomposition = empty
         elif options.decomposer == "holistic":
             decomposition = await decompose_holistically(
-                session, sample.answer, answer_sentences, question, options.max_claims_per_sentence
+                session, cited.answer if cited else sample.answer, answer_sentences, question,
+                options.max_claims_per_sentence,
             )
         elif self.decomposes_by_judge:
             decomposition = await decompose_by_judge(
@@ -240,7 +280,7 @@ class Pipeline:
             )
         else:
             decomposition = rule_decomposition(answer_sentences)
-        report = Report(
+        report = AuditRecord(
             id=sample.id,
             line=0,
             context_sentences=len(sentences),
@@ -266,18 +306,20 @@ class Pipeline:
         report.label = and_join(labels)
         report.hallucinated = answer_hallucinated(labels)
         report.incomplete = None in labels
+        if cited is not None:
+            report.citations = await audit_citations(judge, cited, verdicts, options.batch_claims)
         report.claims = verdicts
         report.spans = hallucinated_spans(verdicts)
         return report
 
-    async def run(self, items: Iterable[InputLine]) -> AsyncIterator[Report]:
+    async def run(self, items: Iterable[InputLine]) -> AsyncIterator[AuditRecord]:
         """Audit input lines concurrently; yield one report per line, in input order."""
         ledger = self.backend.ledger if isinstance(self.backend, JudgeStack) else None
         admission = SampleAdmission(ledger)
         async for report in in_input_order(items, self._report, self.options.samples_in_flight, admission):
             yield report
 
-    async def audit(self, items: Sequence[InputLine]) -> AsyncIterator[Report | BudgetStop | UnavailableStop]:
+    async def audit(self, items: Iterable[InputLine]) -> AsyncIterator[AuditRecord | BudgetStop | UnavailableStop]:
         """The local engine (:class:`AuditEngine`): :meth:`run`, its stop yielded as a value."""
         try:
             async for report in self.run(items):
@@ -285,7 +327,7 @@ class Pipeline:
         except (BudgetExhausted, JudgeUnavailable) as error:
             yield stop_of(error)
 
-    async def _report(self, item: InputLine) -> Report:
+    async def _report(self, item: InputLine) -> AuditRecord:
         if item.sample is None:
             return error_report(item)
         return await self.verify_sample(item.sample, item.line)
@@ -339,13 +381,13 @@ class AuditResult:
 
 async def run_audit(
     engine: AuditEngine,
-    items: list[InputLine],
+    items: Iterable[InputLine],
     out: Path | None,
-    on_report: Callable[[Report], None],
+    on_report: Callable[[AuditRecord], None],
     *,
     resume: bool = False,
     stdout: TextIO | None = None,
-    enrich: Callable[[Report], Report] | None = None,
+    enrich: Callable[[AuditRecord], AuditRecord] | None = None,
     baseline: Path | None = None,
 ) -> AuditResult:
     """Audit ``items`` into ``out`` (or ``stdout``), one record per line, in input order.
@@ -377,13 +419,13 @@ async def run_audit(
 
 async def _audit(
     engine: AuditEngine,
-    items: list[InputLine],
+    items: Iterable[InputLine],
     out: Path | None,
-    on_report: Callable[[Report], None],
+    on_report: Callable[[AuditRecord], None],
     *,
     resume: bool,
     stdout: TextIO | None,
-    enrich: Callable[[Report], Report] | None,
+    enrich: Callable[[AuditRecord], AuditRecord] | None,
     baseline: Path | None,
 ) -> AuditResult:
     result = AuditResult()
@@ -395,14 +437,27 @@ async def _audit(
     result.resumed = len(completed)
     for report in completed.values():
         on_report(report)
-    unfinished = [item for item in items if item.line not in completed]
-    reused = read_reusable(baseline, unfinished, fingerprint) if baseline is not None else {}
+    kept = set(completed)  # the resumed records are in the file now: only their lines are held
+    del completed
+    unfinished: Iterable[InputLine] = (item for item in items if item.line not in kept)
+    reused: dict[int, AuditRecord] = {}
+    if baseline is not None:
+        unfinished = list(unfinished)
+        reused = read_reusable(baseline, unfinished, fingerprint)
     result.reused = len(reused)
     reuse_order = deque(sorted(reused))
-    todo = [item for item in unfinished if item.line not in reused]
+    # Items stream through: each is held from when the engine takes it until its record is written.
+    todo = (item for item in unfinished if item.line not in reused)
+    handed: deque[InputLine] = deque()
+
+    def hand_over() -> Iterator[InputLine]:
+        for item in todo:
+            handed.append(item)
+            yield item
+
     appender = ReportAppender(out) if out is not None else None
 
-    def write(report: Report) -> None:
+    def write(report: AuditRecord) -> None:
         if appender is not None:
             appender.append(report)
         elif stdout is not None:
@@ -416,8 +471,7 @@ async def _audit(
             report = reused[reuse_order.popleft()]
             write(enrich(report) if enrich is not None else report)
 
-    def emit(report: Report) -> None:
-        item = todo[result.written]
+    def emit(item: InputLine, report: AuditRecord) -> None:
         write_reused(item.line)
         # The record is bound to its line's content and this audit's configuration (for --resume).
         report.input_hash = record_key(item, fingerprint)
@@ -425,15 +479,15 @@ async def _audit(
         write(report)
 
     try:
-        async for audited in engine.audit(todo):
-            if isinstance(audited, Report):
-                emit(enrich(audited) if enrich is not None else audited)
+        async for audited in engine.audit(hand_over()):
+            if isinstance(audited, AuditRecord):
+                emit(handed.popleft(), enrich(audited) if enrich is not None else audited)
                 continue
             result.stop = audited
-            result.remaining = len(todo) - result.written
-            if isinstance(audited, UnavailableStop):
-                for item in todo[result.written :]:
-                    emit(unaudited_report(item, f"not audited: {audited}"))
+            for item in itertools.chain(handed, todo):  # the lines taken but not finished, then the rest
+                result.remaining += 1
+                if isinstance(audited, UnavailableStop):
+                    emit(item, unaudited_report(item, f"not audited: {audited}"))
             break
         write_reused(None)
     finally:
@@ -444,7 +498,7 @@ async def _audit(
     return result
 
 
-def _restore_input_order(out: Path, items: list[InputLine]) -> None:
+def _restore_input_order(out: Path, items: Iterable[InputLine]) -> None:
     records = read_completed(out, items)
     lines = [report.line for report in records.values()]
     if lines != sorted(lines):

@@ -10,7 +10,9 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rt4chart.languages import normalize_language
 
 
 class Label(StrEnum):
@@ -93,13 +95,39 @@ class Sample(BaseModel):
     id: str
     """Caller's identifier, copied to the output record."""
     context: str | list[str]
-    """The retrieved context: one string, or a list of passages."""
+    """The retrieved context: one string, or a list of passages (in the input, a passage may be an
+    object ``{"id": "doc-7", "text": "..."}``: its text is kept here, its id in ``passage_ids``)."""
+    passage_ids: list[str] | None = None
+    """The passages' own ids when the input named them (citation markers may cite them); ``None``
+    when passages are cited by their 1-based position."""
     question: str | None = None
     """The user question the answer responds to, if any."""
     answer: str
     """The generated answer under audit."""
+    language: str | None = None
+    """The answer's language as an ISO 639-1 code (``"de"``, ``"ja"``) when the input line gives one;
+    ``None``: ``--language``, else detected (:func:`rt4chart.languages.detect_language`)."""
+
+    @field_validator("language")
+    @classmethod
+    def _language_code(cls, language: str | None) -> str | None:
+        return None if language is None else normalize_language(language)
     gold: Gold | None = None
     """Reference labels for evaluation; ignored by the verifier."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_passages(cls, data: Any) -> Any:
+        # Passages given as {"id", "text"} objects: the text is the passage, the id is how it is cited.
+        context = data.get("context") if isinstance(data, dict) else None
+        if not isinstance(context, list) or not any(isinstance(passage, dict) for passage in context):
+            return data
+        if not all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in context):
+            raise ValueError("a context that names its passages gives every one as {\"id\": ..., \"text\": ...}")
+        ids = [str(p["id"]) if p.get("id") is not None else str(position + 1) for position, p in enumerate(context)]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"passage ids must be unique, got {ids}")
+        return {**data, "context": [p["text"] for p in context], "passage_ids": ids}
 
 
 class Sentence(BaseModel):
@@ -112,7 +140,8 @@ class Sentence(BaseModel):
     end: int
     """Offset one past the last character."""
     text: str
-    """Exactly ``source[start:end]``."""
+    """Exactly ``source[start:end]`` (an answer sentence that carries citation markers: that text
+    with its markers taken out, :mod:`rt4chart.citations`)."""
     passage: int = 0
     """Index of the passage that holds the sentence (0 for a single-string context)."""
 
@@ -236,6 +265,71 @@ class Vote(Verdict):
     """Why the vote is missing when the judge call failed."""
 
 
+CitationVerdict = Literal["supported", "misattributed", "unsupported", "uncited"]
+"""How a claim's citation stands (see :class:`ClaimCitation`)."""
+
+
+class CitationMarker(BaseModel):
+    """One citation marker of an answer (``[1]``, ``[1, 3]``, ``[^2]``, ``(Source 2)``, ...),
+    taken out of the claim text the judge sees and kept here with its place in the answer."""
+
+    start: int
+    """Offset of the marker in the answer as given."""
+    end: int
+    """Offset one past the marker."""
+    text: str
+    """Exactly ``answer[start:end]``."""
+    refs: list[str]
+    """What the marker cites, as written (``1``, ``doc-7``)."""
+    passages: list[int]
+    """The context passages those refs name, 0-based (a ref that names no passage is left out)."""
+    sentence_index: int
+    """The answer sentence the marker belongs to: the last one that starts before it."""
+
+
+class ClaimCitation(BaseModel):
+    """A claim's citations checked against where its support really lies."""
+
+    cited: list[int] = Field(default_factory=list)
+    """Passages its answer sentence cites, 0-based, in order of first citation."""
+    unresolved: list[str] = Field(default_factory=list)
+    """Refs of its markers that name no passage of the context (``[7]`` of a 3-passage context)."""
+    evidence_passages: list[int] = Field(default_factory=list)
+    """Passages that hold the evidence of the claim's final verdict."""
+    supporting: list[int] = Field(default_factory=list)
+    """Passages shown to support the claim: its cited passages that hold its evidence (or the cited
+    check's), else, when the claim is entailed, the passages its evidence comes from."""
+    verdict: CitationVerdict | None = None
+    """``supported`` (entailed, and a cited passage holds its evidence), ``misattributed``
+    (entailed, but only by passages it does not cite), ``unsupported`` (cited, but not entailed by
+    the context), ``uncited`` (entailed, no citation, in an answer that cites elsewhere); ``None``
+    for a claim with no verdict, or not entailed and citing nothing."""
+    cited_check: Verdict | None = None
+    """The extra verification of the claim against its cited passages only (run for an entailed
+    claim whose evidence is not all inside the passages it cites); ``None`` when it did not run."""
+    relevant: list[int] = Field(default_factory=list)
+    """Cited passages that count for ALCE citation precision: those holding the supporting evidence
+    of a supported claim (all its citations, when it has one)."""
+
+
+class AnswerCitations(BaseModel):
+    """The citation audit of one answer that carries citation markers."""
+
+    markers: list[CitationMarker] = Field(default_factory=list)
+    """Every marker found in the answer, in answer order."""
+    passage_ids: list[str] | None = None
+    """The context passages' ids when the input named them."""
+    verdicts: dict[str, int] = Field(default_factory=dict)
+    """Claims per citation verdict (``supported``, ``misattributed``, ``unsupported``, ``uncited``)."""
+    precision: float | None = None
+    """ALCE citation precision: citations that count (:attr:`ClaimCitation.relevant`) over all
+    citations of the answer's claims; ``None`` when no claim cites."""
+    recall: float | None = None
+    """ALCE citation recall: claims supported by their cited passages over claims with a verdict."""
+    checks: int = 0
+    """Claims verified again against their cited passages only (the extra verification)."""
+
+
 class ClaimVerdict(Verdict):
     """Everything rt4chart concluded about one claim: its final label (the global verdict, or the
     local label with global verification off) with the evidence and rationale behind it."""
@@ -267,6 +361,8 @@ class ClaimVerdict(Verdict):
     (``csr_mean``/``csr_max``: REFIND's context sensitivity ratio, :mod:`rt4chart.signals.csr`;
     ``probe_mean``/``probe_max``: an AggTruth probe's scores, :mod:`rt4chart.signals.aggtruth`).
     A new signal adds keys here, never a field."""
+    citation: ClaimCitation | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Its citations checked (an answer with citation markers only; left out of the record otherwise)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -420,7 +516,7 @@ def answer_sha256(answer: str) -> str:
     return hashlib.sha256(answer.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class Report(BaseModel):
+class AuditRecord(BaseModel):
     """The output record of one input line."""
 
     id: str | None
@@ -465,6 +561,9 @@ class Report(BaseModel):
     signal_tokens: dict[str, SignalReport | AttentionSignalReport] = Field(default_factory=dict)
     """Each signal's token-level scores and flagged spans, by the signal's name (``csr``:
     :class:`SignalReport`; ``aggtruth``: :class:`AttentionSignalReport`)."""
+    citations: AnswerCitations | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The citation audit of an answer with citation markers (:mod:`rt4chart.citations`); left out
+    of the record for an answer without any."""
 
     @model_validator(mode="before")
     @classmethod
@@ -493,3 +592,11 @@ class Report(BaseModel):
     answer_sha256: str | None = None
     """sha256 of the audited answer text: ``rt4 diff`` tells an answer that changed between two runs
     from one judged differently. ``None`` for an unreadable line (and in records made before it)."""
+    language: str | None = None
+    """The language the answer was audited as (ISO 639-1: given by the line or ``--language``, else
+    detected); ``None`` for an unreadable line and in records made before it."""
+
+
+Report = AuditRecord
+"""Deprecated: the old name of :class:`AuditRecord`, importable for one release; write ``AuditRecord`` in
+new code (``Report`` also named ``report.py``, now ``progress.py``, and ``rt4 report``, which writes HTML)."""

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rt4chart.agreement import AgreementReport, RunsReport, Statistic
+from rt4chart.review_agreement import ReviewAgreement
 
 
 class PlotUnavailableError(RuntimeError):
@@ -184,3 +185,39 @@ def plot_agreement(report: AgreementReport, path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120, format="png")  # the named file, never NAME.png beside it
     plt.close(figure)
+
+
+def print_review_agreement(report: ReviewAgreement, console: Console) -> None:
+    """The judge against its reviewers: kappa, then precision and recall per label, each with the
+    reviews behind it, and what was left out."""
+    scope = "weighted by the plan's inclusion probabilities: estimates for the whole audit" if report.weighted else (
+        "unweighted: figures describe the reviewed claims only (no review plan)"
+    )
+    console.print(f"[bold]{report.judge} against {report.used} reviews[/bold] ({scope})", highlight=False)
+    console.print(
+        f"left out: {report.unsure} unsure, {report.without_judge_label} on claims without a judge label "
+        f"({report.reviews} reviews read)",
+        highlight=False,
+    )
+    overall = Table(title="judge vs reviewer (3-way label)", title_justify="left")
+    for column in ("figure", "value", "95% CI", "reviews"):
+        overall.add_column(column, justify="left" if column == "figure" else "right")
+    for name, statistic in (("Cohen's kappa", report.kappa), ("observed agreement", report.agreement)):
+        overall.add_row(name, _value(statistic), _interval(statistic), str(statistic.n))
+    console.print(overall)
+    table = Table(title="per label (the judge's label against the reviewer's)", title_justify="left")
+    for column in ("label", "precision", "95% CI", "reviews", "recall", "95% CI ", "reviews "):
+        table.add_column(column, justify="left" if column == "label" else "right")
+    for figures in report.labels:
+        table.add_row(
+            figures.label,
+            _value(figures.precision), _interval(figures.precision), str(figures.precision.n),
+            _value(figures.recall), _interval(figures.recall), str(figures.recall.n),
+        )
+    console.print(table)
+    for warning in report.warnings + [w for s in _review_statistics(report) for w in s.warnings]:
+        console.print(f"! {warning}", highlight=False, markup=False)
+
+
+def _review_statistics(report: ReviewAgreement) -> list[Statistic]:
+    return [report.kappa, report.agreement, *(s for f in report.labels for s in (f.precision, f.recall))]

@@ -1,4 +1,5 @@
-"""The ``rt4`` command: a thin shell over the library. Only this module and ``report.py`` print.
+"""The ``rt4`` command: a thin shell over the library: it parses flags, calls one library function and
+prints (as do the reporting modules: progress, agreement_view, terminal_view, diff_view).
 
 Exit codes of ``rt4 verify`` and ``rt4 report`` (the first that applies): 3 stopped early by the
 budget; 2 bad input or usage (any invalid input line, unknown judge, missing key, bad flags);
@@ -22,7 +23,7 @@ import inspect
 import json
 import math
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args, get_origin
 
@@ -34,7 +35,9 @@ from rich.text import Text
 from typer.core import TyperCommand, TyperOption
 
 from rt4chart.datasets import DATA_LOCATION_HELP, DATASET_NAMES
-from rt4chart.options import HELP_PANELS, AuditOptions, EngineOptions, FailOn, OutputFormat, ShowOnly
+from rt4chart.options import HELP_PANELS, AuditOptions
+from rt4chart.outputs import FailOn, OutputFormat, ShowOnly
+from rt4chart.pipeline import EngineOptions
 
 if TYPE_CHECKING:
     from rt4chart.audited import AuditedSample
@@ -44,7 +47,7 @@ if TYPE_CHECKING:
     from rt4chart.run import RunOutcome, RunSpec
     from rt4chart.signals.aggtruth import AttentionRecord, AttentionSetup
     from rt4chart.signals.csr import SignalRecord
-    from rt4chart.types import Report
+    from rt4chart.types import AuditRecord
 
 EXIT_USAGE = 2
 """Bad input or usage (README "Exit codes"); every other exit code comes from :func:`rt4chart.run.exit_code`."""
@@ -104,14 +107,16 @@ def _usage_errors() -> Iterator[None]:
         raise fail(str(error)) from None
 
 
-def _execute(spec: RunSpec, items: list[InputLine], quiet: bool) -> RunOutcome:
-    """Run ``spec`` through the run layer with the progress bar on stderr; records without --out go to stdout."""
-    from rt4chart.report import ProgressObserver, print_interrupted
+def _execute(spec: RunSpec, items: Iterable[InputLine], quiet: bool) -> RunOutcome:
+    """Run ``spec`` through the run layer with the progress bar on stderr; records without --out go to
+    stdout. Records are streamed, not held (the outcome is built from counters)."""
+    from rt4chart.progress import ProgressObserver, print_interrupted
     from rt4chart.run import RunInterrupted, execute
 
     try:
         with _usage_errors():
-            return execute(spec, items, observer=ProgressObserver(stderr, enabled=not quiet), stdout=sys.stdout)
+            return execute(spec, items, observer=ProgressObserver(stderr, enabled=not quiet), stdout=sys.stdout,
+                           keep_records=False)
     except RunInterrupted as interrupted:
         print_interrupted(interrupted.out, interrupted.records, stderr)
         raise typer.Exit(interrupted.exit_code) from None
@@ -220,6 +225,15 @@ def _read_input(input_path: Path) -> list[InputLine]:
     return items
 
 
+def _stream_input(input_path: Path) -> Iterable[InputLine]:
+    """The input read as the run goes (a file; stdin, which cannot be read twice, is read whole)."""
+    from rt4chart.io import STDIN, InputFile
+
+    if str(input_path) == STDIN or not input_path.is_file() or not InputFile(input_path):
+        return _read_input(input_path)  # its checks name what is wrong
+    return InputFile(input_path)
+
+
 def _open_cache(location: Path | str | None) -> JudgeCache:
     from rt4chart.cache import CacheError, open_cache
 
@@ -309,9 +323,9 @@ def verify(
             signals=signal_spec(signals, signal_model, probe=signal_probe, server=signal_server, delta=signal_delta,
                                 use_cache=not no_cache),
         )
-    outcome = _execute(spec, _read_input(input_path), quiet)
+    outcome = _execute(spec, _stream_input(input_path), quiet)
     if not quiet:
-        from rt4chart.report import print_summary
+        from rt4chart.progress import print_summary
 
         print_summary(outcome.summary, stderr)
     _print_stop(outcome)
@@ -331,7 +345,7 @@ def estimate(
     options: AuditOptions,
 ) -> None:
     """Calls, tokens and USD an audit of INPUT.jsonl would need (expected and worst case); calls no judge."""
-    from rt4chart.report import print_estimate
+    from rt4chart.progress import print_estimate
     from rt4chart.run import RunSpec
     from rt4chart.run import estimate as estimate_run
 
@@ -426,7 +440,7 @@ def eval_command(
     """Audit a labelled dataset, print every metric with 95% CIs, and record the result."""
     from rt4chart.datasets import DatasetError
     from rt4chart.evaluation import EvalConfig, load_samples, result_details, write_result
-    from rt4chart.report import ProgressObserver, print_metrics
+    from rt4chart.progress import ProgressObserver, print_metrics
     from rt4chart.run import RunSpec, cache_location, evaluate, run_limits
 
     if (limit is not None and limit < 0) or resamples < 0:
@@ -465,7 +479,7 @@ def score(
     from rt4chart.datasets import DatasetError
     from rt4chart.evaluation import score_details, score_predictions
     from rt4chart.io import PredictionsError
-    from rt4chart.report import print_metrics
+    from rt4chart.progress import print_metrics
 
     out = _guard_outputs({"--out": out}, [predictions, gold]).get("--out")
     try:
@@ -500,6 +514,30 @@ def convert(
 
 
 @app.command()
+def calibrate(
+    records: Annotated[Path, typer.Argument(metavar="AUDIT.jsonl", help="rt4 verify output records of the judge to calibrate.")],
+    target: Annotated[str, typer.Option(help="best-f1, precision>=P (the most recall at that precision) or recall>=R (the most precision at that recall).")] = "best-f1",
+    gold: Annotated[Path | None, typer.Option(help="Labelled dataset (rt4 convert output), matched by id; default: the gold inside the records.")] = None,
+    reviews: Annotated[Path | None, typer.Option(help="Review file exported from the HTML report (rt4chart.review/1) instead of gold.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the judge profile that applies the point (use with --judge FILE.toml; embedded judge only).")] = None,
+    folds: Annotated[int, typer.Option(min=2, help="Cross-validation folds: each fold's point is chosen on the others.")] = 5,
+    resamples: ResamplesOption = 1000,
+    seed: SeedOption = 0,
+) -> None:
+    """Choose a judge's operating point on your own claim labels, measured on held-out folds."""
+    from rt4chart.calibration import CalibrationError, calibration_markdown
+    from rt4chart.calibration import calibrate as calibrate_judge
+
+    out = _guard_outputs({"--out": out}, [records, gold, reviews]).get("--out")
+    try:
+        result = calibrate_judge(records, target, gold=gold, reviews=reviews, folds=folds, resamples=resamples,
+                                 seed=seed, profile=out)
+    except CalibrationError as error:
+        raise fail(str(error)) from None
+    typer.echo(calibration_markdown(result), nl=False)
+
+
+@app.command()
 def judges() -> None:
     """List the judge profiles and whether each one's API key and base URL are set (never their values)."""
     from rt4chart.judges import JudgeConfigError, profile_statuses
@@ -514,7 +552,7 @@ def judges() -> None:
             return "-"
         return f"{variable} [green]set[/green]" if is_set else f"{variable} [red]not set[/red]"
 
-    table = Table("judge", "model", "API key", "base URL", "$/1M tok in/out", "calls in flight", "logprobs")
+    table = Table("judge", "model", "API key", "base URL", "$/1M tok in/out", "calls in flight", "logprobs", "languages")
     for column in table.columns[:4]:
         column.overflow = "fold"
     for status in statuses:
@@ -532,6 +570,7 @@ def judges() -> None:
             prices,
             str(profile.concurrency),
             "yes" if profile.logprobs else "no",
+            ", ".join(profile.languages) if profile.languages else "any",
         )
     Console().print(table)
     Console().print(
@@ -582,10 +621,27 @@ def agree(
     runs: Annotated[bool, typer.Option("--runs", help="The files are repeated runs; files recording the same judge are one judge's runs. Needs gold.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Also draw the kappa heatmap and sensitivity/specificity plot (PNG; needs the plot extra: matplotlib).")] = None,
+    reviews: Annotated[Path | None, typer.Option(help="Human reviews of the one audit's claims (exported from its HTML report; weighted by a review plan's inclusion probabilities).")] = None,
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
 ) -> None:
     """Agreement between judges (kappa, Fleiss, alpha) and of each judge with gold, with 95% CIs."""
+    if reviews is not None:
+        from rt4chart.agreement_view import print_review_agreement
+        from rt4chart.review import ReviewFileError
+        from rt4chart.review_agreement import ReviewMatchError, review_agreement_files
+
+        if len(outputs) != 1 or gold is not None or runs or plot is not None:
+            raise fail("--reviews compares one audit (one OUTPUT.jsonl) with its reviews: no --gold, --runs or --plot")
+        try:
+            reviewed = review_agreement_files(outputs[0], reviews, resamples=resamples, seed=seed)
+        except (ReviewMatchError, ReviewFileError, OSError) as error:
+            raise fail(str(error)) from None
+        if as_json:
+            Console().print_json(reviewed.model_dump_json())
+        else:
+            print_review_agreement(reviewed, Console())
+        return
     from rt4chart.agreement import (
         AgreementInputError,
         agreement_report,
@@ -643,6 +699,29 @@ def agree(
         stderr.print(f"wrote {plot}", highlight=False, markup=False)
 
 
+@app.command("review-plan")
+def review_plan(
+    results: ResultsArgument,
+    input_path: ResultsInputOption = None,
+    n: Annotated[int, typer.Option("--n", min=1, help="Claims to review.")] = 60,
+    seed: Annotated[int, typer.Option(help="Seed of the draw (the same audit, --n and seed give the same plan).")] = 0,
+    report: Annotated[Path | None, typer.Option(help="Write an HTML report of the planned claims, with review controls.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the planned claims as JSONL (with their inclusion probabilities).")] = None,
+) -> None:
+    """Pick claims to review so the judge's precision and recall per label can be estimated from few reviews."""
+    from rt4chart.review_plan import ReviewPlanError, print_plan, write_review_plan
+
+    if report is None and out is None:
+        raise fail("nothing to write: give --report FILE.html and/or --out FILE.jsonl")
+    guarded = _guard_outputs({"--report": report, "--out": out}, [results, input_path])
+    try:
+        plan = write_review_plan(_read_audited(results, input_path), n, seed, guarded.get("--report"), guarded.get("--out"))
+    except ReviewPlanError as error:
+        raise fail(str(error)) from None
+    print_plan(plan, Console(stderr=True))
+    stderr.print("wrote " + ", ".join(str(path) for path in guarded.values()), highlight=False, markup=False)
+
+
 @app.command()
 @audit_options
 def compare(
@@ -663,7 +742,7 @@ def compare(
 ) -> None:
     """Decompose each answer once, have every judge verify that same claim set, then report agreement."""
     from rt4chart.agreement_view import print_agreement
-    from rt4chart.report import ProgressObserver
+    from rt4chart.progress import ProgressObserver
     from rt4chart.run import RunSpec, cache_location, compare, run_limits
 
     names = [name.strip() for name in judges_spec.split(",") if name.strip()]
@@ -782,7 +861,7 @@ def show(
     print_samples(audited, Console())
 
 
-def _read_verify_records(path: Path) -> list[Report | str]:
+def _read_verify_records(path: Path) -> list[AuditRecord | str]:
     """Each non-blank line of a file of ``rt4 verify`` records: the record, or why it is not one."""
     from rt4chart.io import read_records
 

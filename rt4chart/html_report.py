@@ -10,6 +10,7 @@ markup and a run of thousands of samples opens at once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from rt4chart.audited import AuditedSample
-from rt4chart.report import RunSummary
+from rt4chart.progress import RunSummary
+from rt4chart.review import PlannedClaim, run_key
 from rt4chart.types import Label
 
 _TEMPLATES = Environment(
@@ -81,16 +83,38 @@ def render_template(name: str, **values: Any) -> str:
     return _TEMPLATES.get_template(name).render(**values)
 
 
-def render_html(audited: list[AuditedSample], title: str) -> str:
-    """The whole report as one HTML document."""
+def review_setup(
+    audited: list[AuditedSample], run: str | None = None, plan: Sequence[PlannedClaim] | None = None
+) -> dict[str, Any]:
+    """What the review controls (templates/review.html.j2) need: the run key reviews are kept and
+    exported under (``run``, else the key of ``audited``), and a plan's claims (``None``: every claim
+    is reviewable, and reviews carry no inclusion probability)."""
+    return {
+        "run": run if run is not None else run_key([item.report for item in audited]),
+        "plan": None if plan is None else [claim.model_dump(mode="json") for claim in plan],
+    }
+
+
+def render_html(
+    audited: list[AuditedSample], title: str, *, run: str | None = None, plan: Sequence[PlannedClaim] | None = None
+) -> str:
+    """The whole report as one HTML document (``run``/``plan``: see :func:`review_setup`)."""
     template = _TEMPLATES.get_template("report.html.j2")
     return template.render(
         title=title,
         summary=summary_rows(audited),
         samples=[sample_payload(item) for item in audited],
+        review=review_setup(audited, run, plan),
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     )
 
 
-def write_html(path: Path, audited: list[AuditedSample], title: str) -> None:
-    path.write_text(render_html(audited, title), encoding="utf-8")
+def write_html(
+    path: Path,
+    audited: list[AuditedSample],
+    title: str,
+    *,
+    run: str | None = None,
+    plan: Sequence[PlannedClaim] | None = None,
+) -> None:
+    path.write_text(render_html(audited, title, run=run, plan=plan), encoding="utf-8")

@@ -57,6 +57,33 @@ class ClaimReview(BaseModel):
     """The plan's stratum of the claim (judge label and confidence band); ``None`` when not from a plan."""
 
 
+class PlannedClaim(BaseModel):
+    """One claim a review plan (``rt4 review-plan``) picked: what its report asks to review, and what
+    every review of it carries into ``rt4 agree --reviews``."""
+
+    run: str
+    """The audit's run key (:func:`run_key`)."""
+    record_id: str
+    """The record's id (:func:`record_id`)."""
+    claim_index: int = Field(ge=0)
+    """0-based index of the claim in ``record.claims``."""
+    claim: str
+    """The claim's text."""
+    judge_label: JudgeLabel
+    """The judge's label on the claim (the plan's first stratification variable)."""
+    confidence: float | None
+    """The judge's confidence in that label (``score.p_unsupported`` read for the label's side, else
+    ``confidence``); ``None`` when the judge states none."""
+    stratum: str
+    """The stratum the claim was drawn from: judge label and confidence band."""
+    stratum_size: int = Field(ge=1)
+    """Claims of the audit in the stratum."""
+    stratum_sample: int = Field(ge=1)
+    """Claims the plan drew from the stratum."""
+    inclusion_probability: float = Field(gt=0.0, le=1.0)
+    """``stratum_sample / stratum_size``: the probability that this plan picked the claim."""
+
+
 class ReviewFileError(ValueError):
     """A review file with a line that is not a review (the message names the file and line)."""
 
@@ -64,6 +91,16 @@ class ReviewFileError(ValueError):
 def record_id(record: AuditRecord) -> str:
     """The id a review gives a record: its ``id``, or ``line N`` (its input line) when it has none."""
     return record.id if record.id is not None else f"line {record.line}"
+
+
+def duplicate_record_ids(records: Iterable[AuditRecord]) -> set[str]:
+    """The record ids (:func:`record_id`) that more than one record has: reviews cannot name their claims."""
+    seen: set[str] = set()
+    duplicated: set[str] = set()
+    for record in records:
+        key = record_id(record)
+        (duplicated if key in seen else seen).add(key)
+    return duplicated
 
 
 def run_key(records: Sequence[AuditRecord]) -> str:

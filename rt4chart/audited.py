@@ -1,9 +1,9 @@
 """Output records paired with the input they audit: what every human- and CI-facing view reads.
 
-An output record (:class:`~rt4chart.types.Report`) holds offsets, not text: the answer its claim
+An output record (:class:`~rt4chart.types.AuditRecord`) holds offsets, not text: the answer its claim
 spans point into and the context its evidence points into live in the input file. The views
 (HTML report, terminal view, JUnit, GitHub annotations) need both, so this module joins them by
-input line, and keeps any record fields that :class:`Report` does not model (signals, several
+input line, and keeps any record fields that :class:`AuditRecord` does not model (signals, several
 judges' verdicts added by other tools) so those views can show them as they are.
 """
 
@@ -11,13 +11,40 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
 from rt4chart.io import InputLine, read_records
-from rt4chart.options import FailOn
 from rt4chart.text import displayable, join_passages
-from rt4chart.types import Label, Report, Sample
+from rt4chart.types import AuditRecord, Label, Sample
+
+
+class FailOn(StrEnum):
+    """Which answers fail a run (exit code 1, JUnit failures): a policy of what a finished run
+    reports, applied to the joined records here (:func:`failing_labels`) and offered by the CLI
+    through :mod:`rt4chart.outputs`."""
+
+    CONTRADICTED = "contradicted"
+    HALLUCINATED = "hallucinated"
+    NEVER = "never"
+    NEW = "new"
+    """Only hallucinations the ``--baseline`` audit did not have (and hallucinated answers new to the input)."""
+    WORSE = "worse"
+    """Only a hallucination rate above the ``--baseline``'s beyond the paired bootstrap CI."""
+    MISATTRIBUTED = "misattributed"
+    """Answers with a claim supported only by passages it does not cite (:mod:`rt4chart.citations`)."""
+    MISCITED = "miscited"
+    """Answers with a claim whose citation does not hold: misattributed, unsupported (cited but not
+    entailed) or uncited (entailed, in an answer that cites elsewhere)."""
+
+
+class ShowOnly(StrEnum):
+    """Which samples ``rt4 show --only`` keeps: the :class:`FailOn` policies that select answers
+    by their own label (``never``, ``new`` and ``worse`` select none, or need a baseline)."""
+
+    CONTRADICTED = FailOn.CONTRADICTED.value
+    HALLUCINATED = FailOn.HALLUCINATED.value
 
 
 class ResultsError(ValueError):
@@ -34,7 +61,7 @@ def _displayable_value(value: Any) -> Any:
     return value
 
 
-_Model = TypeVar("_Model", Report, Sample)
+_Model = TypeVar("_Model", AuditRecord, Sample)
 
 
 def _displayable(model: _Model) -> _Model:
@@ -48,12 +75,12 @@ def _displayable(model: _Model) -> _Model:
 class AuditedSample:
     """One output record with the input sample it audits, when that input is known."""
 
-    report: Report
+    report: AuditRecord
     """The output record."""
     sample: Sample | None = None
     """The audited input; ``None`` for an invalid input line or when no input file was given."""
     extra: dict[str, Any] = field(default_factory=dict)
-    """Record fields :class:`Report` does not model (e.g. signals, other judges' verdicts)."""
+    """Record fields :class:`AuditRecord` does not model (e.g. signals, other judges' verdicts)."""
 
     def __post_init__(self) -> None:
         # Everything a reporting module shows comes through here: terminal escapes and bidi
@@ -82,7 +109,25 @@ class AuditedSample:
 
     def fails(self, fail_on: FailOn) -> bool:
         """Whether this sample counts against the run under the ``fail_on`` policy."""
-        return self.report.label in failing_labels(fail_on)
+        by_citations = fails_citations(self.report, fail_on)
+        return by_citations if by_citations is not None else self.report.label in failing_labels(fail_on)
+
+
+CITATION_POLICIES: dict[FailOn, frozenset[str]] = {
+    FailOn.MISATTRIBUTED: frozenset({"misattributed"}),
+    FailOn.MISCITED: frozenset({"misattributed", "unsupported", "uncited"}),
+}
+"""The ``--fail-on`` policies decided by claims' citation verdicts, and the verdicts that fail each."""
+
+
+def fails_citations(report: AuditRecord, fail_on: FailOn) -> bool | None:
+    """Whether a judged record fails a citation policy; ``None`` when ``fail_on`` is not one."""
+    verdicts = CITATION_POLICIES.get(fail_on)
+    if verdicts is None:
+        return None
+    return report.label is not None and any(
+        claim.citation is not None and claim.citation.verdict in verdicts for claim in report.claims
+    )
 
 
 def failing_labels(fail_on: FailOn) -> frozenset[Label]:
@@ -95,7 +140,7 @@ def failing_labels(fail_on: FailOn) -> frozenset[Label]:
     return frozenset()
 
 
-def pair_with_inputs(reports: Iterable[Report], items: Iterable[InputLine]) -> list[AuditedSample]:
+def pair_with_inputs(reports: Iterable[AuditRecord], items: Iterable[InputLine]) -> list[AuditedSample]:
     """Join records to the input lines they audit, in input order (records the pipeline just made)."""
     samples = {item.line: item.sample for item in items}
     ordered = sorted(reports, key=lambda report: report.line)
@@ -125,6 +170,6 @@ def read_results(path: Path, items: list[InputLine] | None = None) -> list[Audit
                 f"{path} line {number}: record {report.id!r} does not match input line {report.line} "
                 f"(id {sample.id!r}); were these results made from another input file?"
             )
-        extra = {key: value for key, value in record.value.items() if key not in Report.model_fields}
+        extra = {key: value for key, value in record.value.items() if key not in AuditRecord.model_fields}
         audited.append(AuditedSample(report, sample, extra))
     return audited

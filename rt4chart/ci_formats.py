@@ -14,25 +14,45 @@ from __future__ import annotations
 import socket
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rt4chart.audited import AuditedSample
-from rt4chart.options import FailOn
+from rt4chart.audited import CITATION_POLICIES, AuditedSample, FailOn
 from rt4chart.types import Label
 
 
-def failing_share(audited: list[AuditedSample], fail_on: FailOn) -> float:
-    """Share of judged samples (invalid lines excluded) that fail under ``fail_on``."""
-    judged = [item for item in audited if item.report.label is not None]
-    if not judged:
-        return 0.0
-    return sum(item.fails(fail_on) for item in judged) / len(judged)
+@dataclass
+class FailureTally:
+    """The run's pass/fail policy decided one record at a time (a streamed run holds no records)."""
+
+    fail_on: FailOn
+    judged: int = 0
+    """Samples with a verdict (invalid lines and open verdicts excluded)."""
+    failing: int = 0
+    """Of those, the samples that fail under ``fail_on``."""
+
+    def add(self, item: AuditedSample) -> None:
+        if item.report.label is not None:
+            self.judged += 1
+            self.failing += item.fails(self.fail_on)
+
+    @property
+    def share(self) -> float:
+        """Share of judged samples that fail."""
+        return self.failing / self.judged if self.judged else 0.0
+
+    def fails(self, max_rate: float) -> bool:
+        """The run fails when the share of failing samples exceeds ``max_rate`` (0: any one fails it)."""
+        return self.fail_on is not FailOn.NEVER and self.share > max_rate
 
 
-def run_fails(audited: list[AuditedSample], fail_on: FailOn, max_rate: float) -> bool:
+def run_fails(audited: Iterable[AuditedSample], fail_on: FailOn, max_rate: float) -> bool:
     """The run fails when the share of failing samples exceeds ``max_rate`` (0: any one fails it)."""
-    return fail_on is not FailOn.NEVER and failing_share(audited, fail_on) > max_rate
+    tally = FailureTally(fail_on)
+    for item in audited:
+        tally.add(item)
+    return tally.fails(max_rate)
 
 
 def _quote(text: str, limit: int = 300) -> str:
@@ -52,6 +72,27 @@ def finding_lines(item: AuditedSample) -> list[str]:
             lines.append(f'  evidence (context {evidence.start}-{evidence.end}): "{_quote(evidence.text)}"')
         if not claim.grounded:
             lines.append("  (the judge's evidence was not found in the context)")
+    return lines + citation_lines(item)
+
+
+def _passage_names(passages: list[int], ids: list[str] | None) -> str:
+    return ", ".join(ids[p] if ids is not None and p < len(ids) else str(p + 1) for p in passages) or "none"
+
+
+def citation_lines(item: AuditedSample) -> list[str]:
+    """The sample's claims whose citation does not hold, each with what it cites and what supports it."""
+    audit = item.report.citations
+    if audit is None:
+        return []
+    lines: list[str] = []
+    for claim in item.report.claims:
+        citation = claim.citation
+        if citation is None or citation.verdict in (None, "supported"):
+            continue
+        cited = [_passage_names(citation.cited, audit.passage_ids), *citation.unresolved]
+        lines.append(f"[citation {citation.verdict}] claim {claim.index}: {claim.text}")
+        lines.append(f"  cites: {', '.join(c for c in cited if c != 'none') or 'nothing'}; "
+                     f"supported by: {_passage_names(citation.supporting, audit.passage_ids)}")
     return lines
 
 
@@ -68,8 +109,19 @@ def _problem(item: AuditedSample) -> str | None:
 def _judged_failure(item: AuditedSample, policy: FailOn) -> bool:
     """Whether a judge's verdict on some claim fails the sample; a claim left unjudged by a judge
     error makes the answer baseless, but that is the judge's error, not a verdict to report."""
+    if policy in CITATION_POLICIES:
+        return item.fails(policy)  # a citation verdict comes from the judge's verdicts, never from an error
     failing = (Label.CONTRADICTED,) if policy is FailOn.CONTRADICTED else (Label.CONTRADICTED, Label.BASELESS)
     return item.fails(policy) and any(claim.label in failing for claim in item.report.claims)
+
+
+def _failure_message(item: AuditedSample, policy: FailOn) -> str:
+    report = item.report
+    if policy in CITATION_POLICIES:
+        bad = sum(c.citation is not None and c.citation.verdict in CITATION_POLICIES[policy] for c in report.claims)
+        return f"line {report.line}: {bad} of {len(report.claims)} claims {policy.value}"
+    bad = sum(claim.label is not Label.ENTAILED for claim in report.claims)
+    return f"line {report.line}: {report.label}, {bad} of {len(report.claims)} claims not entailed"
 
 
 def _failure_policy(fail_on: FailOn) -> FailOn:
@@ -118,8 +170,7 @@ def junit_xml(
             error = ElementTree.SubElement(case, "error", {"type": kind, "message": f"line {report.line}: {problem}"})
             error.text = problem
         if _judged_failure(item, policy):
-            bad = sum(claim.label is not Label.ENTAILED for claim in report.claims)
-            message = f"line {report.line}: {report.label}, {bad} of {len(report.claims)} claims not entailed"
+            message = _failure_message(item, policy)
             if report.line in pre_existing:
                 message += "; hallucinated in the baseline too"
             kind = "skipped" if report.line in pre_existing else "failure"
@@ -161,6 +212,8 @@ def github_annotations(
         problem = _problem(item)
         if problem is not None:
             level, title, lines = "error", "rt4chart: not judged", [problem]
+        elif policy in CITATION_POLICIES and item.fails(policy):
+            level, title, lines = "error", f"rt4chart: citations {policy.value}", citation_lines(item)
         elif report.hallucinated:
             known = report.line in pre_existing
             level = "error" if item.fails(policy) and not known else "warning"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from rt4chart.text import split_sentences
@@ -41,11 +41,12 @@ from rt4chart.types import (
     ClaimCitation,
     ClaimVerdict,
     Label,
+    RunCitations,
     Sample,
     Sentence,
     Verdict,
 )
-from rt4chart.verification import ClaimVerifier, batches
+from rt4chart.verification import ClaimVerifier, batches, max_calls
 
 CITATION_VERDICTS: tuple[CitationVerdict, ...] = ("supported", "misattributed", "unsupported", "uncited")
 """Every citation verdict, in the order views list them."""
@@ -266,50 +267,40 @@ def answer_citations(cited_answer: CitedAnswer, verdicts: list[ClaimVerdict], ch
     )
 
 
-@dataclass(frozen=True)
-class RunCitations:
-    """The citation figures of a run: its answers that carry citation markers."""
-
-    answers: int
-    """Answers with citation markers."""
-    verdicts: dict[str, int]
-    """Claims per citation verdict, over those answers."""
-    precision: float | None
-    """ALCE citation precision, averaged over the answers that cite."""
-    recall: float | None
-    """ALCE citation recall, averaged over the answers that cite."""
-    checks: int
-    """Extra verifications against cited passages."""
-
-    def describe(self) -> str:
-        """One line for a summary: ``citations: 12 answers · precision 0.83 · recall 0.75 · ...``."""
-        figures = [f"{self.answers} answer{'s' * (self.answers != 1)} with citations"]
-        for name, value in (("precision", self.precision), ("recall", self.recall)):
-            figures.append(f"ALCE {name} {value:.2f}" if value is not None else f"ALCE {name} n/a")
-        figures.append(", ".join(f"{self.verdicts[name]} {name}" for name in CITATION_VERDICTS))
-        figures.append(f"{self.checks} cited-passage check{'s' * (self.checks != 1)}")
-        return " \u00b7 ".join(figures)
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+def describe_run(figures: RunCitations) -> str:
+    """One line for a summary: ``3 answers with citations · ALCE precision 0.83 · recall 0.75 · ...``."""
+    parts = [f"{figures.answers} answer{'s' * (figures.answers != 1)} with citations"]
+    for name, value in (("precision", figures.precision), ("recall", figures.recall)):
+        parts.append(f"ALCE {name} {value:.2f}" if value is not None else f"ALCE {name} n/a")
+    parts.append(", ".join(f"{figures.verdicts.get(name, 0)} {name}" for name in CITATION_VERDICTS))
+    parts.append(f"{figures.checks} cited-passage check{'s' * (figures.checks != 1)}")
+    return " \u00b7 ".join(parts)
 
 
 def run_citations(records: Iterable[AuditRecord]) -> RunCitations | None:
     """The run's citation figures; ``None`` when no answer carried a citation marker."""
-    audits = [r.citations for r in records if r.citations is not None]
-    if not audits:
-        return None
-    return RunCitations(
-        answers=len(audits),
-        verdicts={name: sum(a.verdicts.get(name, 0) for a in audits) for name in CITATION_VERDICTS},
-        precision=_mean([a.precision for a in audits if a.precision is not None]),
-        recall=_mean([a.recall for a in audits if a.recall is not None]),
-        checks=sum(a.checks for a in audits),
-    )
+    figures = RunCitations()
+    for record in records:
+        if record.citations is not None:
+            figures.add(record.citations)
+    return figures if figures.answers else None
 
 
 def cited_answer_sentences(sample: Sample, pattern: str | None, language: str = "en") -> list[Sentence]:
     """The answer sentences an audit decomposes: marker-free when the answer cites."""
     cited = find_citations(sample, pattern, language)
     return cited.sentences if cited is not None else split_sentences(sample.answer, language=language)
+
+
+def max_check_calls(cited: CitedAnswer, claims_of: Callable[[Sentence], int], batch_claims: int) -> int:
+    """The most calls the cited-passages check can make for an answer, whatever the judge answers:
+    every claim of a citing sentence (``claims_of`` it) checked, in batches of claims citing the
+    same passages, each batch at its worst (:func:`rt4chart.verification.max_calls`)."""
+    groups: dict[tuple[int, ...], int] = {}
+    for sentence in cited.sentences:
+        passages = tuple(sorted({p for m in cited.markers if m.sentence_index == sentence.index for p in m.passages}))
+        if passages:
+            groups[passages] = groups.get(passages, 0) + claims_of(sentence)
+    return sum(
+        max_calls(min(batch_claims, n - start)) for n in groups.values() for start in range(0, n, batch_claims)
+    )

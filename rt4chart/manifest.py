@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from rt4chart.io import STDIN, audit_fingerprint, file_sha256, write_lines_atomically
 from rt4chart.options import AuditOptions
-from rt4chart.types import Label, Report, Usage
+from rt4chart.types import AuditRecord, Label, RunCitations, Usage
 
 MANIFEST_SUFFIX = ".manifest.json"
 """What is appended to the records file's name: ``audit.jsonl`` -> ``audit.jsonl.manifest.json``."""
@@ -63,6 +63,8 @@ class RunCounts(BaseModel):
     """Records whose verdict a judge failure left open."""
     invalid: int = 0
     """Input lines that could not be audited."""
+    citations: RunCitations | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Citation figures over the answers that carry citation markers (left out when none does)."""
 
 
 class RunManifest(BaseModel):
@@ -119,11 +121,12 @@ def rt4chart_version() -> str:
         return "unknown"
 
 
-def count_records(reports: Iterable[Report]) -> RunCounts:
+def count_records(reports: Iterable[AuditRecord]) -> RunCounts:
     """Counts per answer label and per claim label over a run's records."""
     counts = RunCounts()
     labels: Counter[str] = Counter()
     claims: Counter[str] = Counter()
+    citations = RunCitations()
     for report in reports:
         counts.records += 1
         counts.incomplete += report.incomplete
@@ -133,14 +136,17 @@ def count_records(reports: Iterable[Report]) -> RunCounts:
         labels[report.label] += 1
         counts.hallucinated += report.label in (Label.CONTRADICTED, Label.BASELESS)
         claims.update(str(claim.label or "unjudged") for claim in report.claims)
+        if report.citations is not None:
+            citations.add(report.citations)
     counts.labels = {str(label): labels[label] for label in Label}
+    counts.citations = citations if citations.answers else None
     counts.claims = dict(sorted(claims.items()))
     return counts
 
 
 def write_manifest(
     out: Path,
-    reports: list[Report],
+    reports: Iterable[AuditRecord],
     *,
     judge: str,
     prompt_version: str,

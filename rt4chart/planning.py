@@ -30,11 +30,12 @@ from rt4chart.backends.base import (
     prompt_tokens,
 )
 from rt4chart.cache import JudgeCache, request_key
-from rt4chart.decompose import decompose_by_rules
+from rt4chart.citations import find_citations, max_check_calls
+from rt4chart.decompose import decompose_by_rules, rule_claims
 from rt4chart.io import InputLine
 from rt4chart.pipeline import Pipeline
 from rt4chart.text import chunk_sentences, segment_context, split_sentences
-from rt4chart.types import Sample
+from rt4chart.types import Sample, Sentence
 from rt4chart.verification import max_calls, reask_messages
 
 NOT_SENT = "not sent: planning run"
@@ -99,7 +100,8 @@ def worst_case_calls(pipeline: Pipeline, sample: Sample) -> int:
     options = pipeline.options
     if options.method == "direct":
         return 1
-    answer_sentences = split_sentences(sample.answer)
+    cited = find_citations(sample, options.citation_pattern)
+    answer_sentences = cited.sentences if cited is not None else split_sentences(sample.answer)
     if not answer_sentences:
         return 0
     _, sentences = segment_context(sample.context)
@@ -130,6 +132,12 @@ def worst_case_calls(pipeline: Pipeline, sample: Sample) -> int:
         batches = (groups - 1) + math.ceil((n_claims - groups + 1) / batch)
         # Every batch may be re-asked once and each of its claims asked alone (and re-asked).
         calls += batches + 2 * n_claims
+    if cited is not None and options.decomposer != "holistic":
+        # Claims whose evidence lies outside the passages they cite are checked against those alone.
+        def claims_of(sentence: Sentence) -> int:
+            return options.max_claims_per_sentence if by_judge else len(rule_claims(sentence))
+
+        calls += max_check_calls(cited, claims_of, batch)
     return calls
 
 
@@ -177,6 +185,13 @@ def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache
         expected_note,
         "worst case: every batch re-asked and split into single claims, global calls split by location hint",
     ]
+    if any(item.sample is not None and find_citations(item.sample, pipeline.options.citation_pattern)
+           for item in items):
+        plan.notes.append(
+            "citations: a claim whose evidence lies outside the passages it cites is verified again against"
+            " them alone (in the worst case every citing claim; in the expected plan only where the judge"
+            " that answered the plan put it)"
+        )
     if pipeline.decomposes_by_judge or pipeline.options.decomposer == "holistic":
         plan.notes.append(
             f"worst case: up to {pipeline.options.max_claims_per_sentence} claims per answer sentence"

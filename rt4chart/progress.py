@@ -1,7 +1,7 @@
 """The terminal's view of a run: progress, the summary, estimates and metric tables.
 
-Not the output record (that is :class:`rt4chart.types.Report`) and not ``rt4 report`` (the HTML
-report, :mod:`rt4chart.html_report`). Printing happens only here, in ``cli.py`` and in the other
+Not the output record (that is :class:`rt4chart.types.AuditRecord`) and not ``rt4 report`` (the HTML
+report, :mod:`rt4chart.html_report`). It is one of the printers, with ``cli.py`` and the other
 reporting modules (agreement_view, terminal_view, diff_view), as ARCHITECTURE.md says."""
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 from rich.text import Text
 
-from rt4chart.audited import failing_labels
+from rt4chart.audited import FailOn, failing_labels
 from rt4chart.budget import Ledger
+from rt4chart.citations import describe_run
 from rt4chart.metrics import EvaluationMetrics, metric_rows
-from rt4chart.options import FailOn
-from rt4chart.types import Label, Report, Usage
+from rt4chart.types import AuditRecord, Label, RunCitations, Usage
 
 if TYPE_CHECKING:
     from rt4chart.planning import AuditEstimate
@@ -60,10 +60,18 @@ class RunSummary:
     """The share of failing answers the policy tolerates."""
     started: float = field(default_factory=time.monotonic)
     """When the run began (monotonic clock): the summary's wall time."""
+    first_open_error: str | None = None
+    """The first error of a record the judge left open (it names the endpoint when the judge could
+    not be reached): what says why an incomplete run is incomplete."""
+    citations: RunCitations = field(default_factory=RunCitations)
+    """Citation figures of the answers that carry citation markers."""
 
-    def add(self, report: Report) -> None:
+    def add(self, report: AuditRecord) -> None:
         self.records += 1
         self.incomplete += report.incomplete
+        if report.incomplete and self.first_open_error is None:
+            errors = [*report.errors, *(error for claim in report.claims for error in claim.errors)]
+            self.first_open_error = errors[0] if errors else None
         if report.label is None:
             if not report.incomplete:
                 self.invalid += 1
@@ -71,6 +79,8 @@ class RunSummary:
             self.usage = self.usage + report.usage
             return
         self.labels[report.label] += 1
+        if report.citations is not None:
+            self.citations.add(report.citations)
         for claim in report.claims:
             self.claims[claim.label or "unjudged"] += 1
             # A verdict downgraded in the local stage leaves an ungrounded vote behind it.
@@ -117,7 +127,12 @@ def policy_text(summary: RunSummary) -> str | None:
     judged = sum(summary.labels.values())
     if not judged:
         return "no answer was judged, so none fails the policy (see the errors for why)"
-    failing = sum(summary.labels[label] for label in failing_labels(summary.fail_on))
+    if summary.fail_on is FailOn.MISATTRIBUTED:
+        failing = summary.citations.answers_with.get("misattributed", 0)
+    elif summary.fail_on is FailOn.MISCITED:
+        failing = summary.citations.miscited_answers
+    else:
+        failing = sum(summary.labels[label] for label in failing_labels(summary.fail_on))
     share = failing / judged
     fails = share > summary.max_rate
     return (
@@ -143,6 +158,8 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     claims = ", ".join(f"{label} {count}" for label, count in sorted(summary.claims.items()))
     table.add_row("claims", claims or "0")
     table.add_row("ungrounded verdicts", str(summary.ungrounded))
+    if summary.citations.answers:
+        table.add_row("citations", describe_run(summary.citations))
     usage = summary.usage
     table.add_row("judge calls in the records", str(usage.calls))
     table.add_row("cache hits in the records", str(usage.cache_hits))
@@ -303,7 +320,7 @@ class ProgressObserver:
         self._progress = AuditProgress(total, ledger, self.console, enabled=self.enabled, calls_seen=calls_seen)
         self._progress.__enter__()
 
-    def record(self, report: Report, summary: RunSummary) -> None:
+    def record(self, report: AuditRecord, summary: RunSummary) -> None:
         if self._progress is not None:
             self._progress.advance(summary)
 

@@ -330,6 +330,56 @@ class AnswerCitations(BaseModel):
     """Claims verified again against their cited passages only (the extra verification)."""
 
 
+class RunCitations(BaseModel):
+    """The citation figures of a run, over its answers that carry citation markers; filled one
+    record at a time (:meth:`add`), so a streamed run holds no records for it."""
+
+    answers: int = 0
+    """Answers with citation markers."""
+    verdicts: dict[str, int] = Field(default_factory=dict)
+    """Claims per citation verdict, summed over those answers."""
+    answers_with: dict[str, int] = Field(default_factory=dict)
+    """Answers with at least one claim of each citation verdict."""
+    miscited_answers: int = 0
+    """Answers with a claim misattributed, unsupported or uncited (``--fail-on miscited``)."""
+    precision_sum: float = 0.0
+    """Sum of the answers' ALCE citation precision (over ``precision_answers`` answers)."""
+    precision_answers: int = 0
+    """Answers with a citation precision (some claim cites)."""
+    recall_sum: float = 0.0
+    """Sum of the answers' ALCE citation recall (over ``recall_answers`` answers)."""
+    recall_answers: int = 0
+    """Answers with a citation recall (some claim has a verdict)."""
+    checks: int = 0
+    """Extra verifications against cited passages only."""
+
+    def add(self, audit: AnswerCitations) -> None:
+        """Count one answer's citation audit."""
+        self.answers += 1
+        for name, count in audit.verdicts.items():
+            self.verdicts[name] = self.verdicts.get(name, 0) + count
+            self.answers_with[name] = self.answers_with.get(name, 0) + (count > 0)
+        miscited = ("misattributed", "unsupported", "uncited")
+        self.miscited_answers += any(audit.verdicts.get(name, 0) for name in miscited)
+        if audit.precision is not None:
+            self.precision_sum += audit.precision
+            self.precision_answers += 1
+        if audit.recall is not None:
+            self.recall_sum += audit.recall
+            self.recall_answers += 1
+        self.checks += audit.checks
+
+    @property
+    def precision(self) -> float | None:
+        """ALCE citation precision averaged over the answers that cite (ALCE averages over outputs)."""
+        return self.precision_sum / self.precision_answers if self.precision_answers else None
+
+    @property
+    def recall(self) -> float | None:
+        """ALCE citation recall averaged over the answers that cite."""
+        return self.recall_sum / self.recall_answers if self.recall_answers else None
+
+
 class ClaimVerdict(Verdict):
     """Everything rt4chart concluded about one claim: its final label (the global verdict, or the
     local label with global verification off) with the evidence and rationale behind it."""

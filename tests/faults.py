@@ -67,6 +67,9 @@ class FaultServer:
     """The prompt tokens a reply reports, as a function of the request body."""
     completion_tokens: int = 20
     """The completion tokens a reply reports (at most the request's ``max_tokens``)."""
+    refused_formats: frozenset[str | None] = frozenset()
+    """``response_format`` types (``json_schema``, ``json_object``; ``None``: a request without one)
+    answered with 400, as by a server that does not offer that structured-output mode."""
     requests: list[dict[str, Any]] = field(default_factory=list)
     """Bodies of the requests received, in arrival order."""
     headers: list[dict[str, str]] = field(default_factory=list)
@@ -154,7 +157,10 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
         def _answer(self, fault: Fault, body: dict[str, Any]) -> None:
             model = str(body.get("model", "fault"))
             behaviour = fault.behaviour
-            if behaviour == "rate_limit":
+            if (body.get("response_format") or {}).get("type") in state.refused_formats:
+                error = {"error": {"message": "response_format is not supported", "type": "invalid_request_error"}}
+                self._send(400, error)
+            elif behaviour == "rate_limit":
                 error = {"error": {"message": "rate limited", "type": "rate_limit_error"}}
                 self._send(429, error, {"Retry-After": str(fault.retry_after_s)})
             elif behaviour == "server_error":

@@ -521,6 +521,7 @@ def calibrate(
     reviews: Annotated[Path | None, typer.Option(help="Review file exported from the HTML report (rt4chart.review/1) instead of gold.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the judge profile that applies the point (use with --judge FILE.toml; embedded judge only).")] = None,
     folds: Annotated[int, typer.Option(min=2, help="Cross-validation folds: each fold's point is chosen on the others.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the calibration as JSON instead of tables.")] = False,
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
 ) -> None:
@@ -534,7 +535,7 @@ def calibrate(
                                  seed=seed, profile=out)
     except CalibrationError as error:
         raise fail(str(error)) from None
-    typer.echo(calibration_markdown(result), nl=False)
+    typer.echo(result.model_dump_json(indent=2) if as_json else calibration_markdown(result), nl=not as_json)
 
 
 @app.command()

@@ -169,6 +169,12 @@ def load_dataset(
     return samples if limit is None else samples[:limit]
 
 
+def source_key(sample: Sample) -> str:
+    """A cross-validation group of a sample: its context (one source answered by several models), so a
+    fold never sees the context of a held-out answer (evals/embedded/train.py, ``rt4 calibrate``)."""
+    return hashlib.sha256(json.dumps(sample.context).encode()).hexdigest()[:16]
+
+
 def samples_sha256(samples: Sequence[Sample]) -> str:
     """sha256 over the loaded samples (inputs and gold): identifies exactly what was evaluated."""
     digest = hashlib.sha256()

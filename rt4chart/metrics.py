@@ -2,7 +2,7 @@
 
 Positive = hallucinated, everywhere. Definitions follow the benchmarks' reference protocols:
 
-- answer level: precision / recall / F1 and balanced accuracy of ``Report.hallucinated``;
+- answer level: precision / recall / F1 and balanced accuracy of ``AuditRecord.hallucinated``;
 - span level (RAGTruth overlap protocol): hallucinated answer characters, micro-summed over
   samples: TP = |G and P|, FP = |P minus G|, FN = |G minus P|;
 - IoU (Mu-SHROOM): per sample |G and P| / |G or P| over characters, 1 when both are empty,
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel, Field
 
-from rt4chart.types import ClaimVerdict, Gold, GoldKind, Label, Report, Span
+from rt4chart.types import AuditRecord, ClaimVerdict, Gold, GoldKind, Label, Span
 
 if TYPE_CHECKING:
     import numpy as np
@@ -305,7 +305,7 @@ def claim_unsupported_score(claim: ClaimVerdict) -> float | None:
     return claim.confidence if claim.label != Label.ENTAILED else 1.0 - claim.confidence
 
 
-def answer_score(report: Report) -> float | None:
+def answer_score(report: AuditRecord) -> float | None:
     """Answer-level hallucination score: the highest claim unsupported score.
 
     ``None`` when any claim lacks a score; 0 for an answer without claims (nothing unsupported).
@@ -341,7 +341,7 @@ def _overlaps(first: Span, second: Span) -> bool:
     return first.start < second.end and second.start < first.end
 
 
-def evidence_counts(report: Report, gold: Gold) -> tuple[int, int, int] | None:
+def evidence_counts(report: AuditRecord, gold: Gold) -> tuple[int, int, int] | None:
     """Character TP, FP, FN of the evidence of correctly detected contradictions against the gold
     evidence they align with; ``None`` when the sample has no such contradiction."""
     alignable = [
@@ -360,14 +360,14 @@ def evidence_counts(report: Report, gold: Gold) -> tuple[int, int, int] | None:
     return span_counts(expected, cited) if expected else None
 
 
-def _detection(report: Report, gold: Gold, kind: GoldKind, label: Label) -> tuple[bool, bool] | None:
+def _detection(report: AuditRecord, gold: Gold, kind: GoldKind, label: Label) -> tuple[bool, bool] | None:
     expected = gold.has_kind(kind)
     if expected is None:
         return None
     return expected, any(claim.label == label for claim in report.claims)
 
 
-def score_sample(report: Report, gold: Gold) -> ScoredSample | None:
+def score_sample(report: AuditRecord, gold: Gold) -> ScoredSample | None:
     """Pair a valid prediction with its gold; ``None`` when either has no answer label."""
     if report.hallucinated is None or gold.hallucinated is None:
         return None
@@ -470,13 +470,12 @@ def claim_gold_unsupported(claim: ClaimVerdict, gold: Gold) -> bool | None:
     return any(g.start < span.end and span.start < g.end for g in gold.spans)
 
 
-def validate_claims(pairs: Iterable[tuple[Report, Gold]]) -> ClaimValidation:
+def validate_claims(pairs: Iterable[tuple[AuditRecord, Gold]]) -> ClaimValidation:
     """Verifier validation: claims aligned to gold spans, scored at the operating point and by AUROC."""
     total = 0
     gold_labels: list[bool] = []
     predicted: list[bool] = []
-    scored_gold: list[bool] = []
-    scores: list[float] = []
+    scores: list[float | None] = []
     for report, gold in pairs:
         for claim in report.claims:
             total += 1
@@ -485,22 +484,31 @@ def validate_claims(pairs: Iterable[tuple[Report, Gold]]) -> ClaimValidation:
                 continue
             gold_labels.append(gold_unsupported)
             predicted.append(claim.label != Label.ENTAILED)
-            score = claim_unsupported_score(claim)
-            if score is not None:
-                scored_gold.append(gold_unsupported)
-                scores.append(score)
+            scores.append(claim_unsupported_score(claim))
+    return claim_validation(total, gold_labels, predicted, scores)
+
+
+def claim_validation(
+    claims: int, gold: Sequence[bool], predicted: Sequence[bool], scores: Sequence[float | None]
+) -> ClaimValidation:
+    """The validation of ``claims`` claims of which these are aligned: each one's gold (unsupported or
+    not), whether the verifier flagged it at its operating point, and its unsupported score (``None``:
+    the judge gave none). ``rt4 eval`` (gold spans) and ``rt4 calibrate`` (a team's labels) share it."""
+    scored = [(g, s) for g, s in zip(gold, scores, strict=True) if s is not None]
+    scored_gold = [g for g, _ in scored]
+    known = [s for _, s in scored]
     return ClaimValidation(
-        claims=total,
-        aligned=len(gold_labels),
-        unaligned=total - len(gold_labels),
-        gold_unsupported=sum(gold_labels),
-        at_operating_point=binary_prf(gold_labels, predicted),
-        scored=len(scores),
-        auroc=auroc(scored_gold, scores),
+        claims=claims,
+        aligned=len(gold),
+        unaligned=claims - len(gold),
+        gold_unsupported=sum(gold),
+        at_operating_point=binary_prf(gold, predicted),
+        scored=len(known),
+        auroc=auroc(scored_gold, known),
         flagged=sum(predicted),
-        sweep=[_sweep_point(scored_gold, scores, t / 10) for t in range(1, 10)] if scores else [],
+        sweep=[_sweep_point(scored_gold, known, t / 10) for t in range(1, 10)] if known else [],
         best_f1=max(
-            (_sweep_point(scored_gold, scores, t) for t in sorted(set(scores))), key=lambda p: p.f1, default=None
+            (_sweep_point(scored_gold, known, t) for t in sorted(set(known))), key=lambda p: p.f1, default=None
         ),
     )
 
@@ -515,7 +523,7 @@ def _sweep_point(gold: Sequence[bool], scores: Sequence[float], threshold: float
 
 
 def score_reports(
-    reports: Sequence[Report],
+    reports: Sequence[AuditRecord],
     gold: dict[str, Gold] | None = None,
     *,
     resamples: int = 1000,
@@ -661,14 +669,19 @@ def metric_rows(metrics: EvaluationMetrics) -> list[tuple[str, str, str]]:
     if len(metrics.by_task_type) > 1:
         for task, result in metrics.by_task_type.items():
             rows.append((f"answer F1 [{task}]", _figure(result.f1), f"P {result.precision:.3f}, R {result.recall:.3f}"))
-    claims = metrics.claims
-    rows.append(("claims aligned / unaligned", f"{claims.aligned} / {claims.unaligned}",
-                 f"{claims.gold_unsupported} gold unsupported"))
+    return rows + claim_rows(metrics.claims)
+
+
+def claim_rows(claims: ClaimValidation, operating_point: str = "label != entailed") -> list[tuple[str, str, str]]:
+    """The verifier-validation rows of a metrics table (claims aligned, P/R/F1 at the operating
+    point, AUROC, flagged, the sweep, the best-F1 threshold); ``operating_point`` says what flags a claim."""
+    rows = [("claims aligned / unaligned", f"{claims.aligned} / {claims.unaligned}",
+             f"{claims.gold_unsupported} gold unsupported")]
     operating = claims.at_operating_point
     rows.append(("claim precision / recall / F1",
-                 f"{operating.precision:.3f} / {operating.recall:.3f} / {operating.f1:.3f}", "label != entailed"))
+                 f"{operating.precision:.3f} / {operating.recall:.3f} / {operating.f1:.3f}", operating_point))
     rows.append(("claim AUROC", _figure(claims.auroc), f"{claims.scored} claims with a confidence"))
-    rows.append(("claims flagged", f"{claims.flagged} of {claims.aligned}", "label != entailed"))
+    rows.append(("claims flagged", f"{claims.flagged} of {claims.aligned}", operating_point))
     for point in claims.sweep:
         rows.append((f"claim sweep: score >= {point.threshold:g}", _prf_cells(point), f"{point.flagged} flagged"))
     if claims.best_f1 is not None:

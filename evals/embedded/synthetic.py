@@ -23,8 +23,6 @@ to the training folds only (never to the folds it scores), grouped with the sour
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import random
 import re
 from collections.abc import Callable
@@ -32,7 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rt4chart.backends.embedded import ANTONYMS
-from rt4chart.datasets import load_dataset
+from rt4chart.datasets import load_dataset, source_key
 from rt4chart.text import segment_context
 from rt4chart.types import Sample
 
@@ -80,11 +78,6 @@ class SyntheticClaim:
     """How it was made."""
     unsupported: bool
     """Its label by construction (only ``copy`` is supported)."""
-
-
-def source_key(sample: Sample) -> str:
-    """The cross-validation group of a sample: its context (the same source, answered by several models)."""
-    return hashlib.sha256(json.dumps(sample.context).encode()).hexdigest()[:16]
 
 
 def _changed_number(sentence: str, rng: random.Random) -> str | None:

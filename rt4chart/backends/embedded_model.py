@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -227,6 +227,13 @@ class ModelArtefact(BaseModel):
     def head(self, has_question: bool) -> Head:
         """The head for a request with or without a question."""
         return self.heads["question" if has_question else "no_question"]
+
+    def with_thresholds(self, thresholds: Mapping[HeadName, float]) -> ModelArtefact:
+        """This model with the claim threshold of each head named in ``thresholds`` replaced (a
+        calibrated judge profile's ``claim_thresholds``, written by ``rt4 calibrate``)."""
+        heads = {name: head.model_copy(update={"threshold": thresholds[name]}) if name in thresholds else head
+                 for name, head in self.heads.items()}
+        return self.model_copy(update={"heads": heads})
 
 
 def artefact_sha256(path: Path = ARTEFACT) -> str:

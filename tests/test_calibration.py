@@ -1,0 +1,245 @@
+"""``rt4 calibrate``: operating points for a target, held-out folds that never see their own labels,
+and a written profile that changes the embedded judge's verdicts exactly as the calibration predicts."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from rt4chart.calibration import (
+    CalibrationError,
+    LabelledClaim,
+    _columns,
+    choose_threshold,
+    cross_validate,
+    fold_of_groups,
+    parse_target,
+)
+from rt4chart.cli import app
+from rt4chart.io import read_predictions
+from rt4chart.judges import JudgeConfigError, JudgeProfile, resolve_judge
+from rt4chart.review import ClaimReview, ReviewLabel, run_key, write_reviews
+from rt4chart.types import AuditRecord, Label
+
+EXIT_USAGE = 2
+
+# A hand-made labelled set: each answer's unsupported sentences are listed (the labels a team would give).
+ANSWERS: list[dict[str, Any]] = [
+    {"id": "bridge", "question": "When did the bridge open and how long is it?",
+     "context": "The Harbour Bridge opened to traffic in 1932. It is 1,149 metres long and carries eight lanes. "
+                "Tolls are charged only for southbound traffic.",
+     "answer": "The Harbour Bridge opened in 1932. It is 1,149 metres long. It was designed by a Norwegian "
+               "architect. Tolls are charged in both directions.",
+     "unsupported": ["It was designed by a Norwegian architect.", "Tolls are charged in both directions."]},
+    {"id": "library", "question": "What are the library's opening hours?",
+     "context": "The city library is open from 9 am to 8 pm on weekdays. On Saturdays it closes at 5 pm. It is "
+                "closed on Sundays and public holidays.",
+     "answer": "The library opens at 9 am on weekdays and closes at 8 pm. On Saturdays it closes at 5 pm. It has "
+               "a rooftop cafe with free coffee.",
+     "unsupported": ["It has a rooftop cafe with free coffee."]},
+    {"id": "vaccine", "question": "How should the vaccine be stored?",
+     "context": "The vaccine must be stored between 2 and 8 degrees Celsius. It must not be frozen. Once opened, "
+                "a vial should be used within six hours.",
+     "answer": "Store the vaccine between 2 and 8 degrees Celsius. Freezing it extends its shelf life. An opened "
+               "vial should be used within six hours. The vaccine was developed in Sweden.",
+     "unsupported": ["Freezing it extends its shelf life.", "The vaccine was developed in Sweden."]},
+    {"id": "train", "question": "How often do trains run to the airport?",
+     "context": "Airport trains leave the central station every 15 minutes between 5 am and midnight. The journey "
+                "takes 22 minutes. Tickets cost 12 euros.",
+     "answer": "Trains to the airport leave every 15 minutes. The trip takes about 22 minutes. Tickets cost 12 "
+               "euros and children travel free. The line was built by a private company.",
+     "unsupported": ["Tickets cost 12 euros and children travel free.", "The line was built by a private company."]},
+    {"id": "river", "question": "Where does the river flow?",
+     "context": "The Elm River rises in the northern hills and flows south for 240 kilometres. It empties into "
+                "the Grey Sea near the town of Marlow.",
+     "answer": "The Elm River rises in the northern hills. It flows south for 240 kilometres into the Grey Sea. "
+               "Salmon spawn in its upper reaches every autumn.",
+     "unsupported": ["Salmon spawn in its upper reaches every autumn."]},
+    {"id": "battery", "question": "How long does the battery last?",
+     "context": "The X200 laptop has a 56 Wh battery that lasts up to 10 hours of video playback. Charging to 80 "
+                "percent takes one hour.",
+     "answer": "The X200 battery lasts up to 10 hours of video playback. It charges to 80 percent in one hour. "
+               "The battery can be replaced by the user in minutes.",
+     "unsupported": ["The battery can be replaced by the user in minutes."]},
+]
+
+
+def claim(group: str, unsupported: bool, score: float, fixed: bool | None = None) -> LabelledClaim:
+    return LabelledClaim(group, unsupported, score, fixed, flagged=score >= 0.5)
+
+
+def test_targets_parse_and_bad_ones_are_refused() -> None:
+    assert parse_target("best-f1").kind == "best-f1"
+    assert parse_target("precision>=0.8").bound == 0.8
+    assert parse_target("recall >= 0.7").kind == "recall"
+    for bad in ("precision>0.8", "precision>=1.5", "accuracy>=0.9", "recall>=", "recall>=0"):
+        with pytest.raises(CalibrationError, match="--target"):
+            parse_target(bad)
+
+
+def test_each_target_picks_its_point() -> None:
+    # Scores 0.9 .. 0.1; unsupported: 0.9, 0.8, 0.6, 0.3.
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
+    gold = [True, True, False, True, False, False, True, False, False]
+    columns = _columns([claim(f"a{i}", g, s) for i, (g, s) in enumerate(zip(gold, scores, strict=True))])
+    rows = np.arange(len(scores))
+    best, reached = choose_threshold(columns, rows, parse_target("best-f1"))
+    assert 0.5 < best < 0.6 and reached  # flags 0.9, 0.8, 0.7, 0.6: P 0.75, R 0.75 (F1 0.75, the best)
+    exact, _ = choose_threshold(columns, rows, parse_target("precision>=1.0"))
+    assert 0.7 < exact < 0.8  # only 0.9 and 0.8 flagged: the most recall at precision 1
+    everything, _ = choose_threshold(columns, rows, parse_target("recall>=1.0"))
+    assert 0.2 < everything < 0.3  # down to 0.3: the most precision (4/7) at recall 1
+    unreachable, reached = choose_threshold(
+        _columns([claim("a", False, 0.9), claim("b", True, 0.2)]), np.arange(2), parse_target("precision>=0.9")
+    )
+    assert not reached and unreachable < 0.2  # the nearest point: the best precision (1/2)
+
+
+def test_a_guard_decided_claim_is_flagged_at_any_threshold() -> None:
+    columns = _columns([claim("a", True, 0.9), claim("b", False, 0.05, fixed=True), claim("c", False, 0.1)])
+    threshold, reached = choose_threshold(columns, np.arange(3), parse_target("precision>=1.0"))
+    assert not reached  # the guard's false positive can never be unflagged
+    assert threshold > 0.1
+
+
+def test_folds_never_choose_on_their_own_labels() -> None:
+    rng = np.random.default_rng(3)
+    claims = [claim(f"answer-{i // 3}", bool(rng.random() < 0.4), float(rng.random())) for i in range(120)]
+    target = parse_target("best-f1")
+    fold_of = fold_of_groups(40, 4, seed=0)
+    columns = _columns(claims)
+    _, points = cross_validate(columns, np.arange(len(claims)), fold_of, target, 4)
+    held = {p.fold: p.threshold for p in points}
+    # Flip every label of fold 0: its own threshold (chosen on folds 1-3) must not move; the others
+    # (chosen with fold 0's labels) do.
+    flipped = [
+        LabelledClaim(c.group, not c.unsupported if fold_of[columns.group[i]] == 0 else c.unsupported, c.score,
+                      c.fixed, c.flagged)
+        for i, c in enumerate(claims)
+    ]
+    _, again = cross_validate(_columns(flipped), np.arange(len(claims)), fold_of, target, 4)
+    moved = {p.fold: p.threshold for p in again}
+    assert moved[0] == held[0]
+    assert any(moved[f] != held[f] for f in (1, 2, 3))
+    assert sorted(p.claims for p in points) == sorted(int((fold_of[columns.group] == f).sum()) for f in range(4))
+
+
+def test_a_threshold_profile_is_for_the_embedded_judge_only() -> None:
+    with pytest.raises(ValueError, match="embedded judge only"):
+        JudgeProfile(name="x", model="gpt-4o-mini", claim_thresholds={"question": 0.3})
+    with pytest.raises(ValueError):
+        JudgeProfile(name="x", kind="embedded", claim_thresholds={"question": 1.5})
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """The hand-made set audited by the shipped embedded judge: (input, gold, records)."""
+    folder = tmp_path_factory.mktemp("calibrate")
+    inputs, gold = folder / "answers.jsonl", folder / "gold.jsonl"
+    lines, gold_lines = [], []
+    for item in ANSWERS:
+        sample = {key: item[key] for key in ("id", "question", "context", "answer")}
+        starts = [item["answer"].index(sentence) for sentence in item["unsupported"]]
+        spans = [{"start": start, "end": start + len(s)} for start, s in zip(starts, item["unsupported"], strict=True)]
+        lines.append(json.dumps(sample))
+        gold_lines.append(json.dumps(sample | {"gold": {"hallucinated": bool(spans), "spans": spans}}))
+    inputs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    gold.write_text("\n".join(gold_lines) + "\n", encoding="utf-8")
+    records = folder / "shipped.jsonl"
+    arguments = ["verify", str(inputs), "--judge", "embedded", "--no-cache", "--out", str(records)]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code in (0, 1), result.output
+    return inputs, gold, records
+
+
+def test_the_written_profile_changes_verdicts_as_predicted(audited: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    inputs, gold, records = audited
+    profile = tmp_path / "calibrated.toml"
+    result = CliRunner().invoke(app, ["calibrate", str(records), "--gold", str(gold), "--target", "best-f1",
+                                      "--folds", "2", "--resamples", "50", "--out", str(profile), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    threshold = report["threshold"]
+    assert report["labelled"] == sum(len(r.claims) for r in read_predictions(records))
+    assert tomllib.loads(profile.read_text(encoding="utf-8"))["claim_thresholds"] == {"question": threshold}
+    for name in ("precision", "recall"):
+        estimate = report["held_out"][name]
+        assert estimate["low"] <= estimate["value"] <= estimate["high"]
+    assert resolve_judge(str(profile)).name.endswith(f"+question={threshold:g}")
+
+    calibrated = tmp_path / "calibrated.jsonl"
+    run = CliRunner().invoke(app, ["verify", str(inputs), "--judge", str(profile), "--no-cache", "--out",
+                                   str(calibrated)])
+    assert run.exit_code in (0, 1), run.output
+    changed = 0
+    for before, after in zip(read_predictions(records), read_predictions(calibrated), strict=True):
+        for old, new in zip(before.claims, after.claims, strict=True):
+            assert old.score is not None and new.score is not None
+            assert new.score.threshold == threshold
+            by_head = old.score.decided_by == "head"
+            predicted = old.score.p_unsupported >= threshold if by_head else old.label != Label.ENTAILED
+            assert (new.label != Label.ENTAILED) == predicted, new.text
+            changed += (old.label != Label.ENTAILED) != predicted
+    assert changed == report["changed"] > 0  # the threshold moved verdicts, and the count said how many
+
+
+def reviews_of(
+    records: list[AuditRecord], label_of: dict[str, ReviewLabel], plan: float | None = None
+) -> list[ClaimReview]:
+    key = run_key(records)
+    return [
+        ClaimReview(run=key, record_id=r.id or "", claim_index=i, claim=c.text,
+                    judge_label=c.label.value if c.label else None, label=label_of.get(c.text, "entailed"),
+                    inclusion_probability=plan)
+        for r in records for i, c in enumerate(r.claims)
+    ]
+
+
+def test_reviews_are_labels_too(audited: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    _, _, records = audited
+    read = read_predictions(records)
+    unsupported = {s for item in ANSWERS for s in item["unsupported"]}
+    labels: dict[str, ReviewLabel] = {c.text: "baseless" for r in read for c in r.claims if c.text in unsupported}
+    labels[read[0].claims[0].text] = "unsure"
+    reviews = tmp_path / "reviews.jsonl"
+    write_reviews(reviews, reviews_of(read, labels, plan=0.5))
+    result = CliRunner().invoke(app, ["calibrate", str(records), "--reviews", str(reviews), "--folds", "2",
+                                      "--resamples", "20", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["unsure"] == 1 and report["weighted"] is True
+    assert report["labelled"] == sum(len(r.claims) for r in read) - 1
+
+    other = tmp_path / "other.jsonl"
+    write_reviews(other, [review.model_copy(update={"run": "0" * 16}) for review in reviews_of(read, labels)])
+    refused = CliRunner().invoke(app, ["calibrate", str(records), "--reviews", str(other)])
+    assert refused.exit_code == EXIT_USAGE
+    assert "another audit" in refused.output
+
+
+def test_bad_input_is_a_usage_error(audited: tuple[Path, Path, Path]) -> None:
+    inputs, gold, records = audited
+    for arguments, message in (
+        (["--gold", str(gold), "--target", "precision>0.9"], "--target"),
+        (["--gold", str(gold), "--folds", "7"], "cannot fill 7 folds"),
+        (["--gold", str(gold), "--reviews", str(gold)], "not both"),
+        (["--reviews", str(gold)], "not an rt4chart.review/1 review"),
+    ):
+        result = CliRunner().invoke(app, ["calibrate", str(records), *arguments])
+        assert result.exit_code == EXIT_USAGE, result.output
+        assert message in result.output
+    not_records = CliRunner().invoke(app, ["calibrate", str(inputs)])
+    assert not_records.exit_code == EXIT_USAGE
+
+
+def test_a_profile_cannot_carry_thresholds_for_another_judge(tmp_path: Path) -> None:
+    path = tmp_path / "llm.toml"
+    path.write_text('name = "llm"\nmodel = "gpt-4o-mini"\n\n[claim_thresholds]\nquestion = 0.3\n', encoding="utf-8")
+    with pytest.raises(JudgeConfigError, match="embedded judge only"):
+        resolve_judge(str(path))

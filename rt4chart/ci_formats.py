@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rt4chart.audited import CITATION_POLICIES, AuditedSample, FailOn
+from rt4chart.citations import describe_claim
 from rt4chart.types import Label
 
 
@@ -75,25 +76,18 @@ def finding_lines(item: AuditedSample) -> list[str]:
     return lines + citation_lines(item)
 
 
-def _passage_names(passages: list[int], ids: list[str] | None) -> str:
-    return ", ".join(ids[p] if ids is not None and p < len(ids) else str(p + 1) for p in passages) or "none"
-
-
 def citation_lines(item: AuditedSample) -> list[str]:
     """The sample's claims whose citation does not hold, each with what it cites and what supports it."""
     audit = item.report.citations
     if audit is None:
         return []
-    lines: list[str] = []
-    for claim in item.report.claims:
-        citation = claim.citation
-        if citation is None or citation.verdict in (None, "supported"):
-            continue
-        cited = [_passage_names(citation.cited, audit.passage_ids), *citation.unresolved]
-        lines.append(f"[citation {citation.verdict}] claim {claim.index}: {claim.text}")
-        lines.append(f"  cites: {', '.join(c for c in cited if c != 'none') or 'nothing'}; "
-                     f"supported by: {_passage_names(citation.supporting, audit.passage_ids)}")
-    return lines
+    return [
+        line
+        for claim in item.report.claims
+        if claim.citation is not None and claim.citation.verdict not in (None, "supported")
+        for line in (f"[citation {claim.citation.verdict}] claim {claim.index}: {claim.text}",
+                     f"  {describe_claim(claim.citation, audit.passage_ids)}")
+    ]
 
 
 def _problem(item: AuditedSample) -> str | None:

@@ -277,6 +277,32 @@ def describe_run(figures: RunCitations) -> str:
     return " \u00b7 ".join(parts)
 
 
+def passage_names(passages: Iterable[int], ids: list[str] | None) -> list[str]:
+    """How the answer names passages: their ids when the input gave them, else 1-based numbers."""
+    return [ids[p] if ids is not None and p < len(ids) else str(p + 1) for p in passages]
+
+
+def describe_claim(citation: ClaimCitation, ids: list[str] | None) -> str:
+    """``misattributed · cites refunds · supported by returns`` (what a view shows under a claim)."""
+    cited = [*passage_names(citation.cited, ids), *(f"{ref} (no such passage)" for ref in citation.unresolved)]
+    parts = [citation.verdict or "no citation verdict", f"cites {', '.join(cited) or 'nothing'}"]
+    if citation.supporting:
+        parts.append(f"supported by {', '.join(passage_names(citation.supporting, ids))}")
+    if citation.cited_check is not None:
+        parts.append(f"cited passages alone: {citation.cited_check.label or 'check failed'}")
+    return " \u00b7 ".join(parts)
+
+
+def describe_answer(audit: AnswerCitations) -> str:
+    """``ALCE precision 0.50 · recall 1.00 · 1 supported, 1 misattributed, ...`` for one answer."""
+    figures = [
+        f"ALCE {name} {value:.2f}" if value is not None else f"ALCE {name} n/a"
+        for name, value in (("precision", audit.precision), ("recall", audit.recall))
+    ]
+    counts = ", ".join(f"{audit.verdicts.get(name, 0)} {name}" for name in CITATION_VERDICTS)
+    return " \u00b7 ".join([*figures, counts])
+
+
 def run_citations(records: Iterable[AuditRecord]) -> RunCitations | None:
     """The run's citation figures; ``None`` when no answer carried a citation marker."""
     figures = RunCitations()

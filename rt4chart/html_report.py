@@ -18,8 +18,10 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from rt4chart.audited import AuditedSample
+from rt4chart.citations import passage_names
 from rt4chart.progress import RunSummary
 from rt4chart.review import PlannedClaim, run_key
+from rt4chart.text import join_passages
 from rt4chart.types import Label
 
 _TEMPLATES = Environment(
@@ -50,7 +52,26 @@ def sample_payload(item: AuditedSample) -> dict[str, Any]:
         "usage_by_judge": {name: usage.model_dump() for name, usage in report.usage_by_judge.items()},
         "cost_usd": report.usage.cost_usd,
         "extra": item.extra,
+        **citation_payload(item),
     }
+
+
+def citation_payload(item: AuditedSample) -> dict[str, Any]:
+    """What the citation view (templates/citations.html.j2) needs of a sample that cites: the
+    answer's citation audit and each passage's name and offsets in the joined context; nothing for
+    a sample without citation markers, so its payload is what it always was."""
+    audit, sample = item.report.citations, item.sample
+    if audit is None:
+        return {}
+    passages: list[dict[str, Any]] = []
+    if sample is not None and isinstance(sample.context, list):
+        _, starts = join_passages(sample.context)
+        names = passage_names(range(len(starts)), audit.passage_ids)
+        passages = [
+            {"name": name, "start": start, "end": start + len(text)}
+            for name, start, text in zip(names, starts, sample.context, strict=True)
+        ]
+    return {"citations": audit.model_dump(mode="json"), "passages": passages}
 
 
 def summary_rows(audited: list[AuditedSample]) -> dict[str, Any]:
@@ -75,6 +96,7 @@ def summary_rows(audited: list[AuditedSample]) -> dict[str, Any]:
         "judge_errors": sum(bool(item.judge_errors) for item in audited),
         "ungrounded_claims": summary.ungrounded,
         "with_input": any(item.sample is not None for item in audited),
+        "citations": summary.citations.model_dump(mode="json") if summary.citations.answers else None,
     }
 
 

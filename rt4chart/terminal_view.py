@@ -14,6 +14,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from rt4chart.audited import AuditedSample
+from rt4chart.citations import describe_answer, describe_claim
 from rt4chart.types import ClaimVerdict, Label
 
 LABEL_STYLES: dict[Label | None, str] = {
@@ -109,6 +110,9 @@ def claim_lines(item: AuditedSample, claim: ClaimVerdict) -> list[RenderableType
         details.append(Text.assemble("evidence: ", quote, (where, "dim")))
     if not claim.grounded:
         details.append(Text("evidence not found in the context", style="magenta"))
+    if claim.citation is not None and item.report.citations is not None:
+        style = "green" if claim.citation.verdict == "supported" else "yellow"
+        details.append(Text(f"citation: {describe_claim(claim.citation, item.report.citations.passage_ids)}", style))
     details.extend(Text(f"error: {error}", style="red") for error in claim.errors)
     return [_indented(heading, 2), *(_indented(detail, 6) for detail in details)]
 
@@ -125,7 +129,12 @@ def sample_view(item: AuditedSample) -> list[RenderableType]:
     if item.sample is not None:
         if item.sample.question:
             lines.append(Text(f"Q: {item.sample.question}", style="dim"))
-        lines.append(Text.assemble("A: ", answer_text(item.sample.answer, report.claims)))
+        answer = answer_text(item.sample.answer, report.claims)
+        for marker in report.citations.markers if report.citations is not None else []:
+            answer.stylize("cyan", marker.start, marker.end)
+        lines.append(Text.assemble("A: ", answer))
+    if report.citations is not None:
+        lines.append(_indented(Text(f"citations: {describe_answer(report.citations)}", style="cyan"), 2))
     for claim in report.claims:
         lines.extend(claim_lines(item, claim))
     lines.extend(_indented(Text(f"error: {error}", style="red"), 2) for error in report.errors)

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
 from rt4chart.languages import normalize_language
 
@@ -97,7 +97,7 @@ class Sample(BaseModel):
     context: str | list[str]
     """The retrieved context: one string, or a list of passages (in the input, a passage may be an
     object ``{"id": "doc-7", "text": "..."}``: its text is kept here, its id in ``passage_ids``)."""
-    passage_ids: list[str] | None = None
+    passage_ids: list[str] | None = Field(default=None, exclude_if=lambda value: value is None)
     """The passages' own ids when the input named them (citation markers may cite them); ``None``
     when passages are cited by their 1-based position."""
     question: str | None = None
@@ -123,10 +123,10 @@ class Sample(BaseModel):
         if not isinstance(context, list) or not any(isinstance(passage, dict) for passage in context):
             return data
         if not all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in context):
-            raise ValueError("a context that names its passages gives every one as {\"id\": ..., \"text\": ...}")
+            raise ValueError('context: a context that names its passages gives each as {"id": ..., "text": "..."}')
         ids = [str(p["id"]) if p.get("id") is not None else str(position + 1) for position, p in enumerate(context)]
         if len(set(ids)) != len(ids):
-            raise ValueError(f"passage ids must be unique, got {ids}")
+            raise ValueError(f"context: passage ids must be unique, got {ids}")
         return {**data, "context": [p["text"] for p in context], "passage_ids": ids}
 
 
@@ -369,11 +369,13 @@ class RunCitations(BaseModel):
             self.recall_answers += 1
         self.checks += audit.checks
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def precision(self) -> float | None:
         """ALCE citation precision averaged over the answers that cite (ALCE averages over outputs)."""
         return self.precision_sum / self.precision_answers if self.precision_answers else None
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def recall(self) -> float | None:
         """ALCE citation recall averaged over the answers that cite."""

@@ -14,13 +14,13 @@ requests with :func:`build_request` (or a :class:`rt4chart.session.JudgeSession`
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints, WithJsonSchema, create_model
 from pydantic.json_schema import SkipJsonSchema
 
 from rt4chart.backends.base import GenerationParams, JudgeRequest, Message
@@ -304,6 +304,104 @@ def _repair_fields(payload: RepairInput) -> dict[str, str]:
     }
 
 
+# --- bounded reply schemas (for decoding grammars) ---------------------------------------------------
+
+BOUNDED_CLAIMS_PER_SENTENCE = 4
+"""Most claims a bounded decomposition reply may draw from one sentence."""
+BOUNDED_CLAIM_CHARS = 200
+"""Longest claim a bounded decomposition reply may write."""
+BOUNDED_EVIDENCE_QUOTES = 2
+"""Most evidence quotes per judgement in a bounded verification reply."""
+BOUNDED_RATIONALE_CHARS = 120
+"""Longest rationale a bounded verification reply may write."""
+
+_ClaimText = Annotated[str, StringConstraints(max_length=BOUNDED_CLAIM_CHARS)]
+# Field types handed to create_model, which takes them as values (hence Any).
+_RATIONALE: Any = Annotated[str, StringConstraints(max_length=BOUNDED_RATIONALE_CHARS)]
+_QUOTED_LABEL: Any = Literal[Label.ENTAILED, Label.CONTRADICTED]
+_BASELESS_LABEL: Any = Literal[Label.BASELESS]
+_NO_CONFIDENCE: Any = Annotated[float | None, SkipJsonSchema()]  # type: ignore[type-arg]
+
+
+def _position(position: int) -> Any:
+    """An integer that must equal ``position``, written as a one-value enum (what grammar
+    compilers such as llama.cpp's turn into a fixed token)."""
+    return Annotated[int, Field(ge=position, le=position), WithJsonSchema({"type": "integer", "enum": [position]})]
+
+
+def _exactly(models: Sequence[type[BaseModel]]) -> Any:
+    """A fixed-length array whose i-th item is ``models[i]`` (JSON schema ``prefixItems``)."""
+    return tuple.__class_getitem__(tuple(models))
+
+
+def _bounded_judgement(position: int, quote: Any) -> Any:
+    """The judgement of claim ``position``: either a supported or refuted verdict quoting one or two
+    context sentences, or ``baseless`` with no quote (the evidence rule of the prompt, which a
+    grammar then enforces: the model cannot say "entailed" and quote nothing)."""
+    common: dict[str, Any] = {
+        "claim": (_position(position), ...),
+        "rationale": (_RATIONALE, ""),
+        "confidence": (_NO_CONFIDENCE, None),
+    }
+    quoted = create_model(
+        f"QuotedJudgement{position}",
+        __base__=ClaimJudgement,
+        label=(_QUOTED_LABEL, ...),
+        evidence=(Annotated[list[quote], Field(min_length=1, max_length=BOUNDED_EVIDENCE_QUOTES)], ...),
+        **common,
+    )
+    unquoted = create_model(
+        f"BaselessJudgement{position}",
+        __base__=ClaimJudgement,
+        label=(_BASELESS_LABEL, ...),
+        evidence=(Annotated[list[str], Field(max_length=0)], []),
+        **common,
+    )
+    return quoted | unquoted
+
+
+@lru_cache(maxsize=64)
+def bounded_verify_output(n_claims: int, quotes: tuple[str, ...]) -> type[VerifyOutput]:
+    """:class:`VerifyOutput` for exactly ``n_claims`` judgements, numbered 0.., each quoting at most
+    :data:`BOUNDED_EVIDENCE_QUOTES` of the context sentences ``quotes`` (verbatim, so a grammar
+    cannot produce an ungrounded quote), with a short rationale and no confidence."""
+    quote = Annotated[str, WithJsonSchema({"type": "string", "enum": list(quotes)})] if quotes else str
+    judgements = [_bounded_judgement(position, quote) for position in range(n_claims)]
+    return create_model(f"VerifyOutput{n_claims}", __base__=VerifyOutput, judgements=(_exactly(judgements), ...))
+
+
+@lru_cache(maxsize=64)
+def bounded_decompose_output(n_sentences: int) -> type[DecomposeOutput]:
+    """:class:`DecomposeOutput` for exactly ``n_sentences`` entries, numbered 0.., each with at most
+    :data:`BOUNDED_CLAIMS_PER_SENTENCE` short claims."""
+    claims = Annotated[list[_ClaimText], Field(max_length=BOUNDED_CLAIMS_PER_SENTENCE)]
+    sentences = [
+        create_model(
+            f"DecomposedSentence{position}",
+            __base__=DecomposedSentence,
+            sentence=(_position(position), ...),
+            claims=(claims, ...),
+        )
+        for position in range(n_sentences)
+    ]
+    return create_model(f"DecomposeOutput{n_sentences}", __base__=DecomposeOutput, sentences=(_exactly(sentences), ...))
+
+
+class BoundedSentenceClaims(SentenceClaims):
+    """:class:`SentenceClaims` with at most :data:`BOUNDED_CLAIMS_PER_SENTENCE` short claims."""
+
+    claims: Annotated[list[_ClaimText], Field(max_length=BOUNDED_CLAIMS_PER_SENTENCE)]
+    """Self-contained claims the sentence states (empty when it states no fact)."""
+
+
+def _bounded_verify(payload: VerifyInput) -> type[BaseModel]:
+    return bounded_verify_output(len(payload.claims), tuple(sentence.text for sentence in payload.sentences))
+
+
+def _bounded_decompose(payload: DecomposeInput) -> type[BaseModel]:
+    return bounded_decompose_output(len(payload.sentences))
+
+
 # --- the registry ---------------------------------------------------------------------------------
 
 
@@ -323,13 +421,22 @@ class TaskSpec:
     """Which template renders a given payload."""
     fields: Callable[[Any], dict[str, str]]
     """The template fields of a payload."""
+    bounded: Callable[[Any], type[BaseModel]] | None = None
+    """The reply schema fixed by a payload, for judges that decode under a grammar
+    (:attr:`~rt4chart.backends.base.JudgeRequest.bounded_schema`); ``None``: the plain one only."""
 
 
 TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
         TaskSpec(
-            "decompose", DecomposeInput, DecomposeOutput, ("decompose",), lambda _: "decompose", _decompose_fields
+            "decompose",
+            DecomposeInput,
+            DecomposeOutput,
+            ("decompose",),
+            lambda _: "decompose",
+            _decompose_fields,
+            _bounded_decompose,
         ),
         TaskSpec(
             "verify",
@@ -338,6 +445,7 @@ TASKS: dict[str, TaskSpec] = {
             ("verify_local", "verify_global", "verify_global_hint"),
             _verify_template,
             _verify_fields,
+            _bounded_verify,
         ),
         TaskSpec(
             "decompose_holistic",
@@ -356,6 +464,7 @@ TASKS: dict[str, TaskSpec] = {
             ("decompose_sentence",),
             lambda _: "decompose_sentence",
             _decompose_sentence_fields,
+            lambda _: BoundedSentenceClaims,
         ),
     )
 }
@@ -411,6 +520,7 @@ def build_request(
         task=spec.name,
         payload=payload,
         output_schema=spec.output_model,
+        bounded_schema=spec.bounded(payload) if spec.bounded else None,
         messages=template.render(**spec.fields(payload)) + (follow_up or []),
         params=params or GenerationParams(),
         prompt_version=template_version(template),

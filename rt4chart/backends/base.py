@@ -67,6 +67,12 @@ class JudgeRequest(BaseModel):
     """Structured inputs the messages were rendered from (what non-LLM judges read)."""
     output_schema: type[BaseModel] = Field(exclude=True)
     """The pydantic model a reply must validate against."""
+    bounded_schema: type[BaseModel] | None = Field(default=None, exclude=True)
+    """A stricter form of ``output_schema`` fixed by this request's payload (exactly one entry per
+    claim or sentence, numbered in order, evidence chosen among the context sentences in view,
+    short strings), or ``None``. A judge whose server turns the schema into a decoding grammar
+    (``CallSettings.bounded_replies``) sends this one instead, so that a small model cannot loop
+    until ``max_tokens`` cuts its JSON; its replies are read back as ``output_schema``."""
     messages: list[Message]
     """Rendered prompt."""
     params: GenerationParams = Field(default_factory=GenerationParams)
@@ -113,8 +119,9 @@ class Backend(Protocol):
         ...
 
     @property
-    def supports_decompose(self) -> bool:
-        """Whether the judge can split answer sentences into claims."""
+    def can_write_text(self) -> bool:
+        """Whether the judge can write text (split answer sentences into claims, rewrite a sentence);
+        the embedded verifier only scores, so it cannot. Was ``supports_decompose``."""
         ...
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
@@ -176,8 +183,8 @@ class BackendWrapper:
         return self.inner.name
 
     @property
-    def supports_decompose(self) -> bool:
-        return self.inner.supports_decompose
+    def can_write_text(self) -> bool:
+        return self.inner.can_write_text
 
     def max_cost_usd(self, request: JudgeRequest) -> float:
         return self.inner.max_cost_usd(request) if isinstance(self.inner, CostEstimator) else 0.0

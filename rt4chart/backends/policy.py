@@ -81,6 +81,11 @@ class CallSettings(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     """Most completion tokens per call of this judge, below ``--max-tokens`` (``None``: no cap of its
     own). For a small local model that loops until the limit: on 2 CPU cores every token is time."""
+    bounded_replies: bool = False
+    """Send each request's bounded schema (:attr:`~rt4chart.backends.base.JudgeRequest.bounded_schema`:
+    one entry per claim, numbered in order, evidence chosen among the context sentences, short
+    strings) instead of its plain one. For a server that compiles the schema into a decoding grammar
+    (llama.cpp, vLLM): a small model then cannot loop until ``max_tokens`` cuts its JSON."""
 
     def per_token_prices(self) -> tuple[float, float] | None:
         """USD per prompt and per completion token, or ``None`` when neither price is set."""
@@ -398,6 +403,10 @@ class PolicyBackend:
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         self.circuit.check()
         request = self._capped(request)
+        plain_schema = request.output_schema
+        if self.settings.bounded_replies and request.bounded_schema is not None:
+            # The sender puts the schema into the request and the reply is checked against it.
+            request = request.model_copy(update={"output_schema": request.bounded_schema})
         started = time.perf_counter()
         messages = [m.model_dump() for m in request.messages]
         schema = request.output_schema
@@ -440,6 +449,9 @@ class PolicyBackend:
         else:
             # Raises once this failure opens the circuit.
             self.circuit.record_failure(scrub(f"{unreachable}; {error}"[:REPLY_LIMIT], self._secrets))
+        if parsed is not None and schema is not plain_schema:
+            # Callers (the cache, the method) read the step's own reply model, not its bounded form.
+            parsed = plain_schema.model_validate(parsed.model_dump())
         return self._response(parsed, raw, error, usage, started, deployment)
 
     def _response(

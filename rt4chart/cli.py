@@ -521,6 +521,7 @@ def calibrate(
     reviews: Annotated[Path | None, typer.Option(help="Review file exported from the HTML report (rt4chart.review/1) instead of gold.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the judge profile that applies the point (use with --judge FILE.toml; embedded judge only).")] = None,
     folds: Annotated[int, typer.Option(min=2, help="Cross-validation folds: each fold's point is chosen on the others.")] = 5,
+    refit: Annotated[Path | None, typer.Option(metavar="INPUT.jsonl", help="Also refit the embedded verifier's head on these labels (cross-validated, against the shipped head); INPUT.jsonl: the audited answers, for their contexts (the --gold file holds them). Needs scikit-learn.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the calibration as JSON instead of tables.")] = False,
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
@@ -529,10 +530,10 @@ def calibrate(
     from rt4chart.calibration import CalibrationError, calibration_markdown
     from rt4chart.calibration import calibrate as calibrate_judge
 
-    out = _guard_outputs({"--out": out}, [records, gold, reviews]).get("--out")
+    out = _guard_outputs({"--out": out}, [records, gold, reviews, refit]).get("--out")
     try:
         result = calibrate_judge(records, target, gold=gold, reviews=reviews, folds=folds, resamples=resamples,
-                                 seed=seed, profile=out)
+                                 seed=seed, profile=out, refit=refit)
     except CalibrationError as error:
         raise fail(str(error)) from None
     typer.echo(result.model_dump_json(indent=2) if as_json else calibration_markdown(result), nl=not as_json)

@@ -37,6 +37,9 @@ _TYPOGRAPHY = str.maketrans(
         # Full-width ASCII forms (U+FF01..U+FF5E) and the ideographic space.
         **{chr(code): chr(code - 0xFEE0) for code in range(0xFF01, 0xFF5F)},
         "\u3000": " ",
+        # CJK punctuation a model may write the ASCII way: 。、 as ". ,", corner brackets as quotes.
+        "。": ".", "、": ",", "｡": ".", "､": ",",
+        **dict.fromkeys("「」『』〝〞", '"'),
     }
 )
 

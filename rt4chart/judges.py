@@ -35,8 +35,8 @@ from rt4chart.backends.policy import CallSettings
 from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.backends.scrubbing import redact_url
 from rt4chart.budget import Ledger, MeteredBackend
-from rt4chart.languages import language_name
 from rt4chart.cache import CachedBackend, JudgeCache, open_cache
+from rt4chart.languages import language_name
 from rt4chart.resources import resource_dir
 
 if TYPE_CHECKING:

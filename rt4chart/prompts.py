@@ -21,6 +21,7 @@ from pathlib import Path
 from string import Template
 
 from rt4chart.backends.base import Message
+from rt4chart.languages import ENGLISH, language_name
 from rt4chart.resources import resource_dir
 
 TRUSTED_FIELDS = frozenset({"hint", "target"})
@@ -71,3 +72,24 @@ def load_templates(names: tuple[str, ...], directory: Path | None = None) -> dic
     """Load the templates ``names`` from ``directory`` (default: the shipped ``prompts`` folder)."""
     folder = directory or resource_dir("prompts")
     return {name: parse_template(name, (folder / f"{name}.txt").read_text(encoding="utf-8")) for name in names}
+
+
+LANGUAGE_NOTE = Template(
+    "The answer is written in $language. Write every claim and rationale in $language, as the answer "
+    "words it. Copy every quote from the context exactly as it is written there: the same script, "
+    "punctuation and spacing, never translated. The JSON keys and the labels (entailed, "
+    "contradicted, baseless) stay in English."
+)
+"""What a prompt adds to its system message for an answer that is not English (English prompts
+are the templates as they are, byte for byte)."""
+
+
+def localize(messages: list[Message], prompt_version: str, language: str) -> tuple[list[Message], str]:
+    """``messages`` for an answer in ``language`` (an ISO 639-1 code), with the version of what
+    they now say: unchanged for English; else the system message ends with :data:`LANGUAGE_NOTE`."""
+    if language == ENGLISH or not messages or messages[0].role != "system":
+        return messages, prompt_version
+    note = LANGUAGE_NOTE.substitute(language=language_name(language))
+    system = Message(role="system", content=f"{messages[0].content}\n\n{note}")
+    version = hashlib.sha256(f"{prompt_version}:{note}".encode()).hexdigest()[:12]
+    return [system, *messages[1:]], version

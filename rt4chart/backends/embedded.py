@@ -551,6 +551,10 @@ class EmbeddedBackend:
     answers_offline = True
     """Deterministic, in-process, free, and it reads no prompt: ``rt4 estimate`` plans an audit by
     asking it (so the plan is the run's calls) and counts no prompt tokens for it."""
+    languages = frozenset({"en"})
+    """What it judges: its encoder (all-MiniLM-L6-v2), cue lists and number words are English, so an
+    answer in another language gets an error on its record instead of a verdict
+    (:func:`rt4chart.judges.language_refusal`)."""
 
     def __init__(
         self,
@@ -569,7 +573,7 @@ class EmbeddedBackend:
         return self._name
 
     @property
-    def supports_decompose(self) -> bool:
+    def can_write_text(self) -> bool:
         return False
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:

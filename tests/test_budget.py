@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from audit_fixtures import read_records, write_rules, write_samples
+from conftest import judge_over
 from faults import fault_server, judge_every_claim
 from typer.testing import CliRunner
 
@@ -166,7 +167,7 @@ def _bytes_of(body: dict[str, Any]) -> int:
     ],
 )
 def test_spend_stays_under_the_cap_whatever_the_server_reports(
-    tmp_path: Path, reported_prompt_tokens: Callable[[dict[str, Any]], int], stops_on_overrun: bool
+    tmp_path: Path, reported_prompt_tokens: Callable[[dict[str, Any]], int], stops_on_overrun: bool, transport: str
 ) -> None:
     inputs = tmp_path / "in.jsonl"
     write_samples(inputs, 12)
@@ -174,7 +175,7 @@ def test_spend_stays_under_the_cap_whatever_the_server_reports(
     ledger = Ledger(limit_usd=cap)
     with fault_server(judge_every_claim("entailed")) as server:
         server.prompt_tokens = reported_prompt_tokens
-        backend = resolve_judge("gpt-4o-mini", api_base=server.base_url, concurrency=4,
+        backend = resolve_judge(judge_over(transport, "gpt-4o-mini", tmp_path), api_base=server.base_url, concurrency=4,
                                 wrap=lambda leaf: MeteredBackend(leaf, ledger))
         options = AuditOptions(decomposer="rules", max_tokens=1, samples_in_flight=4)
         out = tmp_path / "out.jsonl"
@@ -204,14 +205,14 @@ def test_run_limits_that_make_no_sense_are_refused_before_any_work(tmp_path: Pat
 # --- money told honestly (issue 27, item 4) ------------------------------------------------------
 
 
-def test_negative_usage_is_an_error_on_its_call_and_never_credits_the_ledger(tmp_path: Path) -> None:
+def test_negative_usage_is_an_error_on_its_call_and_never_credits_the_ledger(tmp_path: Path, transport: str) -> None:
     inputs = tmp_path / "in.jsonl"
     write_samples(inputs, 30)
     cap = 0.03  # about 30 calls at their worst case: a few samples, far from all 30
     ledger = Ledger(limit_usd=cap)
     with fault_server(judge_every_claim("entailed")) as server:
         server.prompt_tokens = lambda body: -1_000_000_000
-        backend = resolve_judge("gpt-4o-mini", api_base=server.base_url, concurrency=4,
+        backend = resolve_judge(judge_over(transport, "gpt-4o-mini", tmp_path), api_base=server.base_url, concurrency=4,
                                 wrap=lambda leaf: MeteredBackend(leaf, ledger))
         options = AuditOptions(decomposer="rules", max_tokens=1, samples_in_flight=1)
         out = tmp_path / "out.jsonl"
@@ -238,12 +239,13 @@ def test_a_small_budget_finishes_whole_samples_and_every_resume_makes_progress(t
     assert 0 < written[0] < written[1] < written[2], written
 
 
-def test_the_summary_shows_what_the_server_reported_beyond_the_worst_case(tmp_path: Path) -> None:
+def test_the_summary_shows_what_the_server_reported_beyond_the_worst_case(tmp_path: Path, transport: str) -> None:
     inputs = tmp_path / "in.jsonl"
     write_samples(inputs, 6)
     with fault_server(judge_every_claim("entailed")) as server:
         server.prompt_tokens = lambda body: 100_000_000
-        done = runner.invoke(app, ["verify", str(inputs), "--judge", "gpt-4o-mini", "--api-base", server.base_url,
+        judge = judge_over(transport, "gpt-4o-mini", tmp_path)
+        done = runner.invoke(app, ["verify", str(inputs), "--judge", judge, "--api-base", server.base_url,
                                    "--decomposer", "rules", "--no-cache", "--budget", "0.05", "--max-tokens", "1",
                                    "--out", str(tmp_path / "out.jsonl")])
     assert done.exit_code == 3, done.output

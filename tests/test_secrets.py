@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from audit_fixtures import write_samples
+from conftest import judge_over
 from faults import Fault, claims_in, fault_server
 
 SENTINEL = "sk-rt4sentinel-5b0e2f9d8c7a61f3"
@@ -53,28 +54,30 @@ def files_holding(directory: Path, needle: str) -> list[Path]:
     return [path for path in sorted(directory.rglob("*")) if path.is_file() and needle.encode() in path.read_bytes()]
 
 
-def test_a_cloud_profile_on_a_user_server_gets_the_placeholder_not_its_key(tmp_path: Path) -> None:
+def test_a_cloud_profile_on_a_user_server_gets_the_placeholder_not_its_key(tmp_path: Path, transport: str) -> None:
     write_samples(tmp_path / "in.jsonl", 2)
     with fault_server(echoing_reply) as server:
-        done = rt4("verify", "in.jsonl", "--judge", "gpt-4o-mini", "--api-base", server.base_url,
-                   "--decomposer", "rules", "--out", "out.jsonl", "--cache-dir", "cache", "-q", cwd=tmp_path)
+        done = rt4("verify", "in.jsonl", "--judge", judge_over(transport, "gpt-4o-mini", tmp_path), "--api-base",
+                   server.base_url, "--decomposer", "rules", "--out", "out.jsonl", "--cache-dir", "cache", "-q",
+                   cwd=tmp_path)
     assert done.returncode in (0, 1), done.stderr
     sent = {headers.get("authorization") for headers in server.headers}
     assert sent == {"Bearer no-key"}, "the profile's key went to a server the profile does not name"
 
 
-def test_no_artifact_of_a_run_holds_the_sentinel_key(tmp_path: Path) -> None:
+def test_no_artifact_of_a_run_holds_the_sentinel_key(tmp_path: Path, transport: str) -> None:
     write_samples(tmp_path / "in.jsonl", 3)
+    judge = judge_over(transport, "gpt-4o-mini", tmp_path)
     runs = []
     with fault_server(echoing_reply) as server:
-        runs.append(rt4("verify", "in.jsonl", "--judge", "gpt-4o-mini", "--api-base", server.base_url,
+        runs.append(rt4("verify", "in.jsonl", "--judge", judge, "--api-base", server.base_url,
                         "--decomposer", "rules", "--out", "out.jsonl", "--cache-dir", "cache", cwd=tmp_path))
         # A rerun answered from the cache, and a resume: the cached replies are scrubbed too.
-        runs.append(rt4("verify", "in.jsonl", "--judge", "gpt-4o-mini", "--api-base", server.base_url,
+        runs.append(rt4("verify", "in.jsonl", "--judge", judge, "--api-base", server.base_url,
                         "--decomposer", "rules", "--out", "out.jsonl", "--cache-dir", "cache", "--resume",
                         cwd=tmp_path))
     with fault_server(echoing_reply, default=Fault("echo_key")) as server:
-        runs.append(rt4("verify", "in.jsonl", "--judge", "gpt-4o-mini", "--api-base", server.base_url,
+        runs.append(rt4("verify", "in.jsonl", "--judge", judge, "--api-base", server.base_url,
                         "--decomposer", "rules", "--out", "failed.jsonl", "--cache-dir", "cache", "--timeout", "2",
                         cwd=tmp_path))
     runs.append(rt4("score", "out.jsonl", "--out", "scores.json", cwd=tmp_path))
@@ -136,11 +139,14 @@ def escaped_and_split_reply(body: dict[str, Any]) -> str:
     return json.dumps({"judgements": judgements}).replace("@@KEY@@", ESCAPED_SENTINEL)
 
 
-def test_a_key_echoed_json_escaped_or_in_halves_is_in_no_artifact_the_cache_included(tmp_path: Path) -> None:
+def test_a_key_echoed_json_escaped_or_in_halves_is_in_no_artifact_the_cache_included(
+    tmp_path: Path, transport: str
+) -> None:
     write_samples(tmp_path / "in.jsonl", 2)
+    judge = judge_over(transport, "gpt-4o-mini", tmp_path)
     with fault_server(escaped_and_split_reply) as server:
         for resume in ([], ["--resume"]):  # the second run reads the cached raw replies back
-            done = rt4("verify", "in.jsonl", "--judge", "gpt-4o-mini", "--api-base", server.base_url,
+            done = rt4("verify", "in.jsonl", "--judge", judge, "--api-base", server.base_url,
                        "--decomposer", "rules", "--out", "out.jsonl", "--cache-dir", "cache", "--report",
                        "report.html", "--junit", "junit.xml", *resume, cwd=tmp_path)
             assert done.returncode in (0, 1), done.stderr
@@ -152,10 +158,10 @@ def test_a_key_echoed_json_escaped_or_in_halves_is_in_no_artifact_the_cache_incl
         assert files_holding(tmp_path, form) == [], form
 
 
-def test_credentials_in_the_base_url_are_in_no_record_report_or_message(tmp_path: Path) -> None:
+def test_credentials_in_the_base_url_are_in_no_record_report_or_message(tmp_path: Path, transport: str) -> None:
     write_samples(tmp_path / "in.jsonl", 2)
     with fault_server(echoing_reply) as server:
-        done = rt4("verify", "in.jsonl", "--judge", "openai/fault", "--api-base",
+        done = rt4("verify", "in.jsonl", "--judge", judge_over(transport, "openai/fault", tmp_path), "--api-base",
                    f"{server.base_url}?api_key=QUERYSECRET42&model=x", "--decomposer", "rules", "--no-cache",
                    "--out", "out.jsonl", "--report", "report.html", "--junit", "junit.xml", cwd=tmp_path)
     assert done.returncode in (0, 1), done.stderr

@@ -1,6 +1,6 @@
-"""The backend contract, once, against every backend: scripted, embedded, litellm and a fleet on a
-real llama.cpp server, a raw httpx sender under the transport policy, a cascade and a vote.
-SmolLM2 judges badly; only the protocol is asserted."""
+"""The backend contract, once, against every backend: scripted, embedded, litellm, the
+OpenAI-compatible httpx transport and a fleet on a real llama.cpp server, a raw httpx sender under
+the transport policy, a cascade and a vote. SmolLM2 judges badly; only the protocol is asserted."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from test_policy import HttpxSender
 from rt4chart.backends.base import Backend, CostEstimator, GenerationParams, JudgeRequest, JudgeResponse
 from rt4chart.backends.fleet import FleetBackend, FleetMember, FleetRouting
 from rt4chart.backends.litellm import LiteLLMBackend
+from rt4chart.backends.openai_compat import OpenAICompatBackend
 from rt4chart.backends.policy import CallSettings, PolicyBackend
 from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.ensembles.cascade import CascadeBackend, CascadeStage
@@ -27,7 +28,10 @@ from rt4chart.types import Label, Sample, Usage
 
 RULES = EXAMPLES / "free_trial.rules.json"
 CLAIMS = ["All users can start the free trial.", "The trial lasts 14 days."]
-BACKENDS = ["scripted", "embedded", "litellm-llamacpp", "fleet-llamacpp", "policy-httpx-llamacpp", "cascade", "vote"]
+BACKENDS = [
+    "scripted", "embedded", "litellm-llamacpp", "openai-compat-llamacpp", "fleet-llamacpp", "policy-httpx-llamacpp",
+    "cascade", "vote",
+]
 """Every backend of the package, and a sender of a few lines under the transport policy."""
 
 
@@ -50,6 +54,10 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         server: LocalServer = request.getfixturevalue("llamacpp")
         profile = JudgeProfile(name="smollm2", model="hosted_vllm/smollm2", max_attempts=2, backoff_s=0.01)
         built = LiteLLMBackend(profile.litellm_settings(), api_key="no-key", api_base=server.api_base)
+    elif kind == "openai-compat-llamacpp":
+        server = request.getfixturevalue("llamacpp")
+        profile = JudgeProfile(name="smollm2", model="hosted_vllm/smollm2", max_attempts=2, backoff_s=0.01)
+        built = OpenAICompatBackend(profile.openai_compat_settings(), api_key="no-key", api_base=server.api_base)
     elif kind == "fleet-llamacpp":
         server = request.getfixturevalue("llamacpp")
         profile = JudgeProfile(name="smollm2-fleet", model="hosted_vllm/smollm2", max_attempts=2, backoff_s=0.01)
@@ -87,7 +95,7 @@ def assert_well_formed(response: JudgeResponse, backend: Backend) -> None:
 def test_identity(backend: Backend) -> None:
     assert isinstance(backend, Backend)
     assert isinstance(backend.name, str) and backend.name
-    assert isinstance(backend.supports_decompose, bool)
+    assert isinstance(backend.can_write_text, bool)
 
 
 def test_verify(backend: Backend, verify_request: VerifyRequestFactory) -> None:
@@ -105,7 +113,7 @@ def test_verify(backend: Backend, verify_request: VerifyRequestFactory) -> None:
 def test_decompose(backend: Backend, decompose_request: JudgeRequest) -> None:
     response = asyncio.run(backend.complete(decompose_request))
     assert_well_formed(response, backend)
-    if not backend.supports_decompose:
+    if not backend.can_write_text:
         assert response.parsed is None  # declined as data, not raised
     elif response.parsed is not None:
         assert isinstance(response.parsed, DecomposeOutput)

@@ -28,6 +28,7 @@ variability too). The threshold written to the profile is the one chosen on all 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import tomllib
@@ -45,6 +46,7 @@ from rt4chart.judges import JudgeProfile, load_profiles
 from rt4chart.metrics import (
     ClaimValidation,
     Estimate,
+    auroc,
     bootstrap_interval,
     claim_gold_unsupported,
     claim_rows,
@@ -109,6 +111,8 @@ class LabelledClaim:
     """Whether the judge flagged it at its own operating point (label not entailed)."""
     weight: float = 1.0
     """Inverse inclusion probability of a review plan's pick (1 otherwise)."""
+    where: tuple[str, int] = ("", 0)
+    """Its record's id and its index in ``record.claims`` (to measure it again for ``--refit``)."""
 
 
 class FoldPoint(BaseModel):
@@ -120,6 +124,30 @@ class FoldPoint(BaseModel):
     """Held-out claims of the fold."""
     precision: float
     recall: float
+
+
+class Refit(BaseModel):
+    """``--refit``: the embedded verifier's head fitted again on these labels, against the shipped one."""
+
+    measured: int
+    """Labelled claims measured again against their context (the global stage's view)."""
+    reproduced: int
+    """Of them, claims whose shipped-head probability from the new measurement equals the record's
+    (to 0.001): how closely the refit sees what the audit saw."""
+    c: list[float]
+    """The regression's C, chosen inside each fold's training part."""
+    shipped_auroc: float | None
+    """Claim AUROC of the shipped head's probabilities (as recorded)."""
+    refit_auroc: float | None
+    """Claim AUROC of the refitted head's out-of-fold probabilities."""
+    shipped_log_loss: float
+    refit_log_loss: float
+    held_out: dict[str, Estimate]
+    """The refitted head's held-out precision / recall / F1 at the target, by the same procedure
+    (and folds, and resamples) as :attr:`Calibration.held_out` of the shipped head."""
+    beat: bool
+    """Whether the refit beat the shipped head: a higher AUROC and a higher held-out figure that the
+    target maximises (F1; recall at a precision bound; precision at a recall bound)."""
 
 
 class Calibration(BaseModel):
@@ -165,6 +193,8 @@ class Calibration(BaseModel):
     """The embedded verifier's head the labels calibrate (``None`` for other judges)."""
     profile: str | None = None
     """The judge profile written, if any."""
+    refit: Refit | None = None
+    """The head refitted on these labels (``--refit``), if asked for."""
 
 
 # --- labels -----------------------------------------------------------------------------------
@@ -181,11 +211,13 @@ def _effective(claim: LabelledClaim) -> float:
     return claim.score if claim.fixed is None else float(claim.fixed)
 
 
-def _labelled(claim: ClaimVerdict, unsupported: bool, group: str, weight: float = 1.0) -> LabelledClaim | None:
+def _labelled(
+    claim: ClaimVerdict, unsupported: bool, group: str, where: tuple[str, int], weight: float = 1.0
+) -> LabelledClaim | None:
     score = claim_unsupported_score(claim)
     if score is None or claim.label is None:
         return None
-    return LabelledClaim(group, unsupported, score, _fixed(claim), claim.label != Label.ENTAILED, weight)
+    return LabelledClaim(group, unsupported, score, _fixed(claim), claim.label != Label.ENTAILED, weight, where)
 
 
 def gold_claims(records: Sequence[AuditRecord], gold: Path | None) -> list[LabelledClaim]:
@@ -205,9 +237,10 @@ def gold_claims(records: Sequence[AuditRecord], gold: Path | None) -> list[Label
         if found is None:
             continue
         sample_gold, group = found
-        for claim in record.claims:
+        for index, claim in enumerate(record.claims):
             unsupported = claim_gold_unsupported(claim, sample_gold)
-            if unsupported is not None and (item := _labelled(claim, unsupported, group)) is not None:
+            where = (record_id(record), index)
+            if unsupported is not None and (item := _labelled(claim, unsupported, group, where)) is not None:
                 labelled.append(item)
     return labelled
 
@@ -233,7 +266,8 @@ def reviewed_claims(records: Sequence[AuditRecord], reviews: Path) -> tuple[list
             unsure += 1
             continue
         weight = 1.0 / review.inclusion_probability if review.inclusion_probability else 1.0
-        item = _labelled(claim, review.label != "entailed", review.record_id, weight)
+        located = (review.record_id, review.claim_index)
+        item = _labelled(claim, review.label != "entailed", review.record_id, located, weight)
         if item is not None:
             labelled.append(item)
     return labelled, unsure
@@ -408,12 +442,110 @@ def _head(records: Sequence[AuditRecord]) -> HeadName | None:
     return names.pop() if len(names) == 1 and len(thresholds) == 1 else None
 
 
+def _measured(
+    records: Sequence[AuditRecord], labelled: Sequence[LabelledClaim], samples: Path
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Each labelled claim's feature vector, measured as evals/embedded/train.py measures a claim (against
+    the full context, the global stage), and the shipped head's probability from it."""
+    import numpy as np
+
+    from rt4chart.backends.embedded import analyse_request, load_encoder
+    from rt4chart.backends.embedded_model import features
+    from rt4chart.tasks import VerifyInput
+    from rt4chart.text import segment_context
+
+    try:
+        by_id = {s.id: s for s in load_dataset("generic", samples)}
+    except DatasetError as error:
+        raise CalibrationError(str(error)) from None
+    wanted: dict[str, set[int]] = {}
+    for item in labelled:
+        wanted.setdefault(item.where[0], set()).add(item.where[1])
+    encoder, model = load_encoder(), load_model()
+    vectors: dict[tuple[str, int], tuple[list[float], float]] = {}
+    for record in records:
+        key = record_id(record)
+        if key not in wanted:
+            continue
+        sample = by_id.get(key)
+        if sample is None:
+            raise CalibrationError(f"--refit needs the audited answers' contexts: {key} is not in {samples}")
+        _, sentences = segment_context(sample.context)
+        payload = VerifyInput(stage="global", claims=[c.text for c in record.claims], sentences=sentences,
+                              question=sample.question)
+        head = model.head(bool(sample.question))
+        for index, analysis in enumerate(analyse_request(encoder, payload)):
+            if index in wanted[key]:
+                vector = features(analysis)
+                vectors[(key, index)] = (vector, head.unsupported_probability(vector))
+    return (np.array([vectors[c.where][0] for c in labelled]), np.array([vectors[c.where][1] for c in labelled]))
+
+
+def _log_loss(gold: NDArray[np.bool_], probability: NDArray[np.float64]) -> float:
+    import numpy as np
+
+    clipped = np.clip(probability, 1e-6, 1 - 1e-6)
+    return float(-np.mean(np.where(gold, np.log(clipped), np.log(1 - clipped))))
+
+
+def refit_head(
+    records: Sequence[AuditRecord], labelled: Sequence[LabelledClaim], samples: Path, fold_of: NDArray[np.int64],
+    target: Target, folds: int, resamples: int, seed: int, shipped: dict[str, Estimate],
+) -> Refit:
+    """Fit the embedded head again on the labelled claims with the shipped head's training code
+    (:mod:`rt4chart.backends.embedded_fit`: C by held-out log loss, then a Platt map of the held-out
+    logits), fold by fold: each fold's probabilities come from a head fitted on the other folds only
+    (C and Platt chosen inside them). Those out-of-fold probabilities then go through the same
+    held-out threshold choice as the shipped head's. The shipped head's own figures are in-sample
+    for labels it was trained on (RAGTruth QA dev, FaithBench dev), which favours it there."""
+    import numpy as np
+
+    from rt4chart.backends.embedded_fit import choose_c, platt, regression
+
+    matrix, reproduced = _measured(records, labelled, samples)
+    columns = _columns(labelled)
+    gold = columns.unsupported
+    fold = fold_of[columns.group]
+    probability = np.zeros(len(labelled))
+    chosen_c = []
+    for held in range(folds):
+        outside = np.flatnonzero(fold != held)
+        inner = [(np.flatnonzero(fold[outside] != f), np.flatnonzero(fold[outside] == f))
+                 for f in range(folds) if f != held and (fold[outside] == f).any()]
+        c, inner_logits = choose_c(matrix[outside], gold[outside], inner)
+        claim_map = platt(inner_logits, gold[outside])
+        logits = regression(c).fit(matrix[outside], gold[outside]).decision_function(matrix[fold == held])
+        probability[fold == held] = [claim_map(float(z)) for z in logits]
+        chosen_c.append(c)
+    refitted = [dataclasses.replace(item, score=float(p)) for item, p in zip(labelled, probability, strict=True)]
+    refit_columns = _columns(refitted)
+
+    def held_out(rows: NDArray[np.int64]) -> tuple[float, float, float]:
+        flags, _ = cross_validate(refit_columns, rows, fold_of, target, folds)
+        return _figures(refit_columns, rows, flags)
+
+    figures = _bootstrapped(refit_columns, held_out, resamples, seed)
+    recorded = columns.score
+    shipped_auroc, refit_auroc = auroc(gold.tolist(), recorded.tolist()), auroc(gold.tolist(), probability.tolist())
+    maximised = {"best-f1": "f1", "precision": "recall", "recall": "precision"}[target.kind]
+    higher = (figures[maximised].value or 0.0) > (shipped[maximised].value or 0.0)
+    return Refit(
+        measured=len(labelled), reproduced=int((np.abs(reproduced - recorded) <= 1e-3).sum()), c=chosen_c,
+        shipped_auroc=shipped_auroc, refit_auroc=refit_auroc,
+        shipped_log_loss=_log_loss(gold, recorded), refit_log_loss=_log_loss(gold, probability),
+        held_out=figures, beat=higher and (refit_auroc or 0.0) > (shipped_auroc or 0.0),
+    )
+
+
 def calibrate(
     records_path: Path, target_text: str, *, gold: Path | None = None, reviews: Path | None = None,
     folds: int = 5, resamples: int = 1000, seed: int = 0, profile: Path | None = None,
+    refit: Path | None = None,
 ) -> Calibration:
     """Choose the operating point for ``target_text`` on the records' labelled claims, measure it on
     held-out folds, and write the judge profile that applies it to ``profile`` (embedded judge only).
+    ``refit`` (the audited input, for its contexts) also refits the embedded head on these labels
+    (:func:`refit_head`).
 
     Raises :class:`CalibrationError` for unusable records, labels, target or judge.
     """
@@ -473,6 +605,13 @@ def calibrate(
         changed=int((_flags(columns, everything, threshold) != current_flags).sum()),
         head=_head(records) if embedded else None,
     )
+    if refit is not None:
+        if folds < 3:
+            raise CalibrationError("--refit needs --folds 3 or more (C is chosen on folds inside each training part)")
+        if result.score != "p_unsupported" or result.head is None:
+            raise CalibrationError("--refit refits the embedded verifier's head: records of the shipped embedded "
+                                   "judge, all of one kind (with or without a question)")
+        result.refit = refit_head(records, labelled, refit, fold_of, target, folds, resamples, seed, result.held_out)
     if profile is not None:
         write_profile(result, profile)
         result.profile = str(profile)
@@ -553,6 +692,20 @@ def calibration_markdown(result: Calibration) -> str:
         *(f"| {name} | {value} | {notes} |"
           for name, value, notes in claim_rows(result.validation, "held-out flags at the chosen point")),
     ]
+    if result.refit is not None:
+        refit = result.refit
+        lines += [
+            "", f"Head refitted on these labels (same features and training code as evals/embedded/train.py; C "
+            f"{', '.join(f'{c:g}' for c in refit.c)} by fold): it {'BEAT' if refit.beat else 'did not beat'} "
+            f"the shipped head. {refit.reproduced} of {refit.measured} claims measured again gave the recorded "
+            "probability.", "",
+            "| figure | refitted head (out of fold) | shipped head |", "|---|---|---|",
+            f"| claim AUROC | {format_estimate(Estimate(value=refit.refit_auroc))} | "
+            f"{format_estimate(Estimate(value=refit.shipped_auroc))} |",
+            f"| claim log loss | {refit.refit_log_loss:.4f} | {refit.shipped_log_loss:.4f} |",
+            *(f"| held-out {name} at {result.target} | {format_estimate(refit.held_out[name])} | "
+              f"{format_estimate(held[name])} |" for name in ("precision", "recall", "f1")),
+        ]
     if result.profile:
         lines += ["", f"wrote {result.profile}: use it with --judge {result.profile}"]
     return "\n".join(lines) + "\n"

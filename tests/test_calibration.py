@@ -243,3 +243,23 @@ def test_a_profile_cannot_carry_thresholds_for_another_judge(tmp_path: Path) -> 
     path.write_text('name = "llm"\nmodel = "gpt-4o-mini"\n\n[claim_thresholds]\nquestion = 0.3\n', encoding="utf-8")
     with pytest.raises(JudgeConfigError, match="embedded judge only"):
         resolve_judge(str(path))
+
+
+def test_refit_is_cross_validated_against_the_shipped_head(audited: tuple[Path, Path, Path]) -> None:
+    pytest.importorskip("sklearn", reason="--refit fits with scikit-learn (the signals or dev extra)")
+    inputs, gold, records = audited
+    result = CliRunner().invoke(app, ["calibrate", str(records), "--gold", str(gold), "--refit", str(inputs),
+                                      "--folds", "3", "--resamples", "20", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    refit = report["refit"]
+    assert refit["measured"] == report["labelled"]
+    assert refit["reproduced"] == refit["measured"]  # the same features the audit's verdicts came from
+    assert len(refit["c"]) == 3
+    beats = (refit["refit_auroc"] > refit["shipped_auroc"]) and (
+        refit["held_out"]["f1"]["value"] > report["held_out"]["f1"]["value"]
+    )
+    assert refit["beat"] is beats
+    too_few = CliRunner().invoke(app, ["calibrate", str(records), "--gold", str(gold), "--refit", str(inputs),
+                                       "--folds", "2"])
+    assert too_few.exit_code == EXIT_USAGE and "--folds 3" in too_few.output

@@ -10,7 +10,9 @@
 4. the test split audited by the shipped judge too, to check that the profile changed exactly the
    verdicts the calibration predicted (a claim the head decided is flagged when P(not entailed) >= the
    threshold; a guard's verdict stays);
-5. RESULTS.md beside this script, from the measured files (nothing typed in by hand).
+5. `rt4 calibrate --refit` on dev: the embedded head refitted on the dev labels (the training code of
+   evals/embedded/train.py), cross-validated against the shipped head (dev only);
+6. RESULTS.md beside this script, from the measured files (nothing typed in by hand).
 
 Records and converted data stay under evals/results/tmp/calibration/ (git-ignored: never data in the repository).
 """
@@ -87,6 +89,8 @@ def main() -> None:
     rt4("score", test_shipped, "--out", shipped_score_json)
     shipped = ScoreResult.model_validate_json(shipped_score_json.read_text(encoding="utf-8"))
     claims, mismatched = verdicts_as_predicted(test_shipped, test_records, calibration.threshold)
+    refit_markdown = rt4(*calibrate, "--refit", dev)
+    refit_section = refit_markdown[refit_markdown.index("Head refitted"):].split("\n\nwrote")[0]
 
     held = calibration.held_out["precision"]
     test_claims = score.metrics.claims.at_operating_point
@@ -134,6 +138,14 @@ def main() -> None:
         "## rt4 calibrate's report on dev",
         "",
         markdown,
+        "## `--refit`: the head refitted on the dev labels",
+        "",
+        f"`rt4 calibrate {dev_records.name} --gold {dev.name} --target '{args.target}' --resamples "
+        f"{args.resamples} --refit {dev.name}`. The shipped head was trained on these same dev labels, so its",
+        "figures here are in-sample and the comparison favours it; the refit's are out of fold.",
+        "",
+        refit_section.rstrip(),
+        "",
         "## The profile",
         "",
         "```toml",

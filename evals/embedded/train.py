@@ -58,15 +58,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss, roc_auc_score
 from sklearn.model_selection import GroupKFold
-from sklearn.pipeline import Pipeline, make_pipeline
-from sklearn.preprocessing import PolynomialFeatures, StandardScaler
+from sklearn.pipeline import Pipeline
 
 from rt4chart.backends.embedded import ClaimAnalysis, SentenceEncoder, analyse_request, load_encoder, model_dir
+from rt4chart.backends.embedded_fit import C_GRID, feature_names, fitted_head, platt, regression
 from rt4chart.backends.embedded_model import ARTEFACT, FEATURES, Guard, Head, HeadName, ModelArtefact, Platt, features
-from rt4chart.datasets import load_dataset
+from rt4chart.datasets import load_dataset, source_key
 from rt4chart.decompose import decompose_by_rules
 from rt4chart.metrics import balanced_accuracy, binary_prf
 from rt4chart.tasks import VerifyInput
@@ -74,7 +73,7 @@ from rt4chart.text import segment_context, split_sentences
 from rt4chart.types import Sample
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from synthetic import SyntheticClaim, generate, source_key  # a script beside this one
+from synthetic import SyntheticClaim, generate  # a script beside this one
 
 CACHE = Path(__file__).resolve().parents[1] / "results" / "tmp"
 HEADS: dict[HeadName, tuple[str, str]] = {
@@ -82,7 +81,6 @@ HEADS: dict[HeadName, tuple[str, str]] = {
     "no_question": ("faithbench", "balanced_accuracy"),
 }
 """Head -> (dev dataset, answer-level target metric)."""
-C_GRID = (0.003, 0.01, 0.03)
 SYNTHETIC_WEIGHTS = (0.0, 0.1, 0.3)
 """Weight of a synthetic claim relative to a real one in the regression's loss."""
 GUARD_GRID = ((0.8, 0.7), (0.8, 0.8), (0.9, 0.7), (0.9, 0.8), (1.0, 0.7), (1.0, 0.8))
@@ -207,12 +205,6 @@ def expected_calibration_error(probabilities: np.ndarray, outcomes: np.ndarray, 
     return float(total)
 
 
-def platt(scores: np.ndarray, outcomes: np.ndarray) -> Platt:
-    """Fit sigmoid(a * score + b) to outcomes (an almost unregularised 1-D logistic regression)."""
-    fitted = LogisticRegression(C=1e6).fit(scores.reshape(-1, 1), outcomes)
-    return Platt(slope=float(fitted.coef_[0, 0]), intercept=float(fitted.intercept_[0]))
-
-
 def logit(p: np.ndarray) -> np.ndarray:
     clipped = np.clip(p, 1e-6, 1 - 1e-6)
     result: np.ndarray = np.log(clipped / (1 - clipped))
@@ -223,15 +215,6 @@ def answer_objective(flags: np.ndarray, gold: np.ndarray, metric: str) -> float:
     if metric == "f1":
         return binary_prf(gold.tolist(), flags.tolist()).f1
     return balanced_accuracy(gold.tolist(), flags.tolist()) or 0.0
-
-
-def regression(c: float) -> Pipeline:
-    return make_pipeline(
-        StandardScaler(),
-        PolynomialFeatures(degree=2, include_bias=False),
-        StandardScaler(),
-        LogisticRegression(C=c, max_iter=5000),
-    )
 
 
 @dataclass
@@ -380,30 +363,11 @@ def train_head(
     everything = np.flatnonzero(labelled)
     extra_rows = np.arange(len(extra)) if chosen.synthetic_weight else np.array([], int)
     final = fit(chosen, chosen.c, everything, extra_rows)
-    scaler, expander, expanded_scaler, fitted = (step for _, step in final.steps)
-    names = expander.get_feature_names_out(list(FEATURES))
-    for name, weight in sorted(zip(names, fitted.coef_[0], strict=True), key=lambda x: -abs(x[1]))[:8]:
+    weights = final.steps[-1][1].coef_[0]
+    for name, weight in sorted(zip(feature_names(final), weights, strict=True), key=lambda x: -abs(x[1]))[:8]:
         print(f"  {name:>40}: {weight:+.3f}")
-    head = Head(
-        mean=[float(x) for x in scaler.mean_],
-        scale=[float(x) for x in scaler.scale_],
-        expanded_mean=[float(x) for x in expanded_scaler.mean_],
-        expanded_scale=[float(x) for x in expanded_scaler.scale_],
-        coefficients=[float(x) for x in fitted.coef_[0]],
-        intercept=float(fitted.intercept_[0]),
-        claim_calibration=claim_map,
-        threshold=float(threshold),
-        answer_calibration=answer_map,
-        guard=guard,
-        training=figures,
-    )
-    # The shipped arithmetic must be the fitted pipeline's, to rounding.
-    sample_rows = matrix[:: max(1, len(matrix) // 50)]
-    expected = [claim_map(float(z)) for z in final.decision_function(sample_rows)]
-    computed = [head.unsupported_probability(row.tolist()) for row in sample_rows]
-    if not np.allclose(expected, computed, atol=1e-9):
-        raise AssertionError("Head.unsupported_probability drifted from the fitted scikit-learn pipeline")
-    return head
+    return fitted_head(final, claim_map, float(threshold), answer_map, guard, figures,
+                       matrix[:: max(1, len(matrix) // 50)])
 
 
 def main() -> None:

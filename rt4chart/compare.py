@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 
 from rt4chart.backends.base import Backend
@@ -19,20 +19,22 @@ from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.budget import BudgetExhausted
 from rt4chart.decompose import Decomposition, decompose_by_judge, rule_decomposition
 from rt4chart.io import InputLine, error_report
+from rt4chart.languages import audit_language
 from rt4chart.options import AuditOptions
 from rt4chart.pipeline import BudgetStop, Pipeline, PipelineBound, UnavailableStop, in_input_order, stop_of
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import load_prompts
 from rt4chart.text import split_sentences
-from rt4chart.types import Report, Sample
+from rt4chart.types import AuditRecord, Sample
 
 
 async def shared_claims(sample: Sample, decomposer: Backend | None, options: AuditOptions) -> Decomposition:
     """The sample's claims: from ``decomposer`` (as the audit would ask it), or by rules when ``None``."""
-    sentences = split_sentences(sample.answer)
+    language = audit_language(sample.language, options.language, sample.answer, sample.context)
+    sentences = split_sentences(sample.answer, language=language)
     if decomposer is None:
         return rule_decomposition(sentences)
-    session = JudgeSession(decomposer, load_prompts(), options.params)
+    session = JudgeSession(decomposer, load_prompts(), options.params, language=language)
     question = sample.question if options.decompose_with_question else None
     return await decompose_by_judge(
         session, sentences, question, options.max_claims_per_sentence, options.decompose_per_sentence
@@ -74,7 +76,7 @@ class SharedClaimsEngine(PipelineBound):
     stop: BudgetStop | UnavailableStop | None = None
     """Why the claims could not be drawn (the decomposer stopped): the engine stops at once."""
 
-    async def audit(self, items: Sequence[InputLine]) -> AsyncIterator[Report | BudgetStop | UnavailableStop]:
+    async def audit(self, items: Iterable[InputLine]) -> AsyncIterator[AuditRecord | BudgetStop | UnavailableStop]:
         if self.stop is not None:
             yield self.stop
             return
@@ -84,7 +86,7 @@ class SharedClaimsEngine(PipelineBound):
         except (BudgetExhausted, JudgeUnavailable) as error:
             yield stop_of(error)
 
-    async def _report(self, item: InputLine) -> Report:
+    async def _report(self, item: InputLine) -> AuditRecord:
         if item.sample is None:
             return error_report(item)
         shared = self.shared[item.line]

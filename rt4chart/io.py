@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rt4chart.types import Report, Sample
+from rt4chart.types import AuditRecord, Sample
 
 
 @dataclass(frozen=True)
@@ -207,6 +207,27 @@ def read_jsonl(path: Path | str) -> Iterator[InputLine]:
     return parse_lines(read_json_lines(path))
 
 
+@dataclasses.dataclass(frozen=True)
+class InputFile:
+    """An input file read anew, one line at a time, each time it is iterated: what a long run
+    streams, so no input line is held once its record is written (standard input cannot be read
+    twice: read it into a list). Its length is its count of lines that yield an item."""
+
+    path: Path
+    """The JSONL file."""
+
+    def __iter__(self) -> Iterator[InputLine]:
+        return read_jsonl(self.path)
+
+    def __len__(self) -> int:
+        with open(self.path, "rb") as handle:
+            # Blank as :func:`json_lines` decides it: a line that is not UTF-8 is an item (its error record).
+            return sum(
+                bool(raw.decode("utf-8", "replace").removeprefix("\ufeff" if number == 1 else "").strip())
+                for number, raw in enumerate(handle, start=1)
+            )
+
+
 def parse_lines(lines: Iterable[JsonLine]) -> Iterator[InputLine]:
     """Turn decoded JSONL lines into input items, one per line (see :func:`read_jsonl`)."""
     for line in lines:
@@ -216,19 +237,19 @@ def parse_lines(lines: Iterable[JsonLine]) -> Iterator[InputLine]:
             yield dataclasses.replace(parse_sample(line.value, line.number), digest=line.digest)
 
 
-def error_report(item: InputLine) -> Report:
+def error_report(item: InputLine) -> AuditRecord:
     """The output record of an input line that could not be audited."""
-    return Report(id=item.raw_id, line=item.line, errors=[item.error or "invalid input"])
+    return AuditRecord(id=item.raw_id, line=item.line, errors=[item.error or "invalid input"])
 
 
-def unaudited_report(item: InputLine, reason: str) -> Report:
+def unaudited_report(item: InputLine, reason: str) -> AuditRecord:
     """The record of an input line the judge could not audit: verdict open, ``incomplete``."""
     if item.sample is None:
         return error_report(item)
-    return Report(id=item.sample.id, line=item.line, errors=[reason], incomplete=True, gold=item.sample.gold)
+    return AuditRecord(id=item.sample.id, line=item.line, errors=[reason], incomplete=True, gold=item.sample.gold)
 
 
-def dump_report(report: Report) -> str:
+def dump_report(report: AuditRecord) -> str:
     """One output line (no trailing newline)."""
     return report.model_dump_json(exclude_none=False)
 
@@ -249,7 +270,7 @@ def record_key(item: InputLine, fingerprint: str) -> str | None:
     return hashlib.sha256(f"{item.digest}:{fingerprint}".encode()).hexdigest()
 
 
-def _finished(report: Report) -> bool:
+def _finished(report: AuditRecord) -> bool:
     """Whether a record is a finished, clean audit: a label, nothing left open, and no error on the
     record or a claim (an outage may have shaped its verdicts: it is audited again)."""
     return (
@@ -266,7 +287,7 @@ class RecordLine:
 
     number: int
     """1-based line number."""
-    report: Report | None
+    report: AuditRecord | None
     """The record; ``None`` when the line is not one."""
     value: dict[str, Any] | None = None
     """The decoded line (fields the record model does not know included); ``None`` with no record."""
@@ -289,7 +310,7 @@ def read_records(path: Path | str) -> Iterator[RecordLine]:
             yield RecordLine(line.number, None, problem=line.problem, torn=torn)
             continue
         try:
-            report = Report.model_validate(line.value)
+            report = AuditRecord.model_validate(line.value)
         except ValidationError as error:
             first = error.errors()[0]
             problem = f"not an rt4chart output record ({first['loc']}: {first['msg']})"
@@ -298,19 +319,23 @@ def read_records(path: Path | str) -> Iterator[RecordLine]:
         yield RecordLine(line.number, report, line.value, torn=torn)
 
 
-def read_completed(path: Path, items: list[InputLine], fingerprint: str | None = None) -> dict[int, Report]:
+def read_completed(path: Path, items: Iterable[InputLine], fingerprint: str | None = None) -> dict[int, AuditRecord]:
     """Records already complete in an output file, by input line number.
 
-    A record counts only if it parses as a whole :class:`Report` and names an input line with the
+    A record counts only if it parses as a whole :class:`AuditRecord` and names an input line with the
     same id; a torn last line left by a killed run, or a record of some other input, does not.
     With ``fingerprint`` (the audit configuration, :func:`audit_fingerprint`) a record also counts
     only if its ``input_hash`` is that of the line's content under this configuration and it is
     finished (:func:`_finished`): a record of an edited line, of another judge, prompt set or
     options, or one the judge failed on, is audited again.
     """
-    expected = {item.line: item.sample.id if item.sample else item.raw_id for item in items}
-    keys = {item.line: record_key(item, fingerprint) for item in items} if fingerprint else {}
-    completed: dict[int, Report] = {}
+    expected: dict[int, str | None] = {}
+    keys: dict[int, str | None] = {}
+    for item in items:  # one pass: ``items`` may be a file read as it is iterated (:class:`InputFile`)
+        expected[item.line] = item.sample.id if item.sample else item.raw_id
+        if fingerprint:
+            keys[item.line] = record_key(item, fingerprint)
+    completed: dict[int, AuditRecord] = {}
     if not path.exists():
         return completed
     for record in read_records(path):
@@ -325,7 +350,7 @@ def read_completed(path: Path, items: list[InputLine], fingerprint: str | None =
     return completed
 
 
-def read_reusable(path: Path, items: list[InputLine], fingerprint: str) -> dict[int, Report]:
+def read_reusable(path: Path, items: list[InputLine], fingerprint: str) -> dict[int, AuditRecord]:
     """Records of another audit file (``rt4 verify --baseline``) that stand for ``items`` as they are,
     by input line number of ``items``: a record counts when its ``input_hash`` is that of an item's
     line content under the configuration ``fingerprint`` (same line, same judge, prompt set and
@@ -337,12 +362,12 @@ def read_reusable(path: Path, items: list[InputLine], fingerprint: str) -> dict[
         key = record_key(item, fingerprint)
         if key is not None and item.sample is not None:
             waiting.setdefault(key, []).append(item)
-    reusable: dict[int, Report] = {}
+    reusable: dict[int, AuditRecord] = {}
     for line in read_json_lines(path):
         if line.problem is not None or not waiting:
             continue
         try:
-            report = Report.model_validate(line.value)
+            report = AuditRecord.model_validate(line.value)
         except ValidationError:
             continue
         candidates = waiting.get(report.input_hash or "")
@@ -483,7 +508,7 @@ def write_lines_atomically(path: Path, lines: Iterable[str]) -> None:
     os.replace(temporary, path)
 
 
-def write_reports_atomically(path: Path, reports: list[Report]) -> None:
+def write_reports_atomically(path: Path, reports: list[AuditRecord]) -> None:
     """Replace ``path`` with ``reports``, one per line, via a temporary file and a rename."""
     write_lines_atomically(path, (dump_report(report) for report in reports))
 
@@ -498,7 +523,7 @@ class ReportAppender:
     def __init__(self, path: Path) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def append(self, report: Report) -> None:
+    def append(self, report: AuditRecord) -> None:
         data = (dump_report(report) + "\n").encode("utf-8")
         written = os.write(self._fd, data)
         while written < len(data):
@@ -513,7 +538,7 @@ class PredictionsError(ValueError):
     """A predictions file cannot be scored (missing, or a line that is not an output record)."""
 
 
-def read_predictions(path: Path) -> list[Report]:
+def read_predictions(path: Path) -> list[AuditRecord]:
     """Read ``rt4 verify`` / ``rt4 eval`` output records; raises :class:`PredictionsError` at the
     first line that is not one."""
     if not path.is_file():

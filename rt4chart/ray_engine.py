@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,9 +38,9 @@ from pydantic import TypeAdapter
 from rt4chart.budget import Ledger, RunLimits
 from rt4chart.io import InputLine, dump_report, error_report
 from rt4chart.judges import JudgeStack, judge_stack
-from rt4chart.options import AuditOptions, EngineOptions
-from rt4chart.pipeline import BudgetStop, Pipeline, PipelineBound, RunStop, UnavailableStop
-from rt4chart.types import Report, Sample, Usage
+from rt4chart.options import AuditOptions
+from rt4chart.pipeline import BudgetStop, EngineOptions, Pipeline, PipelineBound, RunStop, UnavailableStop
+from rt4chart.types import AuditRecord, Sample, Usage
 
 SHARD_SAMPLES = 8
 """Samples per ``map_batches`` call: small enough that a restarted worker redoes little and that
@@ -192,7 +192,7 @@ class RayEngine(PipelineBound):
     ledger: Ledger | None = None
     """The driver's ledger: kept up to date with what the workers spend, for progress and summary."""
 
-    async def audit(self, items: Sequence[InputLine]) -> AsyncIterator[Report | BudgetStop | UnavailableStop]:
+    async def audit(self, items: Iterable[InputLine]) -> AsyncIterator[AuditRecord | BudgetStop | UnavailableStop]:
         ray = _ray()
         items = list(items)
         started_here = _connect(ray, self.engine)
@@ -213,7 +213,7 @@ class RayEngine(PipelineBound):
                 if row["stop"]:
                     yield _STOP.validate_json(row["stop"])
                     return
-                report = Report.model_validate_json(row["record"])
+                report = AuditRecord.model_validate_json(row["record"])
                 self._account(report.usage, keeper is None)
                 yield report
         finally:

@@ -33,22 +33,32 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rich.console import Console
 
 from rt4chart.agreement import AgreementReport
-from rt4chart.audited import pair_with_inputs
+from rt4chart.audited import AuditedSample, pair_with_inputs
 from rt4chart.backends.base import Backend
 from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.budget import BudgetExhausted, Ledger, RunLimits
 from rt4chart.cache import JudgeCache
+from rt4chart.ci_formats import FailureTally
 from rt4chart.evaluation import EvalConfig, EvaluationResult
-from rt4chart.io import InputLine, OutputError, guard_outputs, parse_sample
+from rt4chart.io import InputFile, InputLine, OutputError, guard_outputs, parse_sample, read_records
 from rt4chart.judges import JudgeConfigError, JudgeStack, check_judge_serves
 from rt4chart.manifest import write_manifest
-from rt4chart.options import AuditOptions, EngineOptions
+from rt4chart.options import AuditOptions
 from rt4chart.outputs import PublishOptions, baseline_problem, publish
-from rt4chart.pipeline import AuditEngine, AuditResult, BudgetStop, Pipeline, UnavailableStop, run_audit, stop_of
+from rt4chart.pipeline import (
+    AuditEngine,
+    AuditResult,
+    BudgetStop,
+    EngineOptions,
+    Pipeline,
+    UnavailableStop,
+    run_audit,
+    stop_of,
+)
+from rt4chart.progress import RunSummary
 from rt4chart.ray_engine import RayUnavailable
 from rt4chart.repair import RepairRecord, RepairStrategy, RepairSummary
-from rt4chart.report import RunSummary
-from rt4chart.types import Report, Sample
+from rt4chart.types import AuditRecord, Sample
 
 if TYPE_CHECKING:
     from typing import TextIO
@@ -218,8 +228,9 @@ class RunOutcome(BaseModel):
     """What the run's judge calls cost."""
     budget_usd: float | None = None
     """The run's cap, if any."""
-    reports: list[Report] = Field(default_factory=list, exclude=True)
-    """The run's records, in input order."""
+    reports: list[AuditRecord] = Field(default_factory=list, exclude=True)
+    """The run's records, in input order; empty when the run streamed them (``keep_records=False``:
+    they are in ``out``, and the outcome is built from counters)."""
     summary: RunSummary = Field(default_factory=RunSummary, exclude=True)
     """Totals over the records (what the end-of-run table shows)."""
 
@@ -231,11 +242,7 @@ class RunOutcome(BaseModel):
     def first_open_error(self) -> str | None:
         """The first error of a record the judge left open (it names the endpoint when the judge
         could not be reached): what says why an incomplete run is incomplete."""
-        for report in self.reports:
-            if report.incomplete:
-                for error in [*report.errors, *(e for claim in report.claims for e in claim.errors)]:
-                    return error
-        return None
+        return self.summary.first_open_error
 
 
 class RunObserver(Protocol):
@@ -243,7 +250,7 @@ class RunObserver(Protocol):
 
     def start(self, total: int, ledger: Ledger, calls_seen: bool) -> None: ...
 
-    def record(self, report: Report, summary: RunSummary) -> None: ...
+    def record(self, report: AuditRecord, summary: RunSummary) -> None: ...
 
     def finish(self) -> None: ...
 
@@ -341,7 +348,7 @@ def _engine(spec: RunSpec, stack: JudgeStack) -> AuditEngine:
     )
 
 
-def _signal_step(spec: SignalSpec, items: Sequence[InputLine]) -> Callable[[Report], Report]:
+def _signal_step(spec: SignalSpec, items: Iterable[InputLine]) -> Callable[[AuditRecord], AuditRecord]:
     """Open the signal model, score every valid sample, and return the step that adds a record's
     signals to it; any failure is a :class:`RunUsageError` (nothing of the judge's is spent yet)."""
     from rt4chart.signals import SignalError
@@ -377,7 +384,7 @@ def _signal_step(spec: SignalSpec, items: Sequence[InputLine]) -> Callable[[Repo
 
 
 def outcome_of(
-    reports: Sequence[Report], result: AuditResult, summary: RunSummary, fails: bool, ledger: Ledger, judge: str
+    reports: Sequence[AuditRecord], result: AuditResult, summary: RunSummary, fails: bool, ledger: Ledger, judge: str
 ) -> RunOutcome:
     """The outcome of a run whose records are ``reports``: its status, first of 3, 2, 4, 1 that applies."""
     counts = RunCounts(
@@ -405,7 +412,7 @@ def outcome_of(
     )
 
 
-def records_status(reports: Sequence[Report], fails: bool) -> RunStatus:
+def records_status(reports: Sequence[AuditRecord], fails: bool) -> RunStatus:
     """The status of finished records (``rt4 report`` over an existing file): invalid lines, then
     verdicts left open, then the policy's decision."""
     if any(report.label is None and not report.incomplete for report in reports):
@@ -415,10 +422,24 @@ def records_status(reports: Sequence[Report], fails: bool) -> RunStatus:
     return RunStatus.FAILED if fails else RunStatus.PASSED
 
 
-def _publish(spec: RunSpec, reports: Sequence[Report], items: Sequence[InputLine], console: Console | None) -> bool:
+def _publish(
+    spec: RunSpec, reports: Sequence[AuditRecord], items: Iterable[InputLine], console: Console | None
+) -> bool:
     """Everything a finished run writes besides its records; returns whether the run fails its policy."""
     return publish(spec.outputs, pair_with_inputs(reports, items), console or Console(), audit_options=spec.options)
 
+
+
+def _publishes_records(outputs: PublishOptions) -> bool:
+    """Whether publishing needs every record at once (the view, HTML, JUnit, annotations, a baseline gate)."""
+    return outputs.text_view or outputs.html is not None or outputs.junit is not None or outputs.github or (
+        outputs.baseline is not None
+    )
+
+
+def _written(out: Path) -> Iterator[AuditRecord]:
+    """The records of a finished run, read back from ``out`` one at a time (in input order)."""
+    return (line.report for line in read_records(out) if line.report is not None)
 
 
 def _guarded(spec: RunSpec) -> RunSpec:
@@ -442,15 +463,23 @@ async def aexecute(
     observer: RunObserver | None = None,
     stdout: TextIO | None = None,
     console: Console | None = None,
+    keep_records: bool = True,
 ) -> RunOutcome:
     """Run ``spec`` over ``samples``: one record per input line, in input order, into ``spec.out``
     (else ``stdout`` unless it shows the readable view, else only the outcome), then publish what
     ``spec.outputs`` asks for (the view, annotations: on ``console``).
 
+    With ``keep_records=False`` (``rt4 verify``) the records are streamed: each is written as it
+    completes and not held, the summary and the outcome are built from counters, and what needs
+    every record (HTML, JUnit, annotations, the view, a baseline gate) re-reads them from ``out``.
+    Samples given as an :class:`rt4chart.io.InputFile` are read as the run goes: memory stays flat
+    in the number of samples (except ``--signals``, ``--baseline`` and outputs that need every
+    record at once, and records to stdout with such an output).
+
     Raises :class:`RunUsageError` (before any judge call) when the run cannot start. A stop (budget,
     judge unavailable) is the outcome's status, not an exception.
     """
-    items = input_lines(samples)
+    items = samples if isinstance(samples, InputFile) else input_lines(samples)
     if spec.resume and spec.out is None:
         raise RunUsageError("--resume needs --out FILE")
     started_at = datetime.now(UTC)
@@ -461,16 +490,20 @@ async def aexecute(
     enrich = _signal_step(spec.signals, items) if spec.signals is not None else None
     stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)
     summary = RunSummary(fail_on=spec.outputs.fail_on, max_rate=spec.outputs.max_rate)
-    reports: list[Report] = []
+    tally = FailureTally(spec.outputs.fail_on)
+    reports: list[AuditRecord] = []
+    rereads = out is not None and not keep_records  # outputs that need every record read them from out
     try:
         engine = _engine(spec, stack)
         if observer is not None:
             # Ray workers make the calls, out of the driver's sight.
             observer.start(len(items), stack.ledger, calls_seen=spec.engine.engine != "ray")
 
-        def on_report(report: Report) -> None:
+        def on_report(report: AuditRecord) -> None:
             summary.add(report)
-            reports.append(report)
+            tally.add(AuditedSample(report))
+            if not rereads and (keep_records or _publishes_records(spec.outputs)):
+                reports.append(report)
             if observer is not None:
                 observer.record(report, summary)
 
@@ -489,11 +522,13 @@ async def aexecute(
     finally:
         await stack.aclose()
     reports.sort(key=lambda report: report.line)
-    fails = _publish(spec, reports, items, console)
+    fails = tally.fails(spec.outputs.max_rate)
+    if _publishes_records(spec.outputs):
+        fails = _publish(spec, list(_written(out)) if rereads and out is not None else reports, items, console)
     if out is not None:
         # This run's calls are the ledger's: resumed and reused records cost nothing now.
         write_manifest(
-            out, reports, judge=engine.judge_name, prompt_version=engine.prompt_version, options=spec.options,
+            out, _written(out), judge=engine.judge_name, prompt_version=engine.prompt_version, options=spec.options,
             input_path=spec.input_file, input_lines=len(items), usage=stack.ledger.usage, started_at=started_at,
             ended_at=datetime.now(UTC), resumed=result.resumed, reused_from_baseline=result.reused,
             baseline=spec.outputs.baseline,
@@ -509,11 +544,13 @@ def execute(
     observer: RunObserver | None = None,
     stdout: TextIO | None = None,
     console: Console | None = None,
+    keep_records: bool = True,
 ) -> RunOutcome:
     """Synchronous :func:`aexecute`; SIGINT and SIGTERM raise :class:`RunInterrupted`."""
     with _terminate_as_interrupt():
         try:
-            return asyncio.run(aexecute(spec, samples, observer=observer, stdout=stdout, console=console))
+            return asyncio.run(aexecute(spec, samples, observer=observer, stdout=stdout, console=console,
+                                        keep_records=keep_records))
         except KeyboardInterrupt:
             raise RunInterrupted(spec.out, _complete_lines(spec.out)) from None
 
@@ -635,7 +672,7 @@ async def acompare(
         for name in [*judges, *([decompose_with] if decompose_with else [])]:
             stacks.append(build_stack(name, api_base=spec.api_base, limits=spec.limits, cache=cache, ledger=ledger))
         judging, decomposer = stacks[: len(judges)], (stacks[len(judges)] if decompose_with else None)
-        if decomposer is not None and not decomposer.supports_decompose:
+        if decomposer is not None and not decomposer.can_write_text:
             raise RunUsageError(f"--decompose-with {decompose_with}: this judge cannot decompose answers")
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -677,12 +714,12 @@ async def acompare(
 
 async def _run_engine(
     engine: AuditEngine, items: list[InputLine], out: Path | None, observer: RunObserver | None
-) -> tuple[list[Report], AuditResult, RunSummary]:
+) -> tuple[list[AuditRecord], AuditResult, RunSummary]:
     """One engine through :func:`run_audit` (no resume, no stdout), its records and totals collected."""
     summary = RunSummary()
-    reports: list[Report] = []
+    reports: list[AuditRecord] = []
 
-    def on_report(report: Report) -> None:
+    def on_report(report: AuditRecord) -> None:
         summary.add(report)
         reports.append(report)
         if observer is not None:
@@ -750,7 +787,7 @@ class RepairOutcome(BaseModel):
 
 async def arepair(
     spec: RunSpec,
-    records: Sequence[Report | str],
+    records: Sequence[AuditRecord | str],
     samples: Iterable[Sample | Mapping[str, Any] | InputLine],
     strategy: RepairStrategy,
     *,
@@ -773,12 +810,12 @@ async def arepair(
     results: list[RepairRecord | None] = []
     stop: BudgetStop | UnavailableStop | None = None
     try:
-        if repairing is not None and not repairing.supports_decompose:
+        if repairing is not None and not repairing.can_write_text:
             raise RunUsageError(
                 f"judge {repairing.name} cannot write text; repair needs a language-model or scripted judge"
             )
         repairer = Repairer(strategy, repairing, spec.options.params)
-        jobs: list[tuple[int, Report, Awaitable[RepairRecord]]] = []
+        jobs: list[tuple[int, AuditRecord, Awaitable[RepairRecord]]] = []
         for position, record in enumerate(records, start=1):
             if isinstance(record, str):
                 results.append(RepairRecord(id=None, line=position, strategy=strategy, original=None,
@@ -834,7 +871,7 @@ async def arepair(
 
 def repair(
     spec: RunSpec,
-    records: Sequence[Report | str],
+    records: Sequence[AuditRecord | str],
     samples: Iterable[Sample | Mapping[str, Any] | InputLine],
     strategy: RepairStrategy,
     **keywords: Any,

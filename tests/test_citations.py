@@ -387,3 +387,18 @@ def test_rt4_estimate_with_the_embedded_judge_plans_the_cited_checks(tmp_path: P
     assert json.loads(plan.stdout)["calls_expected"] == sum(r["usage"]["calls"] for r in found)
     assert any(r["citations"]["checks"] for r in found)
     assert any("citations:" in note for note in json.loads(plan.stdout)["notes"])
+
+
+def test_the_readme_example(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    code, found = verify(tmp_path, "--judge", f"scripted:{examples / 'cited_answers.rules.json'}",
+                         answers=examples / "cited_answers.jsonl")
+    assert code == 1  # one answer is contradicted
+    verdicts = {record["id"]: [c["citation"]["verdict"] for c in record["claims"]] for record in found}
+    assert verdicts == {
+        "clinic-supported": ["supported", "supported"],
+        "clinic-misattributed": ["misattributed"],
+        "clinic-unsupported": ["unsupported"],
+        "clinic-uncited": ["supported", "uncited"],
+        "clinic-numbered": ["supported", "supported"],
+    }

@@ -215,9 +215,15 @@ def print_review_agreement(report: ReviewAgreement, console: Console) -> None:
             _value(figures.recall), _interval(figures.recall), str(figures.recall.n),
         )
     console.print(table)
-    for warning in report.warnings + [w for s in _review_statistics(report) for w in s.warnings]:
+    named = [(f"{name}: ", statistic) for name, statistic in _review_statistics(report)]
+    for warning in report.warnings + [name + w for name, statistic in named for w in statistic.warnings]:
         console.print(f"! {warning}", highlight=False, markup=False)
 
 
-def _review_statistics(report: ReviewAgreement) -> list[Statistic]:
-    return [report.kappa, report.agreement, *(s for f in report.labels for s in (f.precision, f.recall))]
+def _review_statistics(report: ReviewAgreement) -> list[tuple[str, Statistic]]:
+    per_label = [
+        (f"{name} {figures.label}", statistic)
+        for figures in report.labels
+        for name, statistic in (("precision", figures.precision), ("recall", figures.recall))
+    ]
+    return [("kappa", report.kappa), ("agreement", report.agreement), *per_label]

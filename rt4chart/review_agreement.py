@@ -107,7 +107,13 @@ def _statistic(value: float | None, n: int, warning: str, interval: tuple[float 
     if value is None:
         return Statistic(value=0.0, n=n, warnings=[warning])
     low, high = interval
-    return Statistic(value=value, ci_low=low, ci_high=high, n=n)
+    warnings = []
+    if low is not None and low == high and n > 0:
+        # Every resample agreed (all reviews on one side): the percentile interval has no width,
+        # though the truth may be up to about 3 / n away (the rule of three's 95% bound).
+        warnings.append(f"an interval of zero width from {n} reviews understates the uncertainty (about 3/{n} = "
+                        f"{3 / n:.2f} by the rule of three)")
+    return Statistic(value=value, ci_low=low, ci_high=high, n=n, warnings=warnings)
 
 
 def estimate_agreement(

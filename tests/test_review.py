@@ -144,6 +144,10 @@ def test_review_in_the_report_exported_and_imported_back_keeps_every_review(
     assert (figures["used"], figures["weighted"], figures["unsure"]) == (2, False, 0)
     contradicted = next(f for f in figures["labels"] if f["label"] == "contradicted")
     assert (contradicted["precision"]["value"], contradicted["precision"]["n"]) == (0.0, 1)
+    assert "zero width" in contradicted["precision"]["warnings"][0]  # [0, 0] from one review is said to be fragile
+    table = rt4("agree", "results.jsonl", "--reviews", str(tmp_path / "again.jsonl"), cwd=audit)
+    assert table.returncode == 0 and "against 2 reviews (unweighted" in table.stdout
+    assert "! precision contradicted: an interval of zero width" in " ".join(table.stdout.split())
 
 
 def _claim(index: int, label: str | None, confidence: float | None = None) -> ClaimVerdict:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from rt4chart.backends.base import JudgeRequest
+from rt4chart.languages import ENGLISH
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import (
     DecomposeInput,
@@ -36,6 +37,8 @@ _PLACEHOLDER = re.compile(r"<[^<>]{1,40}>")
 _NAME = re.compile(r"\b[A-Z][\w'-]*")
 """A capitalised word: a name, as far as spelling can tell (a capitalised function word that opens
 the claim is not one)."""
+NOUN_CAPITALISING = frozenset({"de", "lb"})
+"""Languages that capitalise every noun, where a capitalised word is not a name by its spelling."""
 CLAIM_SHARE = 0.5
 """Share of a claim's content words that its answer (its sentence, the rest of the answer, or the
 question, where pronouns and omitted subjects are resolved from) must hold."""
@@ -47,7 +50,7 @@ def _stem(word: str) -> str:
     return word[:5]
 
 
-def claim_problem(claim: str, sentence: str, answer: str, question: str | None) -> str | None:
+def claim_problem(claim: str, sentence: str, answer: str, question: str | None, language: str = ENGLISH) -> str | None:
     """Why ``claim`` is not a piece of its answer ``sentence``; ``None`` when it may be.
 
     A claim is a decomposition failure when it is a template placeholder; states a number that
@@ -69,9 +72,10 @@ def claim_problem(claim: str, sentence: str, answer: str, question: str | None) 
     if foreign or replaced:
         listed = ", ".join(f"{n:g}" for n in foreign or sorted(claim_numbers - sentence_numbers))
         return f"the claim {claim!r} states {listed}, which its sentence does not"
-    names = [
-        name for name in _NAME.findall(claim) if name.lower() not in STOPWORDS and name.lower() not in around.lower()
-    ]
+    # German capitalises every noun: a capitalised word is no name there, and the claim's share of
+    # the answer's words below is the check that remains.
+    capitalised = [] if language in NOUN_CAPITALISING else _NAME.findall(claim)
+    names = [name for name in capitalised if name.lower() not in STOPWORDS and name.lower() not in around.lower()]
     if names:
         return f"the claim {claim!r} names {names}, which the answer does not"
     words = {_stem(w) for w in content_words(claim) if not w[0].isdigit()}
@@ -193,7 +197,7 @@ async def decompose_by_judge(
         stats.reasked = len(sentences) - len(found)
     answer = " ".join(s.text for s in sentences)
     for sentence in sentences:
-        rejected = _foreign_claims(found.get(sentence.index, []), sentence, answer, question)
+        rejected = _foreign_claims(found.get(sentence.index, []), sentence, answer, question, session.language)
         if rejected:
             stats.rejected_claims += len(rejected)
             errors.append(f"answer sentence {sentence.index}: {'; '.join(rejected)}; asked it again alone")
@@ -220,7 +224,7 @@ async def decompose_by_judge(
                 stats.rule_fallback += 1
                 continue
             drawn = [c.strip() for c in reply.parsed.claims if c.strip()]
-            rejected = _foreign_claims(drawn, sentence, answer, question)
+            rejected = _foreign_claims(drawn, sentence, answer, question, session.language)
             if not rejected:
                 found[sentence.index] = drawn
                 continue
@@ -246,9 +250,13 @@ async def decompose_by_judge(
     return Decomposition(claims, errors, stats)
 
 
-def _foreign_claims(claims: list[str], sentence: Sentence, answer: str, question: str | None) -> list[str]:
+def _foreign_claims(
+    claims: list[str], sentence: Sentence, answer: str, question: str | None, language: str
+) -> list[str]:
     """Why each claim that is not a piece of ``sentence`` (:func:`claim_problem`) is rejected."""
-    return [problem for claim in claims if (problem := claim_problem(claim, sentence.text, answer, question))]
+    return [
+        problem for claim in claims if (problem := claim_problem(claim, sentence.text, answer, question, language))
+    ]
 
 
 def _trusted_entries(output: DecomposeOutput, n_sentences: int) -> tuple[dict[int, list[str]], str | None]:

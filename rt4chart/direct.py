@@ -12,19 +12,19 @@ from rt4chart.grounding import ContextIndex, anchor_quotes
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import DirectInput, DirectOutput
 from rt4chart.text import segment_context, split_sentences
-from rt4chart.types import ClaimVerdict, Label, Report, Sample, Span
+from rt4chart.types import AuditRecord, ClaimVerdict, Label, Sample, Span
 from rt4chart.verification import and_join, hallucinated_spans
 
 
-async def audit_directly(session: JudgeSession, sample: Sample) -> Report:
+async def audit_directly(session: JudgeSession, sample: Sample) -> AuditRecord:
     """Audit one sample with one call (the record's identity and usage are the caller's to fill)."""
-    context, sentences = segment_context(sample.context)
-    answer_sentences = split_sentences(sample.answer)
+    context, sentences = segment_context(sample.context, session.language)
+    answer_sentences = split_sentences(sample.answer, language=session.language)
     payload = DirectInput(
         question=sample.question, context=context, answer=sample.answer, sentences=[s.text for s in answer_sentences]
     )
     response = await session.send(session.request(payload))
-    report = Report(id=sample.id, line=0, context_sentences=len(sentences))
+    report = AuditRecord(id=sample.id, line=0, context_sentences=len(sentences))
     if not isinstance(response.parsed, DirectOutput):
         report.errors.append(f"direct judge failed: {response.error}")
         report.incomplete = True

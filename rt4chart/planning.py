@@ -33,6 +33,8 @@ from rt4chart.cache import JudgeCache, request_key
 from rt4chart.citations import find_citations, max_check_calls
 from rt4chart.decompose import decompose_by_rules, rule_claims
 from rt4chart.io import InputLine
+from rt4chart.judges import language_refusal
+from rt4chart.languages import audit_language
 from rt4chart.pipeline import Pipeline
 from rt4chart.text import chunk_sentences, segment_context, split_sentences
 from rt4chart.types import Sample, Sentence
@@ -100,11 +102,14 @@ def worst_case_calls(pipeline: Pipeline, sample: Sample) -> int:
     options = pipeline.options
     if options.method == "direct":
         return 1
+    language = audit_language(sample.language, options.language, sample.answer, sample.context)
+    if language_refusal(pipeline.backend, language) is not None:
+        return 0
     cited = find_citations(sample, options.citation_pattern)
-    answer_sentences = cited.sentences if cited is not None else split_sentences(sample.answer)
+    answer_sentences = cited.sentences if cited is not None else split_sentences(sample.answer, language=language)
     if not answer_sentences:
         return 0
-    _, sentences = segment_context(sample.context)
+    _, sentences = segment_context(sample.context, language)
     chunks = chunk_sentences(len(sentences), options.window, options.overlap)
     by_judge = options.decomposer == "holistic" or pipeline.decomposes_by_judge
     n_claims = (

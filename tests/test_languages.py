@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rt4chart.backends.base import Message
+from rt4chart.decompose import claim_problem
 from rt4chart.grounding import ContextIndex
 from rt4chart.languages import audit_language, detect_language, normalize_language
 from rt4chart.prompts import localize
@@ -193,6 +194,14 @@ def test_quotes_with_full_width_or_ascii_punctuation_anchor_to_the_context_as_wr
     assert evidence is not None and evidence.match == "folded"
     assert context[evidence.start : evidence.end] == "人口は約１４００万人です。"
     assert evidence.sentence_ids == [1]
+
+
+def test_an_inflected_german_noun_is_not_a_name_the_answer_lacks() -> None:
+    sentence = "Der Zug fährt vom Bahnhof in Berlin ab."
+    claim = "Der Zug des Bahnhofs fährt in Berlin ab."
+    assert claim_problem(claim, sentence, sentence, None, "de") is None
+    assert "names ['Bahnhofs']" in (claim_problem(claim, sentence, sentence, None) or "")
+    assert "shares no word" in (claim_problem("Die Katze schläft im Garten.", sentence, sentence, None, "de") or "")
 
 
 # --- detection and the language of a sample ----------------------------------------------------

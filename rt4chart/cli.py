@@ -849,6 +849,7 @@ def show(
     input_path: ResultsInputOption = None,
     sample_id: Annotated[str | None, typer.Option("--id", help="Only the sample with this id.")] = None,
     only: Annotated[ShowOnly | None, typer.Option(help="Only contradicted or hallucinated samples.")] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="Every sample in full (past 10 samples, passing ones take one line).")] = False,
 ) -> None:
     """Print results readably: each answer with its claims coloured by label, and their evidence."""
     from rt4chart.terminal_view import print_samples
@@ -860,7 +861,7 @@ def show(
             raise fail(f"no sample with id {sample_id!r} in {results}")
     if only is not None:
         audited = [item for item in audited if item.fails(FailOn(only.value))]
-    print_samples(audited, Console())
+    print_samples(audited, Console(), show_all=show_all)
 
 
 def _read_verify_records(path: Path) -> list[AuditRecord | str]:

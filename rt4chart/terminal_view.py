@@ -2,7 +2,8 @@
 
 Per sample: a heading with id, input line and verdict; the answer with each claim's sentence
 coloured by its worst final label; then every claim with its label, rationale and evidence shown
-inside its surrounding context. A reporting module: it prints, to the console it is given.
+inside its surrounding context. Past :data:`FULL_VIEW_SAMPLES` samples, the passing ones take one
+line each (``rt4 show --all`` shows them in full). A reporting module: it prints, to the console it is given.
 """
 
 from __future__ import annotations
@@ -143,10 +144,50 @@ def sample_view(item: AuditedSample) -> list[RenderableType]:
     return lines
 
 
-def print_samples(audited: list[AuditedSample], console: Console) -> None:
-    """Print each sample's view, separated by blank lines."""
+FULL_VIEW_SAMPLES = 10
+"""Up to this many samples every one is shown in full. Above it a sample that passes (entailed,
+complete, no error) takes one line, so that the ones to read stand out and the run's summary after
+them is not scrolled away by pages of entailed claims (100 samples were 5,000 lines)."""
+
+
+def passes(item: AuditedSample) -> bool:
+    """Whether a sample has nothing to read: entailed, every verdict in, no error."""
+    report = item.report
+    return report.label == Label.ENTAILED and not report.incomplete and not report.errors
+
+
+def sample_line(item: AuditedSample) -> Text:
+    """One line for a sample: its heading and the start of its answer."""
+    line = Text.assemble((item.report.id or "(no id)", "bold"), f"  line {item.report.line}  ",
+                         _label_text(item.report.label))
+    if item.sample is not None:
+        line.append("  " + " ".join(item.sample.answer.split()), style="dim")
+    return line
+
+
+def print_samples(audited: list[AuditedSample], console: Console, *, show_all: bool = False) -> None:
+    """Print each sample's view, separated by blank lines; above :data:`FULL_VIEW_SAMPLES` samples,
+    unless ``show_all``, the passing ones one line each (and a last line saying so)."""
+    collapse = not show_all and len(audited) > FULL_VIEW_SAMPLES
+    collapsed = 0
+    previous_was_line = False
     for position, item in enumerate(audited):
+        if collapse and passes(item):
+            if position and not previous_was_line:
+                console.print()
+            console.print(sample_line(item), highlight=False, no_wrap=True, overflow="ellipsis")
+            collapsed += 1
+            previous_was_line = True
+            continue
         if position:
             console.print()
         for line in sample_view(item):
             console.print(line, highlight=False)
+        previous_was_line = False
+    if collapsed:
+        console.print()
+        console.print(
+            Text(f"{collapsed} of {len(audited)} samples passed and are shown one line each; "
+                 "`rt4 show RESULTS.jsonl --all` shows every sample in full.", style="dim"),
+            highlight=False,
+        )

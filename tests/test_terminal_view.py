@@ -20,7 +20,7 @@ from rich.text import Text
 
 from rt4chart.audited import AuditedSample
 from rt4chart.terminal_view import claim_lines
-from rt4chart.types import ClaimVerdict, Evidence, JudgeScore, Label, Report, Sample
+from rt4chart.types import AuditRecord, ClaimVerdict, Evidence, JudgeScore, Label, Sample
 
 WIDTH = 100
 
@@ -148,7 +148,8 @@ def test_a_scored_verdict_names_its_probability_threshold_and_decider_and_how_it
         index=0, text="The day lasts 24 hours.", sentence_index=0, answer_span=None, label=Label.BASELESS,
         confidence=0.05, score=score, evidence=[evidence],
     )
-    item = AuditedSample(Report(id="s", line=1, claims=[claim]), Sample(id="s", context=context, answer=claim.text))
+    record = AuditRecord(id="s", line=1, claims=[claim])
+    item = AuditedSample(record, Sample(id="s", context=context, answer=claim.text))
     console = Console(width=WIDTH, record=True)
     for line in claim_lines(item, claim):
         console.print(line)
@@ -172,3 +173,34 @@ def test_evidence_without_colour_keeps_the_quote_boundaries_and_whole_words() ->
     words = set(context.replace(".", " ").split())
     assert all(word in words for word in left.strip("… ").replace(".", " ").split())
     assert all(word in words for word in right.strip("… ").replace(".", " ").split())
+
+
+def test_many_samples_show_failing_ones_in_full_and_passing_ones_one_line_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from audit_fixtures import write_rules, write_samples
+
+    from rt4chart.terminal_view import FULL_VIEW_SAMPLES
+
+    count = 3 * FULL_VIEW_SAMPLES
+    samples = write_samples(tmp_path / "answers.jsonl", count)
+    for sample in samples[::2]:  # every other answer keeps only its entailed sentence
+        sample["answer"] = sample["answer"].split(". ")[0] + "."
+    (tmp_path / "answers.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples), encoding="utf-8")
+    rules = write_rules(tmp_path / "rules.json")
+    audit = rt4("verify", "answers.jsonl", "--judge", f"scripted:{rules}", "--no-cache", "-o", "results.jsonl", "-q",
+                cwd=tmp_path)
+    assert audit.returncode == 1, audit.stderr
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    shown = rt4("show", "results.jsonl", "--input", "answers.jsonl", cwd=tmp_path).stdout.splitlines()
+    headings = [line for line in shown if "  line " in line]
+    assert [line.split()[0] for line in headings] == [s["id"] for s in samples]
+    passing = [line for line in headings if "  entailed" in line]
+    assert len(passing) == len(samples[::2]) and all(len(line) <= WIDTH for line in shown)
+    assert sum("It also sells cakes." in line and "baseless" in line for line in shown) == len(samples[1::2])
+    assert not any("opens daily" in line for line in shown[: shown.index(headings[1])])  # no evidence of s0
+    last = " ".join(" ".join(shown[-3:]).split())  # the closing note, wrapped or not
+    assert f"{len(passing)} of {count} samples passed and are shown one line each" in last
+    every = rt4("show", "results.jsonl", "--input", "answers.jsonl", "--all", cwd=tmp_path).stdout.splitlines()
+    assert sum("opens daily" in line for line in every) == count  # each sample's evidence, passing ones too
+    assert len(every) > len(shown) and "shown one line each" not in " ".join(every)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from rt4chart.backends.base import Backend
 from rt4chart.backends.circuit import JudgeUnavailable
 from rt4chart.budget import BudgetExhausted
+from rt4chart.citations import cited_answer_sentences
 from rt4chart.decompose import Decomposition, decompose_by_judge, rule_decomposition
 from rt4chart.io import InputLine, error_report
 from rt4chart.languages import audit_language
@@ -24,14 +25,14 @@ from rt4chart.options import AuditOptions
 from rt4chart.pipeline import BudgetStop, Pipeline, PipelineBound, UnavailableStop, in_input_order, stop_of
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import load_prompts
-from rt4chart.text import split_sentences
 from rt4chart.types import AuditRecord, Sample
 
 
 async def shared_claims(sample: Sample, decomposer: Backend | None, options: AuditOptions) -> Decomposition:
     """The sample's claims: from ``decomposer`` (as the audit would ask it), or by rules when ``None``."""
     language = audit_language(sample.language, options.language, sample.answer, sample.context)
-    sentences = split_sentences(sample.answer, language=language)
+    # The audit's own answer sentences: citation markers out, so claims and citations line up.
+    sentences = cited_answer_sentences(sample, options.citation_pattern, language)
     if decomposer is None:
         return rule_decomposition(sentences)
     session = JudgeSession(decomposer, load_prompts(), options.params, language=language)

@@ -402,3 +402,19 @@ def test_the_readme_example(tmp_path: Path) -> None:
         "clinic-uncited": ["supported", "uncited"],
         "clinic-numbered": ["supported", "supported"],
     }
+
+
+def test_rt4_compare_checks_citations_on_its_shared_claims(tmp_path: Path) -> None:
+    flag = tmp_path / "flag.rules.json"
+    flag.write_text(json.dumps({"default": "baseless"}), encoding="utf-8")
+    completed = rt4("compare", str(ANSWERS), "--judges", f"scripted:{RULES},scripted:{flag}", "--out-dir", "out",
+                    "--no-cache", "-q", "--resamples", "20", cwd=tmp_path)
+    assert completed.returncode in (0, 1), completed.stderr
+    runs = [records(f) for f in sorted((tmp_path / "out").glob("scripted*.jsonl"))]
+    assert len(runs) == 2
+    by_rules = next(found for found in runs if found[0]["claims"][0]["label"] == "entailed")
+    by_flag = next(found for found in runs if found[0]["claims"][0]["label"] == "baseless")
+    for line, rules_record, flag_record in zip(lines(), by_rules, by_flag, strict=True):
+        assert [c["citation"]["verdict"] for c in rules_record["claims"]] == [v for v, _, _ in line["expected"]]
+        # A judge that finds nothing entailed: every cited claim unsupported, no other verdict.
+        assert {c["citation"]["verdict"] for c in flag_record["claims"]} <= {"unsupported", None}

@@ -408,6 +408,8 @@ def _mu_shroom(record: dict[str, Any], where: str) -> Sample:
         context="",
         question=record.get("model_input"),
         answer=answer,
+        # Each file is one language ("lang": "ZH"): the answers are audited in it, not guessed at.
+        language=record.get("lang"),
         gold=Gold(hallucinated=bool(spans), spans=spans, task_type=record.get("lang")),
     )
 

@@ -66,9 +66,16 @@ _ENGLISH_MARKERS = frozenset(
 enough of them is English without asking the model."""
 _ASCII_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
 
-MIN_CONFIDENCE = 0.5
+MIN_CONFIDENCE = 0.3
 """The detector's normalised probability below which its guess is not taken (short texts such as
-"Paris." or "Yes, 42%." score under 0.1): the text then counts as English, rt4chart's default."""
+"Paris." or "Yes, 42%." score under 0.1): the text then counts as English, rt4chart's default.
+Chosen on Mu-SHROOM's dev split (499 answers in 10 languages: 96.8% right at 0.2 and 0.3, 95.4% at
+0.5), the higher of the two best; no English answer of RAGTruth QA dev or FaithBench is taken for
+another language at it."""
+
+_WRITTEN_AS = {"wuu": "zh", "arz": "ar", "ary": "ar", "acm": "ar", "apc": "ar"}
+"""Varieties the detector tells apart that are written, split and prompted as their standard
+language: Mandarin answers often score as Wu; Egyptian and Moroccan Arabic are Arabic script."""
 
 
 def _reads_as_english(text: str) -> bool:
@@ -98,7 +105,7 @@ def detect_language(text: str, fallback: str = "") -> str:
             return ENGLISH
         code, confidence = _identifier().classify(sample)
         if confidence >= MIN_CONFIDENCE:
-            return normalize_language(str(code))
+            return _WRITTEN_AS.get(str(code), normalize_language(str(code)))
     return ENGLISH
 
 

@@ -276,9 +276,12 @@ def _punkt_spans(body: str, language: str) -> list[tuple[int, int]]:
 
 _CLOSERS = "\"')\\]}»’”」』）］｝〕〉》】〗〙〛"
 """What closes a quotation or a bracket after a sentence's terminator (inside a character class)."""
-_CJK_END = re.compile(f"(?:[。！？!?…‥︒﹒﹗﹖]+|\\.(?=\\s))(?:[{_CLOSERS}]+(?![\u3041-\u309f、，,])|(?![{_CLOSERS}]))")
+_CJK_END = re.compile(
+    f"(?:[。！？!?…‥︒﹒﹗﹖]+|(?<!\\d)\\.(?=\\s))(?:[{_CLOSERS}]+(?![\u3041-\u309f、，,])|(?![{_CLOSERS}]))"
+)
 """A run of terminators and the closers after it; a quotation that the sentence goes on after
-(「東京は大きい。」と彼は言った。: a particle or a comma follows the closer) does not end it."""
+(「東京は大きい。」と彼は言った。: a particle or a comma follows the closer) does not end it, nor
+does a half-width full stop after digits (a list number inside a line: "1. 德国 2. 法国")."""
 _SPACE_END = re.compile(r"\s+")
 _BURMESE_KHMER_END = re.compile(f"[။។៕!?]+[{_CLOSERS}]*")
 _FALLBACK_END = re.compile(f"(?:[.!?؟۔।॥…]+[{_CLOSERS}]*(?=\\s|$)|[。！？]+[{_CLOSERS}]*)")

@@ -23,7 +23,7 @@ from rt4chart.prompts import localize
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import DecomposeInput, load_prompts
 from rt4chart.text import content_words, numbers_in, segment_context, split_sentences
-from rt4chart.types import Sample
+from rt4chart.types import Gold, Sample, Span
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -326,3 +326,19 @@ def test_rt4_judges_says_which_languages_each_judge_serves(tmp_path: Path) -> No
     rows = {cell[1].strip(): cell[-2].strip() for cell in cells}
     assert rows["embedded"] == "en"
     assert rows["gpt-4o-mini"] == "any"
+
+
+def test_the_mu_shroom_segmentation_eval_measures_per_language() -> None:
+    sys.path.insert(0, str(ROOT / "evals" / "languages"))
+    try:
+        import run as segmentation_eval  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    answer = "北京是中国的首都。人口约3000万！"
+    gold = Gold(hallucinated=True, spans=[Span(start=12, end=17)])
+    samples = [Sample(id="1", context="", answer=answer, language="zh", gold=gold)]
+    (row,) = segmentation_eval.measure(samples).values()
+    assert row["sentences_mean"] == 2 and row["sentences_mean_english_punkt"] == 1
+    assert row["offsets_exact"] is True
+    # The flagged sentence holds 5 of its 9 characters; the whole answer 5 of 18.
+    assert row["iou_sentences"] == round(5 / 9, 3) and row["iou_whole_answer"] == round(5 / 18, 3)

@@ -21,12 +21,14 @@ from typing import Any
 import pytest
 from fixtures.reports.runs import rt4
 
+from rt4chart.backends.base import BackendWrapper, JudgeRequest, JudgeResponse
 from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.citations import find_citations
 from rt4chart.io import parse_sample
 from rt4chart.options import AuditOptions
 from rt4chart.pipeline import Pipeline
 from rt4chart.planning import worst_case_calls
+from rt4chart.tasks import VerifyInput
 from rt4chart.text import join_passages
 from rt4chart.types import Sample
 
@@ -418,3 +420,31 @@ def test_rt4_compare_checks_citations_on_its_shared_claims(tmp_path: Path) -> No
         assert [c["citation"]["verdict"] for c in rules_record["claims"]] == [v for v, _, _ in line["expected"]]
         # A judge that finds nothing entailed: every cited claim unsupported, no other verdict.
         assert {c["citation"]["verdict"] for c in flag_record["claims"]} <= {"unsupported", None}
+
+
+class RefusesCitedChecks(BackendWrapper):
+    """The scripted judge, except that it fails every check against cited passages alone (the only
+    local request of these one-chunk contexts that names no chunk)."""
+
+    async def complete(self, request: JudgeRequest) -> JudgeResponse:
+        payload = request.payload
+        if isinstance(payload, VerifyInput) and payload.stage == "local" and payload.chunk is None:
+            return JudgeResponse(error="refused", judge=self.name)
+        return await self.inner.complete(request)
+
+
+def test_a_failed_cited_check_leaves_the_citation_open_and_says_why() -> None:
+    line = next(line for line in lines() if line["id"] == "plain-list-items")  # one supported, one checked
+    sample = parse_sample(line, 1).sample
+    assert sample is not None
+    record = asyncio.run(
+        Pipeline(RefusesCitedChecks(ScriptedBackend.from_file(RULES)), AuditOptions(decomposer="rules"))
+        .verify_sample(sample)
+    )
+    supported, checked = record.claims
+    assert supported.citation is not None and supported.citation.verdict == "supported"
+    assert checked.citation is not None and checked.citation.verdict is None
+    assert checked.citation.cited_check is not None and checked.citation.cited_check.label is None
+    assert any("citation check failed" in error for error in checked.errors)
+    assert record.citations is not None and record.citations.recall == 1.0  # the open claim is not scored
+    assert record.citations.checks == 1 and record.label == "entailed"

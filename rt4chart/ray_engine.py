@@ -27,8 +27,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
+import tempfile
 from collections.abc import AsyncIterator, Iterable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ from rt4chart.io import InputLine, dump_report, error_report
 from rt4chart.judges import JudgeStack, judge_stack
 from rt4chart.options import AuditOptions
 from rt4chart.pipeline import BudgetStop, EngineOptions, Pipeline, PipelineBound, RunStop, UnavailableStop
+from rt4chart.ray_watchdog import ray_children, watch_driver
 from rt4chart.types import AuditRecord, Sample, Usage
 
 SHARD_SAMPLES = 8
@@ -196,6 +199,8 @@ class RayEngine(PipelineBound):
         ray = _ray()
         items = list(items)
         started_here = _connect(ray, self.engine)
+        # A cluster this driver started dies with it, even when the driver is killed (SIGKILL).
+        watchdog = watch_driver(ray_children(os.getpid())) if started_here else None
         keeper = None
         # The results are closed before Ray is shut down, so Ray Data does not report on a gone cluster.
         stack = ExitStack()
@@ -222,6 +227,8 @@ class RayEngine(PipelineBound):
                 self._sync_budget(ray.get(keeper.totals.remote()))
             if started_here:
                 ray.shutdown()
+            if watchdog is not None and watchdog.stdin is not None:
+                watchdog.stdin.close()  # the end of this driver's cluster: the watchdog ends what is left
 
     def _results(self, ray: Any, samples: list[InputLine], keeper: Any) -> Iterator[dict[str, Any]]:
         """The audited shards, one batch (a worker's output block) at a time, in input order."""
@@ -273,17 +280,54 @@ class RayEngine(PipelineBound):
         self.ledger.overrun_usd = float(totals["overrun_usd"])
 
 
+RAY_CXX_LOG_LEVEL = "RAY_BACKEND_LOG_LEVEL"
+"""The environment variable of Ray's C++ log level (read by each Ray process as it starts)."""
+
+_CXX_LEVEL_NOTICE = "Set ray log level from environment variable " + RAY_CXX_LOG_LEVEL
+"""The line Ray's C++ side prints when it reads that variable."""
+
+
+@contextmanager
+def _quiet_cxx_logs() -> Iterator[None]:
+    """Ray's C++ logs at fatal level only, unless the user set their own level.
+
+    Ray Data's actor pools put their constructor arguments in the object store and restart actors,
+    and the driver's core worker then prints an error-level line on stderr at every run
+    (ray-project/ray#53727) that is no error of the audit. Ray's C++ logging has one level for all
+    of its sinks, so the level is raised; reading the variable makes Ray print a notice on fd 2
+    while ``ray.init`` runs, so that fd is captured and replayed without the notice.
+    """
+    if RAY_CXX_LOG_LEVEL in os.environ:
+        yield
+        return
+    os.environ[RAY_CXX_LOG_LEVEL] = "fatal"
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture.read().splitlines(keepends=True) if _CXX_LEVEL_NOTICE.encode() not in line]
+            os.write(2, b"".join(kept))
+
+
 def _connect(ray: Any, engine: EngineOptions) -> bool:
     """Join the cluster at ``engine.address``, or start a local one sized for the workers; returns
     whether this call started Ray (and so shuts it down)."""
     if ray.is_initialized():
         return False
     try:
-        if engine.address is not None:
-            ray.init(address=engine.address, log_to_driver=False, logging_level="ERROR")
-        else:
-            cpus = max(os.cpu_count() or 1, int(engine.workers * engine.worker_cpus) + 1)
-            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        with _quiet_cxx_logs():
+            if engine.address is not None:
+                ray.init(address=engine.address, log_to_driver=False, logging_level="ERROR")
+            else:
+                cpus = max(os.cpu_count() or 1, int(engine.workers * engine.worker_cpus) + 1)
+                ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     except (ConnectionError, RuntimeError, ValueError) as error:
         where = engine.address or "a new local one"
         raise RayUnavailable(f"cannot reach the Ray cluster at {where}: {error}") from None

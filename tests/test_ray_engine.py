@@ -204,10 +204,10 @@ def test_progress_shows_the_workers_spend_while_the_run_goes(tmp_path: Path, ray
     from rt4chart.budget import Ledger, RunLimits
     from rt4chart.io import read_jsonl
     from rt4chart.judges import judge_stack
-    from rt4chart.options import AuditOptions, EngineOptions
-    from rt4chart.pipeline import run_audit
+    from rt4chart.options import AuditOptions
+    from rt4chart.pipeline import EngineOptions, run_audit
+    from rt4chart.progress import AuditProgress, RunSummary
     from rt4chart.ray_engine import SHARD_SAMPLES, ray_audit_engine
-    from rt4chart.report import AuditProgress, RunSummary
 
     samples = 3 * SHARD_SAMPLES
     write_samples(tmp_path / "in.jsonl", samples)
@@ -253,3 +253,55 @@ def test_a_budget_stop_under_ray_exits_3_with_the_summary(tmp_path: Path) -> Non
     assert "stopped by budget" in done.stderr and "spent by this run" in done.stderr
     records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
     assert 0 < len(records) < 12 and sum(r["usage"]["cost_usd"] for r in records) <= 0.05
+
+
+@pytest.mark.parametrize("kill", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_killed_driver_leaves_no_ray_process_behind(tmp_path: Path, kill: signal.Signals) -> None:
+    """Issue 27: a driver that started its own cluster, once killed, left two Ray agents alive for
+    25 s and more. Every process under the driver while it ran is gone soon after it dies."""
+    import psutil
+
+    write_samples(tmp_path / "in.jsonl", 40)
+    rules = write_rules(tmp_path / "rules.json", latency_s=0.5)  # slow enough to be killed mid-run
+    run = subprocess.Popen([sys.executable, "-m", "rt4chart", "verify", "in.jsonl", "--judge", f"scripted:{rules}",
+                            "--engine", "ray", "--workers", "1", "--worker-cpus", "0.5", "--no-cache", "--out",
+                            "out.jsonl", "-q"], cwd=tmp_path, env=_environment(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    driver = psutil.Process(run.pid)
+
+    def cluster() -> list[psutil.Process]:
+        return driver.children(recursive=True)
+
+    try:
+        _wait_for(lambda: any(SHARD_WORKER in " ".join(p.cmdline()) for p in cluster()), timeout_s=300)
+        started = cluster()
+        assert any("raylet" in " ".join(p.cmdline()) for p in started), "the driver started its own cluster"
+    finally:
+        os.kill(run.pid, kill)
+        run.wait(timeout=120)
+    def alive(process: psutil.Process) -> bool:
+        try:
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + 15.0  # a bound on the wait, not a measured figure
+    while (left := [p for p in started if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"Ray processes outlived the driver: {[' '.join(p.cmdline())[:80] for p in left]}"
+
+
+RAY_CXX_LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,.]+ [DIWEF] \d+ \d+\] \S+\.cc:\d+", re.MULTILINE)
+"""A line of Ray's C++ logging (``[2026-12-01 14:18:19,412 E 6458 7529] core_worker.cc:2465: ...``)."""
+
+
+def test_a_ray_run_prints_no_ray_cxx_log_line(tmp_path: Path, ray_cluster: None) -> None:
+    # Ray Data's actor pool makes the driver's core worker log an error-level line at every run.
+    environment = {key: value for key, value in _environment().items() if key != "RAY_BACKEND_LOG_LEVEL"}
+    judge = ["--judge", f"scripted:{EXAMPLES / 'answers.rules.json'}", "--no-cache"]
+    run = subprocess.run([sys.executable, "-m", "rt4chart", "verify", str(EXAMPLES / "answers.jsonl"), "--out",
+                          "ray.jsonl", *judge, *ON_RAY], cwd=tmp_path, env=environment, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 1, run.stderr  # some example answers are hallucinated
+    assert "4 records" in " ".join(run.stderr.split()) or "records" in run.stderr  # the summary is there
+    assert RAY_CXX_LOG_LINE.search(run.stderr) is None, run.stderr

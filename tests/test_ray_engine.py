@@ -303,5 +303,5 @@ def test_a_ray_run_prints_no_ray_cxx_log_line(tmp_path: Path, ray_cluster: None)
                           "ray.jsonl", *judge, *ON_RAY], cwd=tmp_path, env=environment, capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 1, run.stderr  # some example answers are hallucinated
-    assert "4 records" in " ".join(run.stderr.split()) or "records" in run.stderr  # the summary is there
+    assert "wall time" in run.stderr  # the summary: stderr was read to its end
     assert RAY_CXX_LOG_LINE.search(run.stderr) is None, run.stderr

@@ -448,3 +448,12 @@ def test_a_failed_cited_check_leaves_the_citation_open_and_says_why() -> None:
     assert any("citation check failed" in error for error in checked.errors)
     assert record.citations is not None and record.citations.recall == 1.0  # the open claim is not scored
     assert record.citations.checks == 1 and record.label == "entailed"
+
+
+def test_rt4_show_prints_each_claims_citation(scripted: tuple[Path, int, list[dict[str, Any]]]) -> None:
+    directory, _, _ = scripted
+    shown = rt4("show", "out.jsonl", "--input", str(ANSWERS), "--id", "named-wrong-id", cwd=directory)
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert "citations: ALCE precision 0.00 · ALCE recall 0.00 · 0 supported, 1 misattributed" in text
+    assert "citation: misattributed · cites refunds · supported by returns · cited passages alone: baseless" in text

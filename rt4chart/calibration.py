@@ -356,8 +356,9 @@ def choose_threshold(columns: _Columns, rows: NDArray[np.int64], target: Target)
         primary, secondary, candidates = bounded, primary, np.arange(len(f1))
     else:
         candidates = np.flatnonzero(reached)
-    # Best primary, then best secondary, then the highest threshold (fewest claims flagged).
-    best = max(candidates, key=lambda i: (primary[i], secondary[i], thresholds[i]))
+    # Best primary, then best secondary, then the highest threshold (fewest claims flagged): the last in
+    # lexsort's order, whose last key sorts first.
+    best = candidates[np.lexsort((thresholds[candidates], secondary[candidates], primary[candidates]))[-1]]
     return round(float(thresholds[best]), 6), bool(reached.any())
 
 

@@ -29,23 +29,25 @@ from pathlib import Path
 from rt4chart.calibration import Calibration
 from rt4chart.evaluation import ScoreResult
 from rt4chart.io import read_predictions
-from rt4chart.metrics import format_estimate
+from rt4chart.metrics import claim_gold_unsupported, format_estimate
 from rt4chart.types import Label
 
 HERE = Path(__file__).resolve().parent
-WORK = HERE.parents[0] / "results" / "tmp" / "calibration"
-PROFILE = HERE / "ragtruth-qa-dev.toml"
+ROOT = HERE.parents[1]
+WORK = Path("evals/results/tmp/calibration")
+"""Records and converted data, relative to the repository root (where every command runs)."""
+PROFILE = Path("evals/calibration/ragtruth-qa-dev.toml")
 
 
 def rt4(*arguments: str | Path, out: Path | None = None, ok: tuple[int, ...] = (0,)) -> str:
     """Run the real CLI; ``ok`` exit codes pass (``rt4 verify`` exits 1 when answers are hallucinated)."""
     command = ["rt4", *map(str, arguments)]
     print("$", shlex.join(command), flush=True)
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
     if done.returncode not in ok:
         sys.exit(f"{shlex.join(command)} exited {done.returncode}:\n{done.stderr[-2000:]}")
     if out is not None:
-        out.write_text(done.stdout, encoding="utf-8")
+        (ROOT / out).write_text(done.stdout, encoding="utf-8")
     return done.stdout
 
 
@@ -63,12 +65,24 @@ def verdicts_as_predicted(shipped: Path, calibrated: Path, threshold: float) -> 
     return claims, mismatched
 
 
+def guard_flags(records: Path) -> tuple[int, int]:
+    """(claims a guard flagged, of them gold unsupported) in records that carry their gold."""
+    flagged = unsupported = 0
+    for record in read_predictions(records):
+        assert record.gold is not None
+        for verdict in record.claims:
+            if verdict.score is not None and verdict.score.decided_by != "head":
+                flagged += 1
+                unsupported += bool(claim_gold_unsupported(verdict, record.gold))
+    return flagged, unsupported
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="precision>=0.3", help="rt4 calibrate's --target")
     parser.add_argument("--resamples", default="1000")
     args = parser.parse_args()
-    WORK.mkdir(parents=True, exist_ok=True)
+    (ROOT / WORK).mkdir(parents=True, exist_ok=True)
     dev, dev_records = WORK / "dev.jsonl", WORK / "dev.audit.jsonl"
     rt4("convert", "ragtruth-qa", "--split", "dev", "--out", dev)
     rt4("verify", dev, "--out", dev_records, "--judge", "embedded", ok=(0, 1))
@@ -76,19 +90,20 @@ def main() -> None:
     calibrate = ["calibrate", dev_records, "--gold", dev, "--target", args.target, "--resamples", args.resamples]
     rt4(*calibrate, "--out", PROFILE, "--json", out=calibration_json)
     markdown = rt4(*calibrate)
-    calibration = Calibration.model_validate_json(calibration_json.read_text(encoding="utf-8"))
+    calibration = Calibration.model_validate_json((ROOT / calibration_json).read_text(encoding="utf-8"))
     # The profile is written: from here on the test split may be read.
     test, test_records, test_shipped = WORK / "test.jsonl", WORK / "test.calibrated.jsonl", WORK / "test.shipped.jsonl"
     rt4("convert", "ragtruth-qa", "--split", "test", "--out", test)
     rt4("verify", test, "--out", test_records, "--judge", PROFILE, ok=(0, 1))
     score_json = WORK / "test.score.json"
     rt4("score", test_records, "--out", score_json)
-    score = ScoreResult.model_validate_json(score_json.read_text(encoding="utf-8"))
+    score = ScoreResult.model_validate_json((ROOT / score_json).read_text(encoding="utf-8"))
     rt4("verify", test, "--out", test_shipped, "--judge", "embedded", ok=(0, 1))
     shipped_score_json = WORK / "test.shipped.score.json"
     rt4("score", test_shipped, "--out", shipped_score_json)
-    shipped = ScoreResult.model_validate_json(shipped_score_json.read_text(encoding="utf-8"))
-    claims, mismatched = verdicts_as_predicted(test_shipped, test_records, calibration.threshold)
+    shipped = ScoreResult.model_validate_json((ROOT / shipped_score_json).read_text(encoding="utf-8"))
+    claims, mismatched = verdicts_as_predicted(ROOT / test_shipped, ROOT / test_records, calibration.threshold)
+    guarded, guarded_right = guard_flags(ROOT / dev_records)
     refit_markdown = rt4(*calibrate, "--refit", dev)
     refit_section = refit_markdown[refit_markdown.index("Head refitted"):].split("\n\nwrote")[0]
 
@@ -98,21 +113,22 @@ def main() -> None:
     lines = [
         "# Calibrating the embedded judge on RAGTruth QA dev, checked on test",
         "",
-        f"Written by `python evals/calibration/ragtruth_qa.py --target '{args.target}'` "
-        f"(commands below; records under evals/results/tmp/calibration/, git-ignored). Measured on a",
-        "machine shared with other work: no timing is reported.",
+        f"Written by `python evals/calibration/ragtruth_qa.py --target '{args.target}'`, which runs the commands",
+        f"below from the repository root (records and converted data in {WORK}/, git-ignored). No timing is",
+        "reported (the machine was shared with other work).",
         "",
         "## Commands, in order (the test split is read only after the profile is written)",
         "",
         "```",
-        f"rt4 convert ragtruth-qa --split dev --out {dev.name}",
-        f"rt4 verify {dev.name} --judge embedded --out {dev_records.name}",
-        f"rt4 calibrate {dev_records.name} --gold {dev.name} --target '{args.target}' "
-        f"--resamples {args.resamples} --out evals/calibration/{PROFILE.name}",
-        f"rt4 convert ragtruth-qa --split test --out {test.name}",
-        f"rt4 verify {test.name} --judge evals/calibration/{PROFILE.name} --out {test_records.name}",
-        f"rt4 score {test_records.name}",
-        f"rt4 verify {test.name} --judge embedded --out {test_shipped.name}   # the shipped point, for comparison",
+        f"rt4 convert ragtruth-qa --split dev --out {dev}",
+        f"rt4 verify {dev} --judge embedded --out {dev_records}",
+        f"rt4 calibrate {dev_records} --gold {dev} --target '{args.target}' --resamples {args.resamples} \\",
+        f"    --out {PROFILE}",
+        f"rt4 convert ragtruth-qa --split test --out {test}",
+        f"rt4 verify {test} --judge {PROFILE} --out {test_records}",
+        f"rt4 score {test_records}",
+        f"rt4 verify {test} --judge embedded --out {test_shipped}   # the shipped point, for comparison",
+        f"rt4 calibrate {dev_records} --gold {dev} --target '{args.target}' --resamples {args.resamples} --refit {dev}",
         "```",
         "",
         "## The answer",
@@ -121,6 +137,10 @@ def main() -> None:
         f"{format_estimate(held)}, recall {format_estimate(calibration.held_out['recall'])} at the target "
         f"`{calibration.target}`; the profile's threshold (chosen on all dev labels): P(not entailed) >= "
         f"{calibration.threshold:g}" + ("" if calibration.target_reached else " (target not reached on dev)"),
+        f"- dev, the judge's own verdicts (shipped threshold) on the same claims: precision "
+        f"{format_estimate(calibration.current['precision'])}, recall {format_estimate(calibration.current['recall'])}",
+        f"- dev, claims a guard decided (flagged at any threshold): {guarded}, of which {guarded_right} gold "
+        "unsupported: they bound the precision any threshold can reach",
         f"- test, with the profile: claim precision **{test_claims.precision:.3f}**, recall {test_claims.recall:.3f}, "
         f"F1 {test_claims.f1:.3f} over {score.metrics.claims.aligned} aligned claims "
         f"({test_claims.tp} TP / {test_claims.fp} FP / {test_claims.fn} FN)",
@@ -140,16 +160,15 @@ def main() -> None:
         markdown,
         "## `--refit`: the head refitted on the dev labels",
         "",
-        f"`rt4 calibrate {dev_records.name} --gold {dev.name} --target '{args.target}' --resamples "
-        f"{args.resamples} --refit {dev.name}`. The shipped head was trained on these same dev labels, so its",
-        "figures here are in-sample and the comparison favours it; the refit's are out of fold.",
+        "The last command above. The shipped head was trained on these same dev labels, so its figures here",
+        "are in-sample and the comparison favours it; the refit's are out of fold.",
         "",
         refit_section.rstrip(),
         "",
         "## The profile",
         "",
         "```toml",
-        PROFILE.read_text(encoding="utf-8").rstrip(),
+        (ROOT / PROFILE).read_text(encoding="utf-8").rstrip(),
         "```",
         "",
     ]

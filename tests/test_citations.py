@@ -199,10 +199,18 @@ def test_the_records_own_labels_and_evidence_give_the_same_verdicts(
         assert [list(claim) for claim in recomputed(line, record)] == line["expected"], line["id"]
 
 
-def test_the_embedded_judge_end_to_end(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, list[dict[str, Any]]]:
+    """The set audited by the embedded judge (the default one, offline) through ``rt4 verify``."""
+    directory = tmp_path_factory.mktemp("cited-embedded")
+    code, found = verify(directory, "--judge", "embedded")
+    return directory, code, found
+
+
+def test_the_embedded_judge_end_to_end(embedded: tuple[Path, int, list[dict[str, Any]]]) -> None:
     # Its verdicts are its own, so the check is that every citation verdict and figure follows from
     # its labels and evidence as defined, recomputed here.
-    code, found = verify(tmp_path, "--judge", "embedded")
+    directory, code, found = embedded
     assert code in (0, 1)
     assert len(found) == len(lines())
     per_answer = []
@@ -213,7 +221,7 @@ def test_the_embedded_judge_end_to_end(tmp_path: Path) -> None:
         precision, recall = per_answer[-1]
         assert record["citations"]["recall"] == pytest.approx(recall)
         assert record["citations"]["precision"] == (pytest.approx(precision) if precision is not None else None)
-    run = json.loads((tmp_path / "out.jsonl.manifest.json").read_text(encoding="utf-8"))["counts"]["citations"]
+    run = json.loads((directory / "out.jsonl.manifest.json").read_text(encoding="utf-8"))["counts"]["citations"]
     assert run["recall"] == pytest.approx(mean([r for _, r in per_answer]))
 
 
@@ -382,10 +390,12 @@ def test_the_worst_case_plan_bounds_the_run_and_counts_the_cited_checks(
             assert worst_case_calls(pipeline, sample) > worst_case_calls(pipeline, twin)
 
 
-def test_rt4_estimate_with_the_embedded_judge_plans_the_cited_checks(tmp_path: Path) -> None:
+def test_rt4_estimate_with_the_embedded_judge_plans_the_cited_checks(
+    tmp_path: Path, embedded: tuple[Path, int, list[dict[str, Any]]],
+) -> None:
     plan = rt4("estimate", str(ANSWERS), "--json", cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr
-    _, found = verify(tmp_path, "--judge", "embedded")
+    _, _, found = embedded
     assert json.loads(plan.stdout)["calls_expected"] == sum(r["usage"]["calls"] for r in found)
     assert any(r["citations"]["checks"] for r in found)
     assert any("citations:" in note for note in json.loads(plan.stdout)["notes"])

@@ -4,6 +4,7 @@ and a written profile that changes the embedded judge's verdicts exactly as the 
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -263,3 +264,34 @@ def test_refit_is_cross_validated_against_the_shipped_head(audited: tuple[Path, 
     too_few = CliRunner().invoke(app, ["calibrate", str(records), "--gold", str(gold), "--refit", str(inputs),
                                        "--folds", "2"])
     assert too_few.exit_code == EXIT_USAGE and "--folds 3" in too_few.output
+
+
+def test_a_judges_stated_confidence_is_calibrated_but_not_written(tmp_path: Path) -> None:
+    # A scripted judge that calls every claim baseless, surer of the unsupported ones: its own verdicts
+    # flag everything; a threshold on its confidence separates the classes.
+    rules = {"verify": [
+        {"claim": sentence, "label": "baseless", "confidence": 0.9 if sentence in item["unsupported"] else 0.3}
+        for item in ANSWERS for sentence in re.split(r"(?<=\.) ", item["answer"])
+    ]}
+    rules_path, inputs = tmp_path / "rules.json", tmp_path / "gold.jsonl"
+    rules_path.write_text(json.dumps(rules), encoding="utf-8")
+    lines = []
+    for item in ANSWERS:
+        starts = [item["answer"].index(sentence) for sentence in item["unsupported"]]
+        spans = [{"start": start, "end": start + len(s)} for start, s in zip(starts, item["unsupported"], strict=True)]
+        sample = {key: item[key] for key in ("id", "question", "context", "answer")}
+        lines.append(json.dumps(sample | {"gold": {"hallucinated": True, "spans": spans}}))
+    inputs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    records = tmp_path / "records.jsonl"
+    verified = CliRunner().invoke(app, ["verify", str(inputs), "--judge", f"scripted:{rules_path}", "--no-cache",
+                                        "--out", str(records)])
+    assert verified.exit_code == 1, verified.output
+    result = CliRunner().invoke(app, ["calibrate", str(records), "--folds", "3", "--resamples", "20", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["score"] == "confidence" and report["head"] is None
+    assert 0.3 < report["threshold"] < 0.9
+    assert report["held_out"]["f1"]["value"] == 1.0 > report["current"]["f1"]["value"]
+    refused = CliRunner().invoke(app, ["calibrate", str(records), "--out", str(tmp_path / "p.toml")])
+    assert refused.exit_code == EXIT_USAGE and "only the embedded judge" in refused.output
+    assert not (tmp_path / "p.toml").exists()

@@ -118,6 +118,7 @@ def test_review_in_the_report_exported_and_imported_back_keeps_every_review(
     tab.page.reload()  # kept in the browser under the run
     tab.page.wait_for_selector("#review-progress[data-total]", state="attached")
     assert tab.progress() == f"2 of {claims} reviewed"
+    assert tab.page.locator(".chip.reviewed").count() == 2  # cards drawn before the controls' setup are marked too
     assert tab.errors == [] and {url for url in tab.requests if not url.startswith("blob:")} == {
         (audit / "report.html").as_uri()
     }
@@ -129,6 +130,7 @@ def test_review_in_the_report_exported_and_imported_back_keeps_every_review(
     fresh.page.set_input_files("#review-import", str(tmp_path / "reviews.jsonl"))
     fresh.page.wait_for_function(f"document.getElementById('review-progress').dataset.reviewed === '{len(exported)}'")
     assert fresh.progress() == f"2 of {claims} reviewed"
+    assert fresh.page.locator(".chip.reviewed").count() == 2 and fresh.page.locator(".chip.to-review").count() == 0
     assert "imported 2 reviews" in fresh.page.inner_text("#review-message")
     fresh.open_claim("berlin-wrong", 1)
     box = fresh.review_box("berlin-wrong")
@@ -180,6 +182,7 @@ def test_a_plan_report_asks_for_the_planned_claims_and_its_reviews_carry_their_i
     tab = Tab(context, tmp_path / "plan.html")
     assert tab.progress() == f"0 of {len(planned)} reviewed"
     assert tab.page.locator("section.sample").count() == len({p["record_id"] for p in planned})
+    assert tab.page.locator(".chip.to-review").count() == len(planned)  # the planned claims stand out
     pick = planned[0]
     tab.open_claim(pick["record_id"], pick["claim_index"])
     box = tab.review_box(pick["record_id"])
@@ -191,6 +194,7 @@ def test_a_plan_report_asks_for_the_planned_claims_and_its_reviews_carry_their_i
     tab.open_claim(pick["record_id"], unplanned)
     assert tab.page.inner_text(box) == "not in this review plan"
     assert tab.progress() == f"1 of {len(planned)} reviewed"
+    assert tab.page.locator(".chip.reviewed").count() == 1
     [review] = read_reviews(tab.export(tmp_path / "reviews.jsonl"))
     assert (review.record_id, review.claim_index, review.label) == (pick["record_id"], pick["claim_index"], "unsure")
     assert (review.inclusion_probability, review.stratum) == (pick["inclusion_probability"], pick["stratum"])

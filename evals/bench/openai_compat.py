@@ -1,0 +1,183 @@
+"""The OpenAI-compatible transport (httpx) against litellm's and the scripted judge, in one run.
+
+    python evals/bench/openai_compat.py [--pairs 7] [--small 40] [--large 200]
+
+Three figures, each taken side by side (A B A B ...: the machine is shared, so each ratio is taken
+pair by pair and the median counts):
+
+- start-up: wall seconds of a fresh ``rt4 verify`` of one sample (``examples/free_trial.jsonl``,
+  ``--decomposer rules --no-cache``) with ``--judge openai/bench --api-base URL`` over each
+  transport, against the same command with the scripted judge (target: at most 1.5x);
+- client CPU per judge call: the marginal CPU seconds (user + system, the process's own rusage) of
+  ``rt4 verify`` of ``--large`` vs ``--small`` RAGTruth QA dev samples, over the calls the records
+  count, against a server that answers at once (target: at most 1 ms);
+- worker set-up: a fresh process building what a Ray worker builds (``ray_engine.AuditShard``: the
+  judge stack and the pipeline) and auditing one sample, over each transport (Ray's own start is
+  not in it).
+
+The server is the fault server of tests/faults.py in a child process (its CPU is not the client's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+
+from conftest import judge_over
+from litellm_throughput import serve
+from results import record
+from workload import bench_inputs
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "examples" / "free_trial.jsonl"
+RULES = ROOT / "examples" / "free_trial.rules.json"
+WORKER = """
+import asyncio, sys
+from rt4chart.ray_engine import AuditShard, WorkerJudge
+judge = WorkerJudge(judge=sys.argv[1], api_base=sys.argv[2] or None, options={"decomposer": "rules"})
+shard = AuditShard(judge)
+item = next(iter(read_jsonl(sys.argv[3])))
+result = shard({"line": [item.line], "sample": [item.sample.model_dump_json()]})
+assert result["record"][0], result
+"""
+
+
+def timed(argv: list[str]) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds (its own rusage: user + system) and exit status of one process."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.perf_counter() - started
+    assert process.stderr is not None
+    error = process.stderr.read().decode()
+    process.stderr.close()
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):
+        raise SystemExit(f"{' '.join(argv)} exited {code}:\n{error[-2000:]}")
+    return elapsed, usage.ru_utime + usage.ru_stime, code
+
+
+def verify(inputs: Path, judge: str, base_url: str | None, out: Path) -> list[str]:
+    argv = [sys.executable, "-m", "rt4chart", "verify", str(inputs), "--judge", judge, "--decomposer", "rules",
+            "--no-cache", "-q", "--out", str(out)]
+    return argv + (["--api-base", base_url] if base_url else [])
+
+
+def paired(commands: dict[str, list[str]], pairs: int) -> dict[str, list[float]]:
+    """Wall seconds of each command, run in turn ``pairs`` times (one warm-up round first)."""
+    for argv in commands.values():
+        timed(argv)
+    walls: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(pairs):
+        for name, argv in commands.items():
+            walls[name].append(timed(argv)[0])
+    return walls
+
+
+def ratio(walls: dict[str, list[float]], a: str, b: str) -> float:
+    return statistics.median(x / y for x, y in zip(walls[a], walls[b], strict=True))
+
+
+def record_calls(out: Path) -> int:
+    """Judge calls the records of ``out`` count."""
+    return sum(int(json.loads(line)["usage"]["calls"]) for line in out.read_text(encoding="utf-8").splitlines())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=7)
+    parser.add_argument("--small", type=int, default=40)
+    parser.add_argument("--large", type=int, default=200)
+    args = parser.parse_args()
+    address: multiprocessing.Queue[str] = multiprocessing.Queue()
+    stop = multiprocessing.Event()
+    server = multiprocessing.Process(target=serve, args=(0.0, address, stop), daemon=True)
+    server.start()
+    load_before = os.getloadavg()[0]
+    try:
+        base_url = address.get(timeout=60)
+        with tempfile.TemporaryDirectory() as scratch:
+            folder = Path(scratch)
+            judges = {transport: judge_over(transport, "openai/bench", folder)
+                      for transport in ("openai-compatible", "litellm")}
+            out = folder / "out.jsonl"
+            startup = paired({
+                "openai-compatible": verify(SAMPLE, judges["openai-compatible"], base_url, out),
+                "litellm": verify(SAMPLE, judges["litellm"], base_url, out),
+                "scripted": verify(SAMPLE, f"scripted:{RULES}", None, out),
+            }, args.pairs)
+            cpu: dict[str, list[float]] = {}
+            calls: dict[str, int] = {}
+            for size in (args.small, args.large):
+                items, source = bench_inputs(size)
+                inputs = folder / f"in{size}.jsonl"
+                inputs.write_text("".join(item.sample.model_dump_json() + "\n" for item in items if item.sample),
+                                  encoding="utf-8")
+                for transport, judge in judges.items():
+                    runs = [timed(verify(inputs, judge, base_url, folder / f"{transport}{size}.jsonl"))[1]
+                            for _ in range(3)]
+                    cpu[f"{transport}{size}"] = runs
+                    calls[f"{transport}{size}"] = record_calls(folder / f"{transport}{size}.jsonl")
+            workers = paired({
+                transport: [sys.executable, "-c", WORKER, judge, base_url, str(SAMPLE)]
+                for transport, judge in judges.items()
+            }, args.pairs)
+    finally:
+        stop.set()
+        server.join(timeout=10)
+    medians = {name: statistics.median(walls) for name, walls in startup.items()}
+    lines = [
+        f"Machine shared with other work (load average {load_before:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end): absolute seconds are inflated alike, the ratios, each "
+        f"taken pair by pair over {args.pairs} rounds (after one warm-up round), are the figures.",
+        "",
+        "| `rt4 verify` of 1 sample, fresh process | median wall s | / scripted (median of pairs) |",
+        "|---|---:|---:|",
+        *(f"| `--judge {name}` | {medians[name]:.2f} | {ratio(startup, name, 'scripted'):.2f}x |"
+          for name in ("openai-compatible", "litellm", "scripted")),
+        "",
+        f"**Start-up, OpenAI-compatible vs scripted: {ratio(startup, 'openai-compatible', 'scripted'):.2f}x** "
+        f"(target <= 1.5x: {'met' if ratio(startup, 'openai-compatible', 'scripted') <= 1.5 else 'NOT met'}); "
+        f"litellm vs scripted {ratio(startup, 'litellm', 'scripted'):.2f}x.",
+        "",
+        f"Client CPU per judge call, marginal ({args.large} vs {args.small} samples of {source.split(' of ')[-1]}, "
+        "`--decomposer rules`, a server answering at once; median of 3 runs each):",
+        "",
+        "| transport | calls (small / large) | CPU s (small / large) | marginal ms per call |",
+        "|---|---:|---:|---:|",
+    ]
+    marginal: dict[str, float] = {}
+    for transport in judges:
+        small, large = f"{transport}{args.small}", f"{transport}{args.large}"
+        cpu_small, cpu_large = statistics.median(cpu[small]), statistics.median(cpu[large])
+        marginal[transport] = (cpu_large - cpu_small) / (calls[large] - calls[small]) * 1000
+        lines.append(f"| {transport} | {calls[small]} / {calls[large]} | {cpu_small:.2f} / {cpu_large:.2f} | "
+                     f"{marginal[transport]:.2f} |")
+    lines += [
+        "",
+        f"**Client CPU per call over the OpenAI-compatible transport: {marginal['openai-compatible']:.2f} ms** "
+        f"(target <= 1 ms: {'met' if marginal['openai-compatible'] <= 1 else 'NOT met'}); litellm "
+        f"{marginal['litellm']:.2f} ms. The marginal CPU is the whole audit's per call (prompts, parsing, "
+        "grounding, records), not the transport's alone.",
+        "",
+        "| worker set-up (fresh process: AuditShard + 1 sample) | median wall s | / OpenAI-compatible |",
+        "|---|---:|---:|",
+        *(f"| {name} | {statistics.median(walls):.2f} | {ratio(workers, name, 'openai-compatible'):.2f}x |"
+          for name, walls in workers.items()),
+    ]
+    record("OpenAI-compatible transport: start-up, CPU per call, worker set-up", lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rt4chart.evaluation import EvalConfig, EvaluationResult, evaluate, load_samples, write_result
 from rt4chart.metrics import format_estimate
-from rt4chart.types import Report, Sample
+from rt4chart.types import AuditRecord, Sample
 
 GRID = ((10, 3), (15, 5), (25, 10), (35, 15))
 """(W, O) pairs of the grid; (25, 10) is the default and is the full pipeline's row."""
@@ -37,7 +37,7 @@ _LABELS: dict[str, list[list[str | None]]] = {}
 """Claim labels per sample of each variant run, to tell which variants this judge ignores."""
 
 
-def _labels(reports: list[Report]) -> list[list[str | None]]:
+def _labels(reports: list[AuditRecord]) -> list[list[str | None]]:
     return [[c.label.value if c.label else None for c in r.claims] for r in reports]
 
 

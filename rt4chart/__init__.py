@@ -53,13 +53,14 @@ if TYPE_CHECKING:
     from rt4chart.tasks import DecomposeOutput as DecomposeOutput
     from rt4chart.tasks import VerifyInput as VerifyInput
     from rt4chart.tasks import VerifyOutput as VerifyOutput
+    from rt4chart.types import AuditRecord as AuditRecord
     from rt4chart.types import Chunk as Chunk
     from rt4chart.types import Claim as Claim
     from rt4chart.types import ClaimVerdict as ClaimVerdict
     from rt4chart.types import Evidence as Evidence
     from rt4chart.types import Gold as Gold
     from rt4chart.types import Label as Label
-    from rt4chart.types import Report as Report
+    from rt4chart.types import Report as Report  # deprecated alias of AuditRecord, for one release
     from rt4chart.types import Sample as Sample
     from rt4chart.types import Sentence as Sentence
     from rt4chart.types import Span as Span
@@ -98,7 +99,8 @@ _EXPORTS = {
     "Pipeline": "rt4chart.pipeline",
     "PolicyBackend": "rt4chart.backends.policy",
     "Reply": "rt4chart.backends.policy",
-    "Report": "rt4chart.types",
+    "AuditRecord": "rt4chart.types",
+    "Report": "rt4chart.types",  # deprecated alias of AuditRecord, for one release
     "RunOutcome": "rt4chart.run",
     "RunSpec": "rt4chart.run",
     "RunStatus": "rt4chart.run",
@@ -146,7 +148,7 @@ async def averify(
     cache_dir: Path | str | None = ...,
     budget: float | None = ...,
     **options: Unpack[AuditOptionKeywords],
-) -> Report: ...
+) -> AuditRecord: ...
 @overload
 async def averify(
     samples: Iterable[Sample | Mapping[str, Any]],
@@ -155,7 +157,7 @@ async def averify(
     cache_dir: Path | str | None = ...,
     budget: float | None = ...,
     **options: Unpack[AuditOptionKeywords],
-) -> list[Report]: ...
+) -> list[AuditRecord]: ...
 
 
 async def averify(
@@ -165,8 +167,8 @@ async def averify(
     cache_dir: Path | str | None = None,
     budget: float | None = None,
     **options: Unpack[AuditOptionKeywords],
-) -> Report | list[Report]:
-    """Audit one sample (returns a :class:`Report`) or many (returns a list, in input order).
+) -> AuditRecord | list[AuditRecord]:
+    """Audit one sample (returns a :class:`AuditRecord`) or many (returns a list, in input order).
 
     ``judge`` is a backend or anything ``rt4 verify --judge`` accepts (default: the embedded
     offline verifier). ``cache_dir`` caches judge calls there, as ``rt4 verify --cache-dir`` does
@@ -205,7 +207,7 @@ def verify(
     cache_dir: Path | str | None = ...,
     budget: float | None = ...,
     **options: Unpack[AuditOptionKeywords],
-) -> Report: ...
+) -> AuditRecord: ...
 @overload
 def verify(
     samples: Iterable[Sample | Mapping[str, Any]],
@@ -214,7 +216,7 @@ def verify(
     cache_dir: Path | str | None = ...,
     budget: float | None = ...,
     **options: Unpack[AuditOptionKeywords],
-) -> list[Report]: ...
+) -> list[AuditRecord]: ...
 
 
 def verify(
@@ -224,10 +226,11 @@ def verify(
     cache_dir: Path | str | None = None,
     budget: float | None = None,
     **options: Unpack[AuditOptionKeywords],
-) -> Report | list[Report]:
+) -> AuditRecord | list[AuditRecord]:
     """Synchronous :func:`averify`."""
     import asyncio  # here, not at the top: ``import rt4chart`` (and the CLI's start-up) stays light
     # mypy cannot pick an overload for the union argument; the implementation returns exactly this.
     return cast(
-        "Report | list[Report]", asyncio.run(averify(samples, judge, cache_dir=cache_dir, budget=budget, **options))
+        "AuditRecord | list[AuditRecord]",
+        asyncio.run(averify(samples, judge, cache_dir=cache_dir, budget=budget, **options)),
     )

@@ -42,7 +42,7 @@ from rt4chart.metrics import (
     claim_gold_unsupported,
     sensitivity_specificity,
 )
-from rt4chart.types import ClaimVerdict, Gold, Label, Report
+from rt4chart.types import AuditRecord, ClaimVerdict, Gold, Label
 
 Level = Literal["answer", "claim"]
 """What an item is: one output record, or one claim of it."""
@@ -368,7 +368,7 @@ def _scaled(label: Label | None, scale: Scale) -> str | None:
     return FAITHFUL if label == Label.ENTAILED else HALLUCINATED
 
 
-def check_aligned(runs: Sequence[tuple[str, Sequence[Report]]]) -> None:
+def check_aligned(runs: Sequence[tuple[str, Sequence[AuditRecord]]]) -> None:
     """Raise :class:`AgreementInputError` unless every file holds the same records (id and line)."""
     for source, reports in runs:
         if not reports:
@@ -387,12 +387,12 @@ def check_aligned(runs: Sequence[tuple[str, Sequence[Report]]]) -> None:
             )
 
 
-def recorded_judge(source: str, reports: Sequence[Report]) -> str:
+def recorded_judge(source: str, reports: Sequence[AuditRecord]) -> str:
     """The judge a file's records name (the file name when none does)."""
     return next((r.judge for r in reports if r.judge), None) or source
 
 
-def judge_names(runs: Sequence[tuple[str, Sequence[Report]]]) -> list[str]:
+def judge_names(runs: Sequence[tuple[str, Sequence[AuditRecord]]]) -> list[str]:
     """A column name per file: the judge it records, made unique with the file name when needed."""
     recorded = [recorded_judge(source, reports) for source, reports in runs]
     return [
@@ -402,7 +402,7 @@ def judge_names(runs: Sequence[tuple[str, Sequence[Report]]]) -> list[str]:
 
 
 def answer_table(
-    runs: Sequence[tuple[str, Sequence[Report]]], gold: Sequence[Gold | None] | None, scale: Scale
+    runs: Sequence[tuple[str, Sequence[AuditRecord]]], gold: Sequence[Gold | None] | None, scale: Scale
 ) -> VerdictTable:
     """One item per record; runs must be aligned (see :func:`check_aligned`)."""
     reference = runs[0][1]
@@ -420,7 +420,7 @@ def answer_table(
 
 
 def claim_table(
-    runs: Sequence[tuple[str, Sequence[Report]]], gold: Sequence[Gold | None] | None, scale: Scale
+    runs: Sequence[tuple[str, Sequence[AuditRecord]]], gold: Sequence[Gold | None] | None, scale: Scale
 ) -> VerdictTable:
     """One item per claim when every judge verified the same claims of a record (``rt4 compare``);
     else one item per answer sentence (the AND-join of its claims), and claims of sentences not
@@ -736,7 +736,7 @@ def runs_report(
 # --- reading output files ----------------------------------------------------------------------
 
 
-def read_outputs(paths: Sequence[Path]) -> list[tuple[str, list[Report]]]:
+def read_outputs(paths: Sequence[Path]) -> list[tuple[str, list[AuditRecord]]]:
     """Read ``rt4 verify`` outputs; raise :class:`AgreementInputError` unless they are aligned."""
     from rt4chart.io import PredictionsError, read_predictions
 
@@ -752,7 +752,7 @@ def read_outputs(paths: Sequence[Path]) -> list[tuple[str, list[Report]]]:
     return runs
 
 
-def gold_column(reports: Sequence[Report], gold_path: Path | None) -> list[Gold | None] | None:
+def gold_column(reports: Sequence[AuditRecord], gold_path: Path | None) -> list[Gold | None] | None:
     """Gold per record: from ``gold_path`` (matched by sample id), else carried in the records."""
     if gold_path is None:
         carried = [r.gold for r in reports]

@@ -35,10 +35,11 @@ import numpy as np
 from pydantic import BaseModel, Field
 from scipy.stats import binomtest
 
+from rt4chart.audited import FailOn
 from rt4chart.io import PredictionsError, read_predictions
 from rt4chart.manifest import ManifestError, RunManifest, describes, read_manifest
-from rt4chart.options import AuditOptions, FailOn
-from rt4chart.types import ClaimVerdict, Evidence, Label, Report, Span
+from rt4chart.options import AuditOptions
+from rt4chart.types import AuditRecord, ClaimVerdict, Evidence, Label, Span
 
 CLAIM_SIMILARITY = 0.5
 """Least difflib ratio between two claims' texts (over overlapping answer spans) to pair them."""
@@ -285,18 +286,18 @@ def paired_test(
     )
 
 
-def _invalid(report: Report) -> bool:
+def _invalid(report: AuditRecord) -> bool:
     return report.label is None and not report.incomplete
 
 
-def _answer_changed(base: Report, new: Report) -> bool:
+def _answer_changed(base: AuditRecord, new: AuditRecord) -> bool:
     if base.answer_sha256 is not None and new.answer_sha256 is not None:
         return base.answer_sha256 != new.answer_sha256
     # Records made before answer_sha256: the claims' text stands in for the answer's.
     return [claim.text for claim in base.claims] != [claim.text for claim in new.claims]
 
 
-def _category(base: Report | None, new: Report | None) -> AnswerCategory:
+def _category(base: AuditRecord | None, new: AuditRecord | None) -> AnswerCategory:
     if base is None:
         return AnswerCategory.ADDED
     if new is None:
@@ -313,13 +314,15 @@ def _category(base: Report | None, new: Report | None) -> AnswerCategory:
     return AnswerCategory.STILL_FAITHFUL
 
 
-def pair_answers(base: list[Report], new: list[Report]) -> list[tuple[Report | None, Report | None]]:
+def pair_answers(
+    base: list[AuditRecord], new: list[AuditRecord]
+) -> list[tuple[AuditRecord | None, AuditRecord | None]]:
     """Match records by id, in the new run's order; several records of one id pair up in order;
     the baseline's unmatched records come last."""
-    by_id: dict[str, list[Report]] = defaultdict(list)
+    by_id: dict[str, list[AuditRecord]] = defaultdict(list)
     for report in base:
         by_id[_key(report)].append(report)
-    pairs: list[tuple[Report | None, Report | None]] = []
+    pairs: list[tuple[AuditRecord | None, AuditRecord | None]] = []
     for report in new:
         candidates = by_id.get(_key(report))
         pairs.append((candidates.pop(0) if candidates else None, report))
@@ -327,12 +330,14 @@ def pair_answers(base: list[Report], new: list[Report]) -> list[tuple[Report | N
     return pairs
 
 
-def _key(report: Report) -> str:
+def _key(report: AuditRecord) -> str:
     # An unreadable line has no id: it can only be matched by its position.
     return f"id:{report.id}" if report.id is not None else f"line:{report.line}"
 
 
-def _claim_changes(base: Report, new: Report) -> tuple[list[ClaimChange], list[tuple[ClaimVerdict, ClaimVerdict]]]:
+def _claim_changes(
+    base: AuditRecord, new: AuditRecord
+) -> tuple[list[ClaimChange], list[tuple[ClaimVerdict, ClaimVerdict]]]:
     pairs, removed, added = match_claims(base.claims, new.claims)
     changes = [
         ClaimChange(kind="flip", base=ClaimSide.of(old), new=ClaimSide.of(now))
@@ -344,7 +349,7 @@ def _claim_changes(base: Report, new: Report) -> tuple[list[ClaimChange], list[t
     return changes, pairs
 
 
-def _brings_hallucination(category: AnswerCategory, answer_changed: bool, new: Report | None,
+def _brings_hallucination(category: AnswerCategory, answer_changed: bool, new: AuditRecord | None,
                           changes: list[ClaimChange]) -> bool:
     if new is None or not _hallucinated(new.label):
         return False
@@ -361,7 +366,7 @@ def _brings_hallucination(category: AnswerCategory, answer_changed: bool, new: R
     )
 
 
-def _run_config(path: Path, reports: list[Report], manifest: RunManifest | None) -> RunConfig:
+def _run_config(path: Path, reports: list[AuditRecord], manifest: RunManifest | None) -> RunConfig:
     return RunConfig(
         path=str(path),
         judges=sorted({report.judge for report in reports if report.judge}),
@@ -372,7 +377,7 @@ def _run_config(path: Path, reports: list[Report], manifest: RunManifest | None)
     )
 
 
-def this_run_config(reports: list[Report], options: AuditOptions | None, input_file: str | None) -> RunConfig:
+def this_run_config(reports: list[AuditRecord], options: AuditOptions | None, input_file: str | None) -> RunConfig:
     """The configuration of the run being published (no manifest yet: the options are given)."""
     config = _run_config(Path(input_file or "this run"), reports, None)
     if options is not None:
@@ -422,7 +427,7 @@ def compare_configs(base: RunConfig, new: RunConfig, answers_changed: int) -> Co
 
 
 def diff_reports(
-    base: list[Report], new: list[Report], base_config: RunConfig, new_config: RunConfig, *,
+    base: list[AuditRecord], new: list[AuditRecord], base_config: RunConfig, new_config: RunConfig, *,
     resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
 ) -> RunDiff:
     """Compare two runs' records (see the module's rules)."""
@@ -481,7 +486,7 @@ def _columns(pairs: list[tuple[bool, bool]]) -> tuple[list[bool], list[bool]]:
     return [first for first, _ in pairs], [second for _, second in pairs]
 
 
-def load_run(path: Path) -> tuple[list[Report], RunConfig, list[str]]:
+def load_run(path: Path) -> tuple[list[AuditRecord], RunConfig, list[str]]:
     """A records file with what its manifest (if any) says; raises :class:`DiffError`."""
     try:
         reports = read_predictions(path)
@@ -520,7 +525,7 @@ class GateOutcome(BaseModel):
 GATE_POLICIES = (FailOn.NEW, FailOn.WORSE)
 
 
-def baseline_gate(reports: list[Report], new_config: RunConfig, baseline: Path, fail_on: FailOn) -> GateOutcome:
+def baseline_gate(reports: list[AuditRecord], new_config: RunConfig, baseline: Path, fail_on: FailOn) -> GateOutcome:
     """The regression gate: ``new`` fails on any hallucination this run brings (see
     :attr:`AnswerDiff.gate_new`); ``worse`` only when the rate rose beyond the paired CI."""
     base_reports, base_config, warnings = load_run(baseline)

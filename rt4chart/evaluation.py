@@ -33,7 +33,7 @@ from rt4chart.metrics import EvaluationMetrics, metrics_markdown, score_reports
 from rt4chart.options import AuditOptions
 from rt4chart.pipeline import AuditResult, Pipeline, run_audit
 from rt4chart.settlement import StageSettlement, settlement_by_judge
-from rt4chart.types import Gold, Report, Sample, Usage
+from rt4chart.types import AuditRecord, Gold, Sample, Usage
 
 
 class EvalConfig(BaseModel):
@@ -191,8 +191,8 @@ def evaluate(
     config: EvalConfig,
     samples: Sequence[Sample] | None = None,
     backend: Backend | None = None,
-    on_report: Callable[[Report], None] | None = None,
-) -> tuple[EvaluationResult, list[Report]]:
+    on_report: Callable[[AuditRecord], None] | None = None,
+) -> tuple[EvaluationResult, list[AuditRecord]]:
     """Audit every sample of the configured dataset and score the reports.
 
     ``samples`` are what :func:`load_samples` returns for ``config`` (loaded here when omitted);
@@ -210,9 +210,9 @@ def evaluate(
     judge = backend or judge_stack(config.judge, api_base=config.api_base)
     pipeline = Pipeline(judge, config.options)
     items = [InputLine(position, sample) for position, sample in enumerate(samples, start=1)]
-    reports: list[Report] = []
+    reports: list[AuditRecord] = []
 
-    def collect(report: Report) -> None:
+    def collect(report: AuditRecord) -> None:
         reports.append(report)
         if on_report is not None:
             on_report(report)
@@ -233,7 +233,8 @@ def evaluate(
 
 
 def evaluation_result(
-    config: EvalConfig, samples: Sequence[Sample], reports: list[Report], judge: str, prompt_version: str, wall: float
+    config: EvalConfig, samples: Sequence[Sample], reports: list[AuditRecord], judge: str, prompt_version: str,
+    wall: float,
 ) -> EvaluationResult:
     """The scored result of ``reports``, the records of an audit of ``samples`` (what ``rt4 eval``
     writes), with the provenance of its data, judge, prompts and code."""
@@ -282,7 +283,7 @@ def result_details(result: EvaluationResult) -> dict[str, str]:
 
 
 def write_result(
-    result: EvaluationResult, directory: Path, reports: list[Report] | None = None
+    result: EvaluationResult, directory: Path, reports: list[AuditRecord] | None = None
 ) -> list[Path]:
     """Write ``<stem>.json`` and ``<stem>.md`` (and ``<stem>.predictions.jsonl`` when ``reports``)."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ report, JUnit XML, GitHub annotations, and the pass/fail decision (``--fail-on``
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -14,9 +15,25 @@ from rich.console import Console
 from rich.text import Text
 
 from rt4chart.audited import AuditedSample
+
+# FailOn and ShowOnly live in audited (which applies them, and the reporting modules this one imports use
+# them); they are offered from here, the module of the outputs and the pass/fail decision they shape.
+from rt4chart.audited import FailOn as FailOn
+from rt4chart.audited import ShowOnly as ShowOnly
 from rt4chart.ci_formats import github_annotations, run_fails, write_junit
-from rt4chart.options import AuditOptions, FailOn, OutputFormat
+from rt4chart.options import AuditOptions
 from rt4chart.terminal_view import print_samples
+
+
+class OutputFormat(StrEnum):
+    """What ``rt4 verify`` writes to stdout when no ``--out`` is given."""
+
+    AUTO = "auto"
+    """The readable view on a terminal, JSONL anywhere else (pipes, files, CI logs)."""
+    JSONL = "jsonl"
+    """One JSON record per line, always."""
+    TEXT = "text"
+    """The readable view, always."""
 
 
 def readable_stdout(output_format: OutputFormat, out: Path | None, stdout_is_terminal: bool) -> bool:

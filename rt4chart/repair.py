@@ -42,7 +42,7 @@ from rt4chart.decompose import rule_claims, rule_decomposition
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import RepairInput, RepairItem, RepairOutput, load_prompts
 from rt4chart.text import segment_context, split_sentences
-from rt4chart.types import ClaimVerdict, Evidence, Gold, Label, Report, Sample, Sentence, Span, Usage
+from rt4chart.types import AuditRecord, ClaimVerdict, Evidence, Gold, Label, Sample, Sentence, Span, Usage
 
 RepairStrategy = Literal["remove", "extract", "rewrite"]
 STRATEGIES: tuple[RepairStrategy, ...] = ("remove", "extract", "rewrite")
@@ -404,7 +404,7 @@ class Repairer:
         if self.strategy == "rewrite" and self.backend is None:
             raise ValueError("the rewrite strategy needs a judge that writes text")
 
-    async def repair(self, report: Report, sample: Sample) -> RepairRecord:
+    async def repair(self, report: AuditRecord, sample: Sample) -> RepairRecord:
         """Repair one audited answer; a record that does not fit its sample gets ``errors``."""
         record = RepairRecord(
             id=report.id, line=report.line, strategy=self.strategy, original=sample.answer,
@@ -430,7 +430,7 @@ class Repairer:
         )
         return record
 
-    async def _plan(self, report: Report, sample: Sample, record: RepairRecord) -> list[Edit]:
+    async def _plan(self, report: AuditRecord, sample: Sample, record: RepairRecord) -> list[Edit]:
         answer = sample.answer
         sentences = split_sentences(answer)
         flagged = self._flagged_sentences(report, sentences, record)
@@ -456,7 +456,7 @@ class Repairer:
         return _tidy(answer, _merge(edits), sentences)
 
     def _flagged_sentences(
-        self, report: Report, sentences: list[Sentence], record: RepairRecord
+        self, report: AuditRecord, sentences: list[Sentence], record: RepairRecord
     ) -> list[_Flagged]:
         spans = {(s.start, s.end) for s in sentences}
         by_span: dict[tuple[int, int], list[ClaimVerdict]] = {}
@@ -651,7 +651,7 @@ def repaired_samples(records: list[RepairRecord], samples: dict[int, Sample]) ->
     ]
 
 
-def record_reaudit(record: RepairRecord, after: Report) -> None:
+def record_reaudit(record: RepairRecord, after: AuditRecord) -> None:
     """Fill ``record.verified_after`` from the audit record of its repaired answer."""
     record.verified_after = VerifiedAfter(
         judge=after.judge,

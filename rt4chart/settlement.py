@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pydantic import BaseModel
 
 from rt4chart.metrics import claim_gold_unsupported
-from rt4chart.types import Gold, Label, Report
+from rt4chart.types import AuditRecord, Gold, Label
 
 
 class StageSettlement(BaseModel):
@@ -38,7 +38,7 @@ class StageSettlement(BaseModel):
         return f"{self.claims} claims, accuracy {accuracy} on {self.aligned} aligned"
 
 
-def settlement_by_judge(pairs: Iterable[tuple[Report, Gold | None]]) -> dict[str, StageSettlement]:
+def settlement_by_judge(pairs: Iterable[tuple[AuditRecord, Gold | None]]) -> dict[str, StageSettlement]:
     """Per judge (``unjudged`` for claims without one), the claims it settled and its agreement with gold."""
     stages: dict[str, StageSettlement] = {}
     for report, gold in pairs:

@@ -40,13 +40,12 @@ from rich.padding import Padding
 from rich.text import Text
 
 import rt4chart
-from rt4chart.audited import AuditedSample
+from rt4chart.audited import AuditedSample, FailOn
 from rt4chart.backends.base import Backend
 from rt4chart.budget import BudgetExhausted, Ledger
 from rt4chart.judges import JudgeStack, judge_stack
-from rt4chart.options import FailOn
 from rt4chart.terminal_view import claim_lines
-from rt4chart.types import ClaimVerdict, Label, Report, Sample, Usage
+from rt4chart.types import AuditRecord, ClaimVerdict, Label, Sample, Usage
 
 T = TypeVar("T")
 
@@ -63,7 +62,7 @@ _FAILING_LABELS: dict[FailOn, frozenset[Label]] = {
 class GroundingError(AssertionError):
     """An answer's claims are not grounded in its context (the assertion's failure)."""
 
-    def __init__(self, message: str, report: Report, failing: list[ClaimVerdict]) -> None:
+    def __init__(self, message: str, report: AuditRecord, failing: list[ClaimVerdict]) -> None:
         super().__init__(message)
         self.report = report
         """The audit's record."""
@@ -80,7 +79,7 @@ class SessionBudgetStop(BudgetExhausted):
 class JudgeFailed(RuntimeError):
     """The judge's failures (errors, unparseable replies) left the verdict open: not a finding."""
 
-    def __init__(self, report: Report) -> None:
+    def __init__(self, report: AuditRecord) -> None:
         errors = "; ".join([*report.errors, *(e for claim in report.claims for e in claim.errors)][:5])
         super().__init__(f"judge {report.judge or '(unknown)'} left the verdict open: {errors or 'no verdict'}")
         self.report = report
@@ -95,7 +94,7 @@ def failing_labels(fail_on: FailOn | str) -> frozenset[Label]:
     return labels
 
 
-def failing_claims(report: Report, fail_on: FailOn | str = FailOn.HALLUCINATED) -> list[ClaimVerdict]:
+def failing_claims(report: AuditRecord, fail_on: FailOn | str = FailOn.HALLUCINATED) -> list[ClaimVerdict]:
     """The claims of ``report`` whose final label fails the ``fail_on`` policy."""
     labels = failing_labels(fail_on)
     return [claim for claim in report.claims if claim.label in labels]
@@ -127,7 +126,7 @@ def _plain(lines: list[RenderableType]) -> str:
     return "\n".join(row.rstrip() for row in buffer.getvalue().splitlines())
 
 
-def grounding_message(report: Report, sample: Sample, failing: list[ClaimVerdict], fail_on: FailOn | str) -> str:
+def grounding_message(report: AuditRecord, sample: Sample, failing: list[ClaimVerdict], fail_on: FailOn | str) -> str:
     """The failure message: a heading, then each failing claim as the terminal view shows it."""
     item = AuditedSample(report, sample)
     heading = (
@@ -140,14 +139,14 @@ def grounding_message(report: Report, sample: Sample, failing: list[ClaimVerdict
     return _plain(lines)
 
 
-class AuditRecord(BaseModel):
+class SessionAudit(BaseModel):
     """One audit made in a test session: what the summary, the HTML report and ``--rt4-out`` show."""
 
     model_config = ConfigDict(frozen=True)
 
     test: str
     """The test that made it (pytest node id; empty outside a test)."""
-    report: Report
+    report: AuditRecord
     """The audit's record."""
     sample: Sample
     """The audited answer, context and question."""
@@ -263,7 +262,7 @@ class AuditSession:
 
     def __init__(self, settings: SessionSettings) -> None:
         self.settings = settings
-        self.records: list[AuditRecord] = []
+        self.records: list[SessionAudit] = []
         """Every audit made (or, for the controller of a distributed session, merged from workers)."""
         self.stopped: str | None = None
         """The budget's reason, once it stopped the session."""
@@ -310,7 +309,7 @@ class AuditSession:
                 self._loop = loop
             return self._loop, self._stack
 
-    async def _audit(self, stack: JudgeStack, sample: Sample, options: Mapping[str, Any], test: str) -> Report:
+    async def _audit(self, stack: JudgeStack, sample: Sample, options: Mapping[str, Any], test: str) -> AuditRecord:
         if self.stopped is not None:
             self.skipped += 1
             raise SessionBudgetStop(f"the session's budget stopped its audits: {self.stopped}")
@@ -319,16 +318,16 @@ class AuditSession:
         except BudgetExhausted as error:
             self.stopped = str(error)
             raise SessionBudgetStop(self.stopped) from error
-        self.records.append(AuditRecord(test=test, report=report, sample=sample,
+        self.records.append(SessionAudit(test=test, report=report, sample=sample,
                                         failing_claims=len(failing_claims(report))))
         return report
 
-    def audit(self, sample: Sample, options: Mapping[str, Any]) -> Report:
+    def audit(self, sample: Sample, options: Mapping[str, Any]) -> AuditRecord:
         """Audit ``sample`` on the session's loop; the calling thread waits (any thread, any loop)."""
         loop, stack = self._running()
         return loop.submit(self._audit(stack, sample, options, self.current_test)).result()
 
-    async def aaudit(self, sample: Sample, options: Mapping[str, Any]) -> Report:
+    async def aaudit(self, sample: Sample, options: Mapping[str, Any]) -> AuditRecord:
         """Audit ``sample`` on the session's loop; the calling loop keeps running meanwhile."""
         loop, stack = self._running()
         return await asyncio.wrap_future(loop.submit(self._audit(stack, sample, options, self.current_test)))
@@ -392,7 +391,7 @@ def _run_blocking(work: Coroutine[Any, Any, T]) -> T:
         return worker.submit(asyncio.run, work).result()
 
 
-def _checked(report: Report) -> Report:
+def _checked(report: AuditRecord) -> AuditRecord:
     """``report``, unless it holds no verdict: :class:`JudgeFailed` when the judge's failures left
     it open, ``ValueError`` when the input cannot be audited (an answer with no sentence)."""
     if report.label is None and report.incomplete:
@@ -410,7 +409,7 @@ async def acheck_grounded(
     judge: str | Backend | None = None,
     sample_id: str | None = None,
     **options: Any,
-) -> Report:
+) -> AuditRecord:
     """Audit ``answer`` against ``context`` and return the record, whatever its verdict.
 
     ``judge``: a backend or a ``--judge`` spec; ``None``: the test session's judge (the plugin's
@@ -433,7 +432,7 @@ def check_grounded(
     judge: str | Backend | None = None,
     sample_id: str | None = None,
     **options: Any,
-) -> Report:
+) -> AuditRecord:
     """Synchronous :func:`acheck_grounded` (also inside a running event loop)."""
     sample = _sample(answer, context, question, sample_id)
     session = _session_for(judge)
@@ -442,8 +441,8 @@ def check_grounded(
     return _checked(_run_blocking(rt4chart.averify(sample, judge, **options)))
 
 
-def _asserted(report: Report, answer: str, context: str | list[str], question: str | None,
-              fail_on: FailOn | str) -> Report:
+def _asserted(report: AuditRecord, answer: str, context: str | list[str], question: str | None,
+              fail_on: FailOn | str) -> AuditRecord:
     failing = failing_claims(report, fail_on)
     if failing:  # a known failing claim is a finding even when other claims were left open
         sample = Sample(id=report.id or "answer", answer=answer, context=context, question=question)
@@ -462,7 +461,7 @@ async def aassert_grounded(
     fail_on: FailOn | str = FailOn.HALLUCINATED,
     sample_id: str | None = None,
     **options: Any,
-) -> Report:
+) -> AuditRecord:
     """Fail (:class:`GroundingError`) when a claim of ``answer`` is not grounded in ``context``:
     contradicted or baseless under ``fail_on="hallucinated"``, contradicted under
     ``"contradicted"``. Returns the record when the answer passes. See :func:`acheck_grounded`."""
@@ -480,7 +479,7 @@ def assert_grounded(
     fail_on: FailOn | str = FailOn.HALLUCINATED,
     sample_id: str | None = None,
     **options: Any,
-) -> Report:
+) -> AuditRecord:
     """Synchronous :func:`aassert_grounded` (also inside a running event loop)."""
     failing_labels(fail_on)
     report = check_grounded(answer, context, question, judge=judge, sample_id=sample_id, **options)

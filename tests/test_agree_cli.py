@@ -15,7 +15,7 @@ from sklearn.metrics import cohen_kappa_score
 from typer.testing import CliRunner
 
 from rt4chart.cli import app
-from rt4chart.types import ClaimVerdict, Gold, Label, Report, Span
+from rt4chart.types import AuditRecord, ClaimVerdict, Gold, Label, Span
 
 EXIT_USAGE = 2
 STRICT_RULES = {"verify": [], "default": "baseless"}
@@ -137,18 +137,18 @@ def test_one_file_and_bad_flags_are_refused(verified: tuple[Path, Path]) -> None
     assert invoke("agree", *map(str, verified), "--runs").exit_code == EXIT_USAGE  # no gold
 
 
-def write_records(path: Path, reports: list[Report]) -> Path:
+def write_records(path: Path, reports: list[AuditRecord]) -> Path:
     path.write_text("".join(r.model_dump_json() + "\n" for r in reports), encoding="utf-8")
     return path
 
 
-def run_records(judge: str, gold: list[bool], accuracy: float, rng: random.Random) -> list[Report]:
+def run_records(judge: str, gold: list[bool], accuracy: float, rng: random.Random) -> list[AuditRecord]:
     reports = []
     for line, truth in enumerate(gold, start=1):
         flagged = truth if rng.random() < accuracy else not truth
         label = Label.BASELESS if flagged else Label.ENTAILED
         claim = ClaimVerdict(index=0, text="c", sentence_index=0, answer_span=Span(start=0, end=5), label=label)
-        reports.append(Report(id=f"s{line}", line=line, label=label, hallucinated=flagged, claims=[claim],
+        reports.append(AuditRecord(id=f"s{line}", line=line, label=label, hallucinated=flagged, claims=[claim],
                               judge=judge, gold=Gold(hallucinated=truth)))
     return reports
 

@@ -25,7 +25,7 @@ from rt4chart.agreement import (
     versus_gold,
     welch_test,
 )
-from rt4chart.types import ClaimVerdict, Gold, Label, Report, Span
+from rt4chart.types import AuditRecord, ClaimVerdict, Gold, Label, Span
 
 LABELS = ["a", "b", "c"]
 
@@ -200,8 +200,8 @@ def claim(index: int, text: str, sentence: int | None, label: Label) -> ClaimVer
 
 
 def test_claim_table_uses_the_shared_claim_set_when_there_is_one() -> None:
-    a = Report(id="x", line=1, claims=[claim(0, "p", 0, Label.ENTAILED), claim(1, "q", 1, Label.BASELESS)])
-    b = Report(id="x", line=1, claims=[claim(0, "p", 0, Label.CONTRADICTED), claim(1, "q", 1, Label.BASELESS)])
+    a = AuditRecord(id="x", line=1, claims=[claim(0, "p", 0, Label.ENTAILED), claim(1, "q", 1, Label.BASELESS)])
+    b = AuditRecord(id="x", line=1, claims=[claim(0, "p", 0, Label.CONTRADICTED), claim(1, "q", 1, Label.BASELESS)])
     result = claim_table([("A", [a]), ("B", [b])], [Gold(hallucinated=True, spans=[Span(start=10, end=15)])], "label")
     assert result.items == ["x@1#0", "x@1#1"] and result.alignment == "shared claim set"
     assert result.columns == [["entailed", "baseless"], ["contradicted", "baseless"]]
@@ -210,10 +210,10 @@ def test_claim_table_uses_the_shared_claim_set_when_there_is_one() -> None:
 
 
 def test_claim_table_aligns_by_sentence_and_counts_what_it_cannot() -> None:
-    a = Report(id="x", line=1, claims=[
+    a = AuditRecord(id="x", line=1, claims=[
         claim(0, "p1", 0, Label.ENTAILED), claim(1, "p2", 0, Label.BASELESS), claim(2, "q", 1, Label.ENTAILED),
     ])
-    b = Report(id="x", line=1, claims=[claim(0, "p", 0, Label.ENTAILED), claim(1, "whole", None, Label.ENTAILED)])
+    b = AuditRecord(id="x", line=1, claims=[claim(0, "p", 0, Label.ENTAILED), claim(1, "whole", None, Label.ENTAILED)])
     result = claim_table([("A", [a]), ("B", [b])], None, "hallucinated")
     assert result.items == ["x@1/0"]
     assert result.columns == [["hallucinated"], ["faithful"]]  # sentence 0: AND-join of A's two claims

@@ -10,7 +10,7 @@ from fixtures.spine.judges import RUNNING_EXAMPLE_RULES, running_example_judge, 
 from pydantic import ValidationError
 
 import rt4chart
-from rt4chart import Label, Report, Sample
+from rt4chart import AuditRecord, Label, Sample
 
 EXAMPLE_OPTIONS: dict[str, Any] = {"window": 2, "overlap": 1}
 JUDGE = f"scripted:{RUNNING_EXAMPLE_RULES}"
@@ -20,7 +20,7 @@ def _as_dict(sample: Sample) -> dict[str, Any]:
     return sample.model_dump(exclude_none=True)
 
 
-def _labels(report: Report) -> tuple[Label | None, list[Label | None]]:
+def _labels(report: AuditRecord) -> tuple[Label | None, list[Label | None]]:
     return report.label, [claim.label for claim in report.claims]
 
 
@@ -31,7 +31,7 @@ EXPECTED = (CON, [CON, CON, ENT, ENT, BAS])
 @pytest.mark.parametrize("as_input", [lambda s: s, _as_dict], ids=["Sample", "dict"])
 def test_verify_one_sample_returns_one_report(as_input: Any) -> None:
     report = rt4chart.verify(as_input(running_example_sample()), judge=JUDGE, **EXAMPLE_OPTIONS)
-    assert isinstance(report, Report)
+    assert isinstance(report, AuditRecord)
     assert (report.id, report.line) == ("free-trial", 1)
     assert _labels(report) == EXPECTED
 
@@ -59,7 +59,7 @@ def test_averify_matches_verify_and_accepts_a_backend_it_does_not_close() -> Non
     sample = running_example_sample()
     single = asyncio.run(rt4chart.averify(sample, judge=backend, **EXAMPLE_OPTIONS))
     many = asyncio.run(rt4chart.averify([sample, sample], judge=backend, **EXAMPLE_OPTIONS))
-    assert isinstance(single, Report) and isinstance(many, list)
+    assert isinstance(single, AuditRecord) and isinstance(many, list)
     assert [_labels(r) for r in [single, *many]] == [EXPECTED] * 3
     assert single.usage.calls + sum(r.usage.calls for r in many) == len(backend.requests)
     assert single.judge == backend.name

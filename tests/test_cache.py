@@ -24,7 +24,7 @@ from rt4chart.pipeline import Pipeline, run_audit
 from rt4chart.planning import planned_requests
 from rt4chart.resources import resource_dir
 from rt4chart.tasks import load_prompts
-from rt4chart.types import Report
+from rt4chart.types import AuditRecord
 
 runner = CliRunner()
 
@@ -54,8 +54,8 @@ def test_second_run_makes_no_judge_call_and_yields_identical_records(tmp_path: P
     assert [without_usage(r) for r in warm] == [without_usage(r) for r in cold]
 
 
-def audit(pipeline: Pipeline, inputs: Path) -> list[Report]:
-    reports: list[Report] = []
+def audit(pipeline: Pipeline, inputs: Path) -> list[AuditRecord]:
+    reports: list[AuditRecord] = []
     asyncio.run(run_audit(pipeline, list(read_jsonl(inputs)), None, reports.append))
     return reports
 

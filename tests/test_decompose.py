@@ -31,7 +31,7 @@ from rt4chart.tasks import (
     SentenceClaims,
 )
 from rt4chart.text import split_sentences
-from rt4chart.types import Claim, ClaimVerdict, Report, Sample
+from rt4chart.types import AuditRecord, Claim, ClaimVerdict, Sample
 
 
 def _answer_texts(answer: str, claims: Sequence[Claim | ClaimVerdict]) -> list[str]:
@@ -64,7 +64,7 @@ def test_rule_decomposer_of_no_sentences_has_no_claims() -> None:
 
 def _decomposition(
     backend: RecordingBackend, sample: Sample | None = None, **options: Any
-) -> tuple[Report, list[JudgeRequest]]:
+) -> tuple[AuditRecord, list[JudgeRequest]]:
     sample = sample or running_example_sample()
     report = rt4chart.verify(sample, judge=backend, window=2, overlap=1, global_verification=False, **options)
     return report, [r for r in backend.requests if r.task == "decompose"]

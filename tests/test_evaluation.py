@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from rt4chart.cli import app
 from rt4chart.evaluation import EvalConfig, EvaluationResult, evaluate
 from rt4chart.io import file_sha256
-from rt4chart.types import Report, Sample
+from rt4chart.types import AuditRecord, Sample
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,7 +58,7 @@ def test_eval_scores_a_perfect_scripted_judge_and_records_provenance(tmp_path: P
     stem = result.stem
     assert (tmp_path / f"{stem}.md").read_text(encoding="utf-8").count("| answer F1 | 1.000 |") == 1
     predictions = (tmp_path / f"{stem}.predictions.jsonl").read_text(encoding="utf-8").splitlines()
-    assert [Report.model_validate_json(line).id for line in predictions] == ["qa-1", "qa-2", "qa-3"]
+    assert [AuditRecord.model_validate_json(line).id for line in predictions] == ["qa-1", "qa-2", "qa-3"]
 
 
 def test_eval_prints_the_metrics_table(tmp_path: Path) -> None:
@@ -220,7 +220,7 @@ def test_typed_detection_and_evidence_grounding_on_faithbench(tmp_path: Path, me
     assert metrics.evidence_samples == 1 and metrics.evidence is not None
     assert (metrics.evidence.tp, metrics.evidence.fp, metrics.evidence.fn) == (10, 27, 0)
     predictions = next(tmp_path.glob("*.predictions.jsonl")).read_text(encoding="utf-8").splitlines()
-    reports = {r.id: r for r in map(Report.model_validate_json, predictions)}
+    reports = {r.id: r for r in map(AuditRecord.model_validate_json, predictions)}
     [contradicted] = [c for c in reports["faithbench-1-2"].claims if c.label == "contradicted"]
     assert [e.text for e in contradicted.evidence] == ["The bakery sold 300 loaves on Friday."]
     assert contradicted.grounded

@@ -28,11 +28,13 @@ def rt4(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB file system of its own (tmpfs), so the disk really fills up."""
+def tiny_disk(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A 64 KiB file system of its own (tmpfs; another size by indirect parametrization), so the
+    disk really fills up."""
     mount_point = tmp_path / "tiny"
     mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+    size = getattr(request, "param", "64k")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)],
                              capture_output=True, text=True, check=False)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
@@ -51,6 +53,35 @@ def test_a_full_disk_is_exit_2_with_what_was_kept(tmp_path: Path, tiny_disk: Pat
     assert done.returncode == 2, done.stderr
     assert "No space left on device" in done.stderr and "kept" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 3
+
+
+@pytest.mark.parametrize("tiny_disk", ["2m"], indirect=True)
+def test_a_cache_on_a_full_disk_is_read_and_the_run_goes_on(tmp_path: Path, tiny_disk: Path) -> None:
+    """Issue 27: a cache whose disk had filled up made every later run exit 2 (diskcache writes its
+    settings on open). The run now reads the cache, stores nothing, and says so once."""
+    import json
+
+    inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json")
+    samples = write_samples(inputs, 25)
+    cache = tiny_disk / "cache"
+    first = tmp_path / "first.jsonl"
+    inputs.write_text("".join(json.dumps(sample) + "\n" for sample in samples[:20]), encoding="utf-8")
+    audit = ["--judge", f"scripted:{rules}", "--decomposer", "rules", "--cache-dir", str(cache), "-q"]
+    assert rt4("verify", str(inputs), "--out", str(first), *audit, cwd=tmp_path).returncode == 1
+    # The rest of the disk, until it is full.
+    with open(tiny_disk / "filler", "wb", buffering=0) as filler, pytest.raises(OSError, match="No space left"):
+        while True:
+            filler.write(b"\0" * 4096)
+    write_samples(inputs, 25)  # the 20 cached samples and 5 the cache has never seen
+    again = tmp_path / "again.jsonl"
+    done = rt4("verify", str(inputs), "--out", str(again), *audit, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # the findings, not a usage error
+    assert done.stderr.count("full disk") == 1 and "Traceback" not in done.stderr
+    records = [json.loads(line) for line in again.read_text(encoding="utf-8").splitlines()]
+    assert [record["id"] for record in records] == [sample["id"] for sample in samples]
+    assert all(r["usage"]["calls"] == 0 and r["usage"]["cache_hits"] > 0 for r in records[:20]), "read from the cache"
+    assert all(r["usage"]["calls"] > 0 and r["label"] == "baseless" for r in records[20:]), "judged, not stored"
+    assert "did not store" in done.stderr
 
 
 def test_an_unexpected_error_is_exit_5_with_its_traceback_in_a_log(
@@ -120,7 +151,7 @@ def test_every_combination_of_outcomes_exits_with_the_first_code_that_applies(
 ) -> None:
     from rt4chart.budget import Ledger
     from rt4chart.pipeline import AuditResult, BudgetStop, UnavailableStop
-    from rt4chart.report import RunSummary
+    from rt4chart.progress import RunSummary
     from rt4chart.run import outcome_of
 
     summary = RunSummary(records=3, invalid=int(invalid), incomplete=int(incomplete))

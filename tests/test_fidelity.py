@@ -18,7 +18,7 @@ from rt4chart.cli import app
 from rt4chart.judges import judge_stack
 from rt4chart.options import AuditOptions
 from rt4chart.pipeline import Pipeline
-from rt4chart.types import Label, Report, Sample
+from rt4chart.types import AuditRecord, Label, Sample
 
 SAMPLE = Sample(
     id="store",
@@ -43,8 +43,8 @@ def verdicts_for(body: dict[str, Any], shift: int) -> str:
     return json.dumps({"judgements": judgements})
 
 
-def audit(base_url: str, **options: Any) -> Report:
-    async def run() -> Report:
+def audit(base_url: str, **options: Any) -> AuditRecord:
+    async def run() -> AuditRecord:
         stack = judge_stack("openai/fault", api_base=base_url)
         try:
             return await Pipeline(stack, AuditOptions(decomposer="rules", **options)).verify_sample(SAMPLE)
@@ -180,8 +180,8 @@ def decomposer(shift: int = 0, leave_out: int | None = None) -> Any:
     return reply
 
 
-def decomposed(base_url: str, **options: Any) -> Report:
-    async def run() -> Report:
+def decomposed(base_url: str, **options: Any) -> AuditRecord:
+    async def run() -> AuditRecord:
         stack = judge_stack("openai/fault", api_base=base_url)
         try:
             pipeline = Pipeline(stack, AuditOptions(decomposer="judge", global_verification=False, **options))

@@ -28,7 +28,7 @@ from rt4chart.cli import app
 from rt4chart.grounding import ContextIndex, anchor_quotes
 from rt4chart.tasks import VerifyOutput
 from rt4chart.text import segment_context
-from rt4chart.types import Evidence, Label, Report
+from rt4chart.types import AuditRecord, Evidence, Label
 
 PASSAGES = [
     "The free trial covers every premium feature.  Only verified users\nare eligible.",
@@ -237,7 +237,7 @@ def test_any_slice_of_the_context_anchors_back_to_itself(context: str, data: st.
 
 def _example_with(
     verify_rules: list[dict[str, Any]], rewrite: Rewrite | None = None, ungrounded: str = "downgrade"
-) -> tuple[Report, RecordingBackend]:
+) -> tuple[AuditRecord, RecordingBackend]:
     """The running example, decomposed as in the shipped rules, verified by ``verify_rules``."""
     backend = scripted(example_rules(verify=verify_rules))
     backend.rewrite = rewrite

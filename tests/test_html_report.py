@@ -20,7 +20,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from rt4chart.audited import AuditedSample
 from rt4chart.html_report import write_html
-from rt4chart.types import ClaimVerdict, JudgeScore, Label, Report, Sample, Span
+from rt4chart.types import AuditRecord, ClaimVerdict, JudgeScore, Label, Sample, Span
 
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -249,7 +249,7 @@ def test_a_scored_verdict_shows_its_probability_threshold_and_decider(browser: B
         index=0, text="The sky is green.", sentence_index=0, answer_span=Span(start=0, end=17), label=Label.BASELESS,
         confidence=0.05, score=JudgeScore(p_unsupported=0.05, threshold=0.145, decided_by="head"),
     )
-    report = Report(id="scored", line=1, label=Label.BASELESS, hallucinated=True, claims=[claim])
+    report = AuditRecord(id="scored", line=1, label=Label.BASELESS, hallucinated=True, claims=[claim])
     item = AuditedSample(report, Sample(id="scored", context=context, answer=claim.text))
     write_html(tmp_path / "r.html", [item], "t")
     opened = OpenedReport(browser, tmp_path / "r.html")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rt4chart.io import InputLine, dump_report, error_report, read_completed, read_jsonl, read_predictions, read_records
-from rt4chart.types import Report
+from rt4chart.types import AuditRecord
 
 VALID = {"id": "a", "context": "The trial lasts 14 days.", "answer": "It lasts 14 days."}
 
@@ -110,10 +110,10 @@ def test_unicode_text_is_read_exactly(tmp_path: Path) -> None:
 
 
 def test_a_dumped_report_is_one_line_that_reads_back() -> None:
-    report = Report(id="x", line=3, errors=["line 3: answer is empty"])
+    report = AuditRecord(id="x", line=3, errors=["line 3: answer is empty"])
     text = dump_report(report)
     assert "\n" not in text
-    assert Report.model_validate_json(text) == report
+    assert AuditRecord.model_validate_json(text) == report
 
 
 # --- lines that once crashed the reader or everything after it (issue 27, item 2) ----------------
@@ -148,7 +148,7 @@ def test_an_oversized_line_is_refused_with_its_size(tmp_path: Path, monkeypatch:
 
 
 def test_one_record_reader_names_every_bad_line_and_the_torn_last_one(tmp_path: Path) -> None:
-    good, other = Report(id="a", line=1), Report(id="b", line=2)
+    good, other = AuditRecord(id="a", line=1), AuditRecord(id="b", line=2)
     path = tmp_path / "out.jsonl"
     path.write_bytes(
         (dump_report(good) + "\n").encode() + b"\xff\xfe\n" + b'{"no": "record"}\n' + dump_report(other).encode()

@@ -113,7 +113,7 @@ def test_the_import_graph_has_no_cycle() -> None:
 def test_the_public_api_is_what_the_package_exports() -> None:
     for name in rt4chart.__all__:
         assert getattr(rt4chart, name) is not None
-    assert {"verify", "averify", "judge_stack", "AuditOptions", "Report", "Backend"} <= set(rt4chart.__all__)
+    assert {"verify", "averify", "judge_stack", "AuditOptions", "AuditRecord", "Backend"} <= set(rt4chart.__all__)
     with pytest.raises(AttributeError):
         rt4chart.no_such_name  # noqa: B018
 

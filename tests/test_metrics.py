@@ -27,7 +27,7 @@ from rt4chart.metrics import (
     span_prf,
     validate_claims,
 )
-from rt4chart.types import ClaimVerdict, Evidence, Gold, GoldAnnotation, Label, Report, Span
+from rt4chart.types import AuditRecord, ClaimVerdict, Evidence, Gold, GoldAnnotation, Label, Span
 
 
 def _spans(*pairs: tuple[int, int]) -> list[Span]:
@@ -167,7 +167,7 @@ def test_claim_alignment_rules() -> None:
 
 
 def test_validate_claims_counts_operating_point_and_auroc() -> None:
-    report = Report(
+    report = AuditRecord(
         id="a",
         line=1,
         claims=[
@@ -187,9 +187,9 @@ def test_validate_claims_counts_operating_point_and_auroc() -> None:
 
 def _report(
     id_: str, hallucinated: bool | None, spans: list[Span], gold: Gold, claims: list[ClaimVerdict]
-) -> Report:
+) -> AuditRecord:
     label = None if hallucinated is None else (Label.BASELESS if hallucinated else Label.ENTAILED)
-    return Report(
+    return AuditRecord(
         id=id_, line=1, label=label, hallucinated=hallucinated, spans=spans, claims=claims, gold=gold
     )
 
@@ -239,7 +239,7 @@ def _annotation(span: tuple[int, int], kind: str, evidence: tuple[int, int] | No
     })
 
 
-def _typed_report(id_: str, labels: list[Label], annotations: list[GoldAnnotation]) -> Report:
+def _typed_report(id_: str, labels: list[Label], annotations: list[GoldAnnotation]) -> AuditRecord:
     gold = Gold(hallucinated=bool(annotations), spans=[a.span for a in annotations if a.span], typed=True,
                 annotations=annotations)
     claims = [_claim(i, (10 * i, 10 * i + 10), label, 0.8) for i, label in enumerate(labels)]
@@ -302,7 +302,7 @@ def test_holistic_decomposition_reports_span_metrics_as_not_applicable() -> None
     assert metrics.headline["answer_f1"].value == 1.0 and metrics.headline["contradiction_f1"].value == 1.0
 
 
-def _judged_or_not(gold_flags: list[bool], predicted: list[bool | None]) -> list[Report]:
+def _judged_or_not(gold_flags: list[bool], predicted: list[bool | None]) -> list[AuditRecord]:
     return [
         _report(f"s{i}", flag, [], Gold(hallucinated=gold), [])
         for i, (gold, flag) in enumerate(zip(gold_flags, predicted, strict=True))

@@ -16,9 +16,9 @@ from typing import Any
 
 from rich.console import Console
 
+from rt4chart.audited import FailOn
 from rt4chart.budget import Ledger
-from rt4chart.options import FailOn
-from rt4chart.report import (
+from rt4chart.progress import (
     HEARTBEAT_ENV,
     AuditProgress,
     RunSummary,
@@ -26,12 +26,12 @@ from rt4chart.report import (
     policy_text,
     print_summary,
 )
-from rt4chart.types import Label, Report, Usage
+from rt4chart.types import AuditRecord, Label, Usage
 from tests.faults import fault_server, judge_every_claim
 
 
-def finished(label: Label, calls: int, hits: int) -> Report:
-    return Report(id="x", line=1, label=label, hallucinated=label != Label.ENTAILED,
+def finished(label: Label, calls: int, hits: int) -> AuditRecord:
+    return AuditRecord(id="x", line=1, label=label, hallucinated=label != Label.ENTAILED,
                   usage=Usage(calls=calls, cache_hits=hits, cost_usd=0.01 * calls))
 
 
@@ -187,7 +187,7 @@ def test_the_summary_says_which_policy_failed_and_by_how_much() -> None:
 def test_the_summary_names_invalid_lines_and_what_a_resume_kept() -> None:
     summary = RunSummary(resumed=2)
     for line in (9, 3, 4, 12, 15, 20, 30):
-        summary.add(Report(id=None, line=line, label=None, errors=["not JSON"]))
+        summary.add(AuditRecord(id=None, line=line, label=None, errors=["not JSON"]))
     summary.add(finished(Label.ENTAILED, 0, 1))
     assert invalid_lines_text(summary.invalid_lines) == "lines 3, 4, 9, 12, 15 and 2 more"
     stream = io.StringIO()

@@ -26,7 +26,7 @@ from rt4chart.repair import Edit, Repairer, RepairRecord, RepairStrategy, apply_
 from rt4chart.serve import LocalServer
 from rt4chart.tasks import RepairInput, RepairOutput, load_prompts, template_version
 from rt4chart.text import join_passages, segment_context, split_sentences
-from rt4chart.types import ClaimVerdict, Evidence, Gold, Label, Report, Sample
+from rt4chart.types import AuditRecord, ClaimVerdict, Evidence, Gold, Label, Sample
 
 CONTEXT = [
     "Café Zürich opened in 1998 in Geneva. It serves crème brûlée daily.",
@@ -65,12 +65,12 @@ def scripted(tmp_path: Path) -> ScriptedBackend:
     return ScriptedBackend.from_file(path)
 
 
-def audit(answer: str, judge: ScriptedBackend, decomposer: str = "rules") -> tuple[Report, Sample]:
+def audit(answer: str, judge: ScriptedBackend, decomposer: str = "rules") -> tuple[AuditRecord, Sample]:
     sample = Sample(id="s", context=CONTEXT, question="Tell me about Café Zürich.", answer=answer)
     return rt4chart.verify(sample, judge=judge, decomposer=decomposer), sample
 
 
-def repair(strategy: RepairStrategy, report: Report, sample: Sample, judge: Any = None) -> RepairRecord:
+def repair(strategy: RepairStrategy, report: AuditRecord, sample: Sample, judge: Any = None) -> RepairRecord:
     record = asyncio.run(Repairer(strategy, judge).repair(report, sample))
     check_edits(record, sample)
     return record
@@ -317,7 +317,7 @@ def test_remove_and_extract_take_every_character_from_the_answer_or_the_context(
         cited = data.draw(st.lists(st.sampled_from(sentences), max_size=2)) if label == Label.CONTRADICTED else []
         evidence = [Evidence(start=s.start, end=s.end, text=s.text, sentence_ids=[s.index]) for s in cited]
         verdicts.append(ClaimVerdict(**claim.model_dump(), label=label, evidence=evidence))
-    report = Report(id="p", line=1, label=Label.BASELESS, hallucinated=True, claims=verdicts)
+    report = AuditRecord(id="p", line=1, label=Label.BASELESS, hallucinated=True, claims=verdicts)
     sample = Sample(id="p", context=CONTEXT, answer=answer)
     record = repair(strategy, report, sample)
     check_invents_nothing(record, sample)
@@ -333,10 +333,10 @@ def test_remove_and_extract_take_every_character_from_the_answer_or_the_context(
     assert context_text  # the context the evidence was drawn from
 
 
-def _report(answer: str, labels: list[Label]) -> tuple[Report, Sample]:
+def _report(answer: str, labels: list[Label]) -> tuple[AuditRecord, Sample]:
     claims = decompose_by_rules(split_sentences(answer))
     verdicts = [ClaimVerdict(**c.model_dump(), label=label) for c, label in zip(claims, labels, strict=True)]
-    return Report(id="r", line=1, label=Label.BASELESS, hallucinated=True, claims=verdicts), Sample(
+    return AuditRecord(id="r", line=1, label=Label.BASELESS, hallucinated=True, claims=verdicts), Sample(
         id="r", context=CONTEXT, answer=answer
     )
 

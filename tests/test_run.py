@@ -146,7 +146,7 @@ def test_verify_signals_need_no_out_flag_now(tmp_path: Path) -> None:
 
 
 def test_records_written_with_the_old_signal_fields_read_into_the_open_maps() -> None:
-    from rt4chart.types import Report
+    from rt4chart.types import AuditRecord
 
     old = {
         "id": "a", "line": 1, "label": "entailed", "hallucinated": False,
@@ -155,7 +155,7 @@ def test_records_written_with_the_old_signal_fields_read_into_the_open_maps() ->
         "signals": {"signal": "csr", "model": "m#1", "template_version": "t", "delta": 0.2, "tokens": [],
                     "spans": [], "flagged": False, "cached": False},
     }
-    report = Report.model_validate(old)
+    report = AuditRecord.model_validate(old)
     assert report.claims[0].signals == {"csr_mean": 0.25, "csr_max": 0.5}
     assert set(report.signal_tokens) == {"csr"} and report.signals == {}
-    assert Report.model_validate_json(report.model_dump_json()) == report
+    assert AuditRecord.model_validate_json(report.model_dump_json()) == report

@@ -30,7 +30,7 @@ from rt4chart.testing import (
     check_grounded,
 )
 from rt4chart.text import join_passages
-from rt4chart.types import Label, Report, Sample, Usage
+from rt4chart.types import AuditRecord, Label, Sample, Usage
 
 JUDGE = f"scripted:{EXAMPLES / 'answers.rules.json'}"
 
@@ -127,7 +127,7 @@ def test_a_session_serves_sync_and_async_callers_from_one_loop_and_closes_cleanl
                            encoding="utf-8")
         session = AuditSession(SessionSettings(judge=str(profile), cache=str(tmp_path / "cache")))
 
-        async def from_another_loop() -> Report:
+        async def from_another_loop() -> AuditRecord:
             return await session.aaudit(sample, {"decomposer": "rules"})
 
         first = session.audit(sample, {"decomposer": "rules"})

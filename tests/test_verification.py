@@ -22,7 +22,7 @@ from rt4chart.backends.base import JudgeRequest, JudgeResponse
 from rt4chart.options import AuditOptions
 from rt4chart.tasks import VerifyInput, VerifyOutput
 from rt4chart.text import chunk_sentences
-from rt4chart.types import ClaimVerdict, Label, Report, Sample, Span, Vote
+from rt4chart.types import AuditRecord, ClaimVerdict, Label, Sample, Span, Vote
 from rt4chart.verification import and_join, answer_hallucinated, deciding_chunk, hallucinated_spans, or_join
 
 ENT, CON, BAS = Label.ENTAILED, Label.CONTRADICTED, Label.BASELESS
@@ -125,11 +125,11 @@ def test_options_reject_overlap_not_below_window(window: int, overlap: int) -> N
         AuditOptions(window=window, overlap=overlap)
 
 
-def _run_example(backend: RecordingBackend, **options: Any) -> Report:
+def _run_example(backend: RecordingBackend, **options: Any) -> AuditRecord:
     return rt4chart.verify(running_example_sample(), judge=backend, window=2, overlap=1, **options)
 
 
-def _vote_labels(report: Report) -> list[list[Label | None]]:
+def _vote_labels(report: AuditRecord) -> list[list[Label | None]]:
     return [[vote.label for vote in claim.votes] for claim in report.claims]
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rt4chart.datasets import dataset_files, faithbench_split, load_dataset
 from rt4chart.io import write_reports_atomically
-from rt4chart.types import Label, Report
+from rt4chart.types import AuditRecord, Label
 
 DETECTORS = {
     "hhemv1": "HHEM-1.0",
@@ -61,19 +61,19 @@ def detector_scores(path: Path | None, split: str | None) -> dict[str, dict[str,
 
 def detector_records(
     key: str, scores: dict[str, dict[str, float | None]], path: Path | None, split: str | None
-) -> list[Report]:
+) -> list[AuditRecord]:
     """One record per sample of the split, as the detector ``key`` judged it."""
     judge = f"faithbench:{DETECTORS[key]}"
     records = []
     for line, sample in enumerate(load_dataset("faithbench", path, split), start=1):
         score = scores[sample.id][key]
         if score is None:
-            records.append(Report(id=sample.id, line=line, judge=judge, gold=sample.gold,
+            records.append(AuditRecord(id=sample.id, line=line, judge=judge, gold=sample.gold,
                                   errors=[f"{DETECTORS[key]} has no score for this sample"]))
             continue
         flagged = float(score) < FLAG_BELOW
         records.append(
-            Report(
+            AuditRecord(
                 id=sample.id,
                 line=line,
                 label=Label.BASELESS if flagged else Label.ENTAILED,

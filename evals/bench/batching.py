@@ -34,7 +34,7 @@ from rt4chart.pipeline import Pipeline
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import DecomposedSentence, DecomposeOutput, load_prompts
 from rt4chart.text import split_sentences
-from rt4chart.types import Report
+from rt4chart.types import AuditRecord
 
 TOKENIZER_MODEL = "gpt-4o-mini"
 
@@ -64,7 +64,7 @@ class Recorder(BackendWrapper):
 @dataclass
 class ModeResult:
     batch_claims: int
-    reports: list[Report]
+    reports: list[AuditRecord]
     calls: int
     prompt_tokens: int
     completion_tokens: int

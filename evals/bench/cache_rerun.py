@@ -23,16 +23,16 @@ from rt4chart.io import InputLine
 from rt4chart.judges import judge_stack
 from rt4chart.pipeline import Pipeline, run_audit
 from rt4chart.text import _split_cached
-from rt4chart.types import Report
+from rt4chart.types import AuditRecord
 
 
 async def timed_audit(
     judge: str, api_base: str | None, cache_dir: Path, items: list[InputLine]
-) -> tuple[float, Ledger, list[Report]]:
+) -> tuple[float, Ledger, list[AuditRecord]]:
     # Each run starts as a new process would: no sentence segmentation memoised from the last one.
     _split_cached.cache_clear()
     stack = judge_stack(judge, api_base=api_base, cache=cache_dir)
-    reports: list[Report] = []
+    reports: list[AuditRecord] = []
     started = time.perf_counter()
     try:
         await run_audit(Pipeline(stack), items, None, reports.append)

@@ -30,7 +30,7 @@ from rt4chart.judges import judge_stack
 from rt4chart.options import AuditOptions
 from rt4chart.pipeline import Pipeline
 from rt4chart.text import content_words
-from rt4chart.types import Report
+from rt4chart.types import AuditRecord
 
 ASCII = str.maketrans({
     "\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-", "\u2026": "...",
@@ -87,7 +87,7 @@ def serving(quote: Callable[[str], str]) -> Iterator[str]:
         server.server_close()
 
 
-async def audit(base_url: str, limit: int) -> list[Report]:
+async def audit(base_url: str, limit: int) -> list[AuditRecord]:
     stack = judge_stack("openai/llm-style", api_base=base_url)
     try:
         pipeline = Pipeline(stack, AuditOptions(decomposer="rules"))
@@ -97,7 +97,7 @@ async def audit(base_url: str, limit: int) -> list[Report]:
         await stack.aclose()
 
 
-def count(reports: list[Report]) -> dict[str, Any]:
+def count(reports: list[AuditRecord]) -> dict[str, Any]:
     matches: Counter[str] = Counter()
     for report in reports:
         for claim in report.claims:

@@ -25,8 +25,8 @@ from typing import Any
 
 from rt4chart.evaluation import EvalConfig, evaluate, write_result
 from rt4chart.judges import resolve_judge
-from rt4chart.report import format_estimate
-from rt4chart.types import Report
+from rt4chart.progress import format_estimate
+from rt4chart.types import AuditRecord
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "long_context"
 METHODS = ("rt4chart", "direct")
@@ -42,11 +42,13 @@ def _layouts(path: Path) -> dict[str, dict[str, Any]]:
         return {str(r["id"]): r["long_context"] for r in map(json.loads, handle)}
 
 
-def _claim_labels(report: Report) -> dict[tuple[int, str], str | None]:
+def _claim_labels(report: AuditRecord) -> dict[tuple[int, str], str | None]:
     return {(c.index, c.text): c.label.value if c.label else None for c in report.claims}
 
 
-def compare(reports: list[Report], baseline: dict[str, Report], layouts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def compare(
+    reports: list[AuditRecord], baseline: dict[str, AuditRecord], layouts: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """Verdict changes against the original contexts, evidence provenance, calls and chunks."""
     valid = [r for r in reports if r.label is not None]
     changed = sum(1 for r in valid if r.id in baseline and baseline[r.id].label != r.label)
@@ -89,7 +91,7 @@ def run(folder: Path, judge: str | None, resamples: int) -> dict[str, Any]:
         raise SystemExit(f"{folder} holds no size-0.jsonl; run build.py first")
     rows: list[dict[str, Any]] = []
     for method in METHODS:
-        baseline: dict[str, Report] = {}
+        baseline: dict[str, AuditRecord] = {}
         for path in files:
             config = EvalConfig(dataset="generic", path=str(path), judge=judge, method=method,
                                 resamples=resamples, tag=f"long-{_size(path)}")

@@ -41,7 +41,7 @@ from rt4chart.repair import (
     summarize,
 )
 from rt4chart.run import RunSpec, aexecute
-from rt4chart.types import Report, Sample
+from rt4chart.types import AuditRecord, Sample
 
 ROOT = Path(__file__).resolve().parents[2]
 CASCADE = f"cascade:embedded@0.8,scripted:{ROOT / 'evals/sanity/flag_everything.rules.json'}"
@@ -50,7 +50,7 @@ AUDIT = {"decomposer": "rules"}
 judge the same claims and claim retention compares like with like."""
 
 
-def unrepaired(report: Report, sample: Sample) -> RepairRecord:
+def unrepaired(report: AuditRecord, sample: Sample) -> RepairRecord:
     """The ``original`` condition: the answer as it was, no edits."""
     return RepairRecord(
         id=report.id, line=report.line, strategy="remove", original=sample.answer, repaired=sample.answer,
@@ -124,7 +124,7 @@ def table(rows: list[dict[str, Any]], agreements: dict[str, dict[str, Any]]) -> 
 
 
 async def conditions(
-    pairs: list[tuple[Report, Sample]], rewriter: Backend | None, max_tokens: int
+    pairs: list[tuple[AuditRecord, Sample]], rewriter: Backend | None, max_tokens: int
 ) -> dict[str, list[RepairRecord]]:
     """The repaired records of every condition, for ``pairs``."""
     result: dict[str, list[RepairRecord]] = {"original": [unrepaired(r, s) for r, s in pairs]}

@@ -42,9 +42,9 @@ from faults import FaultServer, fault_server, grounded  # noqa: E402
 from rt4chart.budget import RunLimits  # noqa: E402
 from rt4chart.io import read_jsonl  # noqa: E402
 from rt4chart.judges import judge_stack  # noqa: E402
-from rt4chart.options import AuditOptions, EngineOptions  # noqa: E402
-from rt4chart.pipeline import Pipeline, run_audit  # noqa: E402
-from rt4chart.types import Report  # noqa: E402
+from rt4chart.options import AuditOptions  # noqa: E402
+from rt4chart.pipeline import EngineOptions, Pipeline, run_audit  # noqa: E402
+from rt4chart.types import AuditRecord  # noqa: E402
 
 STEADY_FROM = 20
 """Records after which a run counts as started (worker actors up, first shards back)."""
@@ -77,7 +77,7 @@ def audit(server: FaultServer, inputs: Path, out: Path, concurrency: int, worker
                                 limits=RunLimits(concurrency=concurrency), cache=None)
     arrivals: list[float] = []
 
-    def on_report(report: Report) -> None:
+    def on_report(report: AuditRecord) -> None:
         arrivals.append(time.perf_counter())
 
     calls_before = len(server.requests)

@@ -64,7 +64,7 @@ from rt4chart.signals.probe import (
 )
 from rt4chart.signals.template import load_csr_template
 from rt4chart.signals.transformers_backend import TransformersBackend, model_identity
-from rt4chart.types import Report, Sample, Span
+from rt4chart.types import AuditRecord, Sample, Span
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -308,7 +308,7 @@ def evaluate_probe(probe: AttentionProbe, pairs: Sequence[tuple[Sample, Attentio
     }
 
 
-def judge_reports(pairs: Sequence[tuple[Sample, AttentionFeatures]]) -> list[Report]:
+def judge_reports(pairs: Sequence[tuple[Sample, AttentionFeatures]]) -> list[AuditRecord]:
     import rt4chart
 
     return list(rt4chart.verify([sample for sample, _ in pairs], cache_dir=WORK / "judge-cache"))
@@ -352,7 +352,7 @@ def out_of_fold_scores(
 
 
 def claim_table(
-    pairs: Sequence[tuple[Sample, AttentionFeatures]], reports: Sequence[Report], scores: ScoreSets, window: int
+    pairs: Sequence[tuple[Sample, AttentionFeatures]], reports: Sequence[AuditRecord], scores: ScoreSets, window: int
 ) -> tuple[FloatArray, BoolArray, npt.NDArray[np.int64]]:
     """Fusion rows of every claim with a span, their gold labels and their answer index."""
     rows, labels, owners = [], [], []

@@ -129,7 +129,7 @@ class ScriptedBackend:
         return self._name
 
     @property
-    def supports_decompose(self) -> bool:
+    def can_write_text(self) -> bool:
         return True
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:

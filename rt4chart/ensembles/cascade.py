@@ -50,12 +50,12 @@ class CascadeBackend:
         return self._name
 
     @property
-    def supports_decompose(self) -> bool:
-        return any(stage.backend.supports_decompose for stage in self.stages)
+    def can_write_text(self) -> bool:
+        return any(stage.backend.can_write_text for stage in self.stages)
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         if not isinstance(request.payload, VerifyInput):
-            decomposer = next((s for s in self.stages if s.backend.supports_decompose), self.stages[0])
+            decomposer = next((s for s in self.stages if s.backend.can_write_text), self.stages[0])
             return await decomposer.backend.complete(request)
         return await self._verify(request, len(request.payload.claims))
 

@@ -50,12 +50,12 @@ class VoteBackend:
         return self._name
 
     @property
-    def supports_decompose(self) -> bool:
-        return any(member.supports_decompose for member in self.members)
+    def can_write_text(self) -> bool:
+        return any(member.can_write_text for member in self.members)
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         if not isinstance(request.payload, VerifyInput):
-            decomposer = next((m for m in self.members if m.supports_decompose), self.members[0])
+            decomposer = next((m for m in self.members if m.can_write_text), self.members[0])
             return await decomposer.complete(request)
         return await self._vote(request, len(request.payload.claims))
 

@@ -39,7 +39,7 @@ from rt4chart.signals.probe import (
     training_hash,
 )
 from rt4chart.signals.template import load_csr_template
-from rt4chart.types import AttentionSignalReport, ProbeTokenScore, ProbeWindowScore, Report, Sample, Span
+from rt4chart.types import AttentionSignalReport, AuditRecord, ProbeTokenScore, ProbeWindowScore, Sample, Span
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,9 @@ def attention_records(
     return records
 
 
-def attach_attention(reports: Sequence[Report], results: dict[int, AttentionSignalReport | str]) -> list[Report]:
+def attach_attention(
+    reports: Sequence[AuditRecord], results: dict[int, AttentionSignalReport | str]
+) -> list[AuditRecord]:
     """Reports with their answer's probe scores and each claim's mean/max token score over its span
     (``probe_mean`` / ``probe_max`` in the claim's ``signals``)."""
     scored: dict[int, tuple[AttentionSignalReport, Sequence[tuple[int, int, float]]] | str] = {

@@ -57,7 +57,7 @@ from pydantic import BaseModel, Field
 from rt4chart.io import InputLine
 from rt4chart.signals.base import LogprobBackend, ScoreRequest, TokenizedText
 from rt4chart.signals.template import CsrTemplate, load_csr_template
-from rt4chart.types import AttentionSignalReport, ProbeTokenScore, Report, Sample, SignalReport, Span, TokenSignal
+from rt4chart.types import AttentionSignalReport, AuditRecord, ProbeTokenScore, Sample, SignalReport, Span, TokenSignal
 
 CSR_EPSILON = 1e-8
 """Added to the denominator, as in the REFIND paper."""
@@ -324,12 +324,12 @@ def span_mean_max(tokens: Sequence[tuple[int, int, float]], span: Span | None) -
 
 
 def attach_token_signal(
-    reports: Sequence[Report],
+    reports: Sequence[AuditRecord],
     results: Mapping[int, tuple[SignalReport | AttentionSignalReport, Sequence[tuple[int, int, float]]] | str],
     *,
     name: str,
     failure: str,
-) -> list[Report]:
+) -> list[AuditRecord]:
     """Reports enriched with one token-level signal (the one mechanism under ``--signals csr`` and
     ``--signals attention``): the sample's token scores under ``signal_tokens``, the answer's largest
     token value as ``signals[name + "_max"]``, and each claim's mean and max token value over its
@@ -363,7 +363,7 @@ def attach_token_signal(
     return attached
 
 
-def attach_signals(reports: Sequence[Report], outcomes: dict[int, CsrOutcome]) -> list[Report]:
+def attach_signals(reports: Sequence[AuditRecord], outcomes: dict[int, CsrOutcome]) -> list[AuditRecord]:
     """Reports with their sample's CSR signals and each claim's mean/max CSR over its answer span;
     a sample whose signal failed gets the failure in its ``errors``."""
     results: dict[int, tuple[SignalReport | AttentionSignalReport, Sequence[tuple[int, int, float]]] | str] = {

@@ -15,7 +15,7 @@ from rt4chart.options import AuditOptions
 from rt4chart.pipeline import Pipeline
 from rt4chart.tasks import ClaimJudgement, DecomposeInput, DecomposeOutput, VerifyInput, VerifyOutput
 from rt4chart.text import segment_context
-from rt4chart.types import Label, Report, Sample
+from rt4chart.types import AuditRecord, Label, Sample
 
 CONTEXT = [
     "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris. "
@@ -32,13 +32,13 @@ def backend() -> EmbeddedBackend:
     return EmbeddedBackend()
 
 
-def audit(backend: EmbeddedBackend, answer: str, question: str | None = None) -> Report:
+def audit(backend: EmbeddedBackend, answer: str, question: str | None = None) -> AuditRecord:
     sample = Sample(id="s", context=CONTEXT, question=question, answer=answer)
     pipeline = Pipeline(backend, AuditOptions(decomposer="auto", window=2, overlap=1))
     return asyncio.run(pipeline.verify_sample(sample))
 
 
-def only_claim_label(report: Report) -> Label | None:
+def only_claim_label(report: AuditRecord) -> Label | None:
     assert len(report.claims) == 1
     return report.claims[0].label
 
@@ -46,7 +46,7 @@ def only_claim_label(report: Report) -> Label | None:
 def test_implements_the_backend_contract(backend: EmbeddedBackend) -> None:
     assert isinstance(backend, Backend)
     assert backend.name == f"embedded#{VERSION}", "the name carries the verifier's version"
-    assert backend.supports_decompose is False
+    assert backend.can_write_text is False
 
 
 def test_numeric_contradiction_is_contradicted(backend: EmbeddedBackend) -> None:

@@ -13,8 +13,11 @@ same keys and the same rules; :func:`open_cache` picks the backend from the loca
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
+import logging
+import os
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -81,6 +84,69 @@ _STORE_FAILURES = (sqlite3.Error, OSError)
 it cannot use."""
 
 
+log = logging.getLogger(__name__)
+
+
+def _disk_full(directory: Path, error: Exception) -> bool:
+    """Whether ``error`` opening the cache at ``directory`` comes from a full disk (SQLite says "disk
+    full", or "disk I/O error" when it cannot create its WAL files there)."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    try:
+        return os.statvfs(directory).f_bavail == 0
+    except OSError:
+        return False
+
+
+class ReadOnlyStore:
+    """The entries of a diskcache directory read through SQLite alone, writing nothing: a cache on
+    a full disk still answers what it holds (diskcache itself writes its settings on open)."""
+
+    def __init__(self, directory: Path) -> None:
+        database: Path = (directory / str(diskcache.core.DBNAME)).resolve()
+        if not database.is_file():
+            raise sqlite3.OperationalError(f"no cache database in {directory}")
+        try:
+            self._db = sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True, check_same_thread=False)
+            self._db.execute("SELECT count(*) FROM Cache").fetchone()
+        except sqlite3.Error:
+            # A database in WAL mode needs its -shm file, which a full disk cannot create: read the
+            # file as it stands (entries still in a WAL file left by a killed run are misses).
+            self._db = sqlite3.connect(f"{database.as_uri()}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+            self._db.execute("SELECT count(*) FROM Cache").fetchone()
+        self._disk = diskcache.Disk(str(directory))
+        self._file = database
+
+    def get(self, key: str) -> str | None:
+        rows = self._db.execute(
+            "SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1"
+            " AND (expire_time IS NULL OR expire_time > ?)", (key, time.time())
+        ).fetchall()
+        if not rows:
+            return None
+        mode, filename, value = rows[0]
+        stored: str = self._disk.fetch(mode, filename, value, False)
+        return stored
+
+    def set(self, key: str, value: str) -> None:
+        raise OSError(errno.ENOSPC, "the cache's disk is full: this run stores nothing in it")
+
+    def delete(self, key: str) -> None:
+        return None  # a damaged entry stays: nothing is written
+
+    def __len__(self) -> int:
+        return int(self._db.execute("SELECT count(*) FROM Cache").fetchone()[0])
+
+    def volume(self) -> int:
+        return self._file.stat().st_size
+
+    def clear(self) -> int:
+        raise sqlite3.OperationalError("the cache's disk is full: nothing can be removed while it is")
+
+    def close(self) -> None:
+        self._db.close()
+
+
 def _unusable(directory: Path | str, error: Exception) -> CacheError:
     return CacheError(
         f"cannot use the cache at {directory}: {error}; pass another --cache-dir, remove the "
@@ -104,7 +170,9 @@ class JudgeCache:
     def __init__(self, directory: Path | str | None = None, *, server: RedisStore | None = None) -> None:
         self.directory: Path | str
         """The cache directory, or the cache server's URL without its password (``server``)."""
-        self._store: diskcache.Cache | RedisStore
+        self._store: diskcache.Cache | RedisStore | ReadOnlyStore
+        self.unstored = 0
+        """Replies this cache could not store (its disk full, or read-only): counted, warned once."""
         if server is not None:
             self.directory, self._store = server.location, server
             return
@@ -112,7 +180,14 @@ class JudgeCache:
         try:
             self._store = diskcache.Cache(str(self.directory))
         except _STORE_FAILURES as error:
-            raise _unusable(self.directory, error) from None
+            if not _disk_full(self.directory, error):
+                raise _unusable(self.directory, error) from None
+            try:
+                self._store = ReadOnlyStore(self.directory)
+            except _STORE_FAILURES:
+                raise _unusable(self.directory, error) from None
+            log.warning("warning: the cache at %s is on a full disk: this run reads it and stores nothing",
+                        self.directory)
 
     def get(self, key: str, schema: type[BaseModel]) -> JudgeResponse | None:
         """The stored reply, its ``parsed`` object validated against ``schema``; ``None`` on a miss
@@ -143,7 +218,7 @@ class JudgeCache:
 
     @property
     def _remote(self) -> bool:
-        return not isinstance(self._store, diskcache.Cache)
+        return not isinstance(self._store, diskcache.Cache | ReadOnlyStore)
 
     def put(self, key: str, response: JudgeResponse) -> None:
         """Store a reply if it is schema-valid; failures are never cached."""
@@ -151,7 +226,11 @@ class JudgeCache:
             return
         try:
             self._store.set(key, response.model_dump_json())
-        except Exception:  # a full or read-only disk must not stop an audit
+        except Exception as error:  # a full or read-only disk must not stop an audit
+            self.unstored += 1
+            if self.unstored == 1 and not isinstance(self._store, ReadOnlyStore):
+                log.warning("warning: the cache at %s cannot store replies (%s): the run goes on without "
+                            "storing them", self.directory, error)
             return
 
     def _forget(self, key: str) -> None:
@@ -174,6 +253,8 @@ class JudgeCache:
             raise _unusable(self.directory, error) from None
 
     def close(self) -> None:
+        if self.unstored:
+            log.warning("the cache at %s did not store %d replies", self.directory, self.unstored)
         self._store.close()
 
 

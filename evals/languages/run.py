@@ -102,6 +102,10 @@ def markdown(rows: dict[str, dict[str, float | int | str]], split: str, command:
             f"| {row['iou_sentences']:.3f} ({row['iou_sentences_english_punkt']:.3f}) "
             f"| {row['iou_whole_answer']:.3f} |\n"
         )
+    lines.append(
+        "\nThe signals path (CSR token offsets over Han, Devanagari, Arabic and Latin answers): "
+        "[SIGNALS.md](SIGNALS.md).\n"
+    )
     return "".join(lines)
 
 

@@ -848,7 +848,7 @@ def show(
     results: ResultsArgument,
     input_path: ResultsInputOption = None,
     sample_id: Annotated[str | None, typer.Option("--id", help="Only the sample with this id.")] = None,
-    only: Annotated[ShowOnly | None, typer.Option(help="Only contradicted or hallucinated samples.")] = None,
+    only: Annotated[ShowOnly | None, typer.Option(help="Only the samples failing this --fail-on policy.")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="Every sample in full (past 10 samples, passing ones take one line).")] = False,
 ) -> None:
     """Print results readably: each answer with its claims coloured by label, and their evidence."""
@@ -1009,22 +1009,18 @@ def signals_csr(
         records = csr_records(items, backend, delta=delta, cache=cache)
     except SignalError as error:
         raise fail(str(error)) from None
-    flagged = sum(1 for record in records if record.signals and record.signals.flagged)
-    _write_signal_records(out, records, f"{flagged} with flagged tokens")
+    _write_signal_records(out, records, "with flagged tokens")
 
 
-def _write_signal_records(
-    out: Path, records: Sequence[SignalRecord] | Sequence[AttentionRecord], flagged: str
-) -> None:
-    """Write one record per input line, say how many were flagged and how many failed; exit 2 when
-    a line failed (every line still has its record)."""
-    from rt4chart.io import write_lines_atomically
+def _write_signal_records(out: Path, records: Sequence[SignalRecord] | Sequence[AttentionRecord], flagged: str) -> None:
+    """Write the records through the run layer (which decides the exit: 2 when a line failed) and say
+    how many were flagged and how many failed."""
+    from rt4chart.run import write_signal_records
 
-    write_lines_atomically(out, (record.model_dump_json() for record in records))
-    invalid = sum(1 for record in records if record.errors)
-    stderr.print(f"wrote {len(records)} records to {out}: {flagged}, {invalid} with errors", highlight=False, markup=False)
-    if invalid:
-        raise typer.Exit(EXIT_USAGE)
+    outcome = write_signal_records(out, records)
+    stderr.print(f"wrote {outcome.counts.records} records to {out}: {outcome.counts.flagged} {flagged}, "
+                 f"{outcome.counts.invalid} with errors", highlight=False, markup=False)
+    raise typer.Exit(outcome.exit_code)
 
 
 def _attention_setup(model: Path, probe_path: Path) -> AttentionSetup:
@@ -1065,8 +1061,7 @@ def signals_attention(
         )
     except SignalError as error:
         raise fail(str(error)) from None
-    flagged = sum(1 for record in records if record.attention and record.attention.flagged)
-    _write_signal_records(out, records, f"{flagged} flagged")
+    _write_signal_records(out, records, "flagged")
 
 
 @signals_app.command("train")

@@ -40,7 +40,15 @@ from rt4chart.budget import BudgetExhausted, Ledger, RunLimits
 from rt4chart.cache import JudgeCache
 from rt4chart.ci_formats import FailureTally
 from rt4chart.evaluation import EvalConfig, EvaluationResult
-from rt4chart.io import InputFile, InputLine, OutputError, guard_outputs, parse_sample, read_records
+from rt4chart.io import (
+    InputFile,
+    InputLine,
+    OutputError,
+    guard_outputs,
+    parse_sample,
+    read_records,
+    write_lines_atomically,
+)
 from rt4chart.judges import JudgeConfigError, JudgeStack, check_judge_serves
 from rt4chart.manifest import write_manifest
 from rt4chart.options import AuditOptions
@@ -205,6 +213,8 @@ class RunCounts(BaseModel):
     """Records with a verdict left open by judge errors (or not audited)."""
     hallucinated: int = 0
     """Answers judged contradicted or baseless."""
+    flagged: int = 0
+    """Records with flagged tokens or spans (``rt4 signals``)."""
 
 
 class RunOutcome(BaseModel):
@@ -410,6 +420,27 @@ def outcome_of(
         status=status, counts=counts, fails=fails, stop=result.stop, judge=judge, spent_usd=ledger.spent_usd,
         budget_usd=ledger.limit_usd, reports=list(reports), summary=summary,
     )
+
+
+class SignalRecordLike(Protocol):
+    """What :func:`write_signal_records` reads of an ``rt4 signals`` record (csr or attention)."""
+
+    errors: list[str]
+
+    @property
+    def flagged(self) -> bool: ...
+
+    def model_dump_json(self) -> str: ...
+
+
+def write_signal_records(out: Path, records: Sequence[SignalRecordLike]) -> RunOutcome:
+    """Write the records of ``rt4 signals csr|attention`` (one per input line, atomically) and the run's
+    outcome: invalid input (exit 2) when a line has no signals, every line still having its record."""
+    write_lines_atomically(out, (record.model_dump_json() for record in records))
+    invalid = sum(1 for record in records if record.errors)
+    counts = RunCounts(records=len(records), written=len(records), invalid=invalid,
+                       flagged=sum(1 for record in records if record.flagged))
+    return RunOutcome(status=RunStatus.INVALID_INPUT if invalid else RunStatus.PASSED, counts=counts)
 
 
 def records_status(reports: Sequence[AuditRecord], fails: bool) -> RunStatus:

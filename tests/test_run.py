@@ -159,3 +159,22 @@ def test_records_written_with_the_old_signal_fields_read_into_the_open_maps() ->
     assert report.claims[0].signals == {"csr_mean": 0.25, "csr_max": 0.5}
     assert set(report.signal_tokens) == {"csr"} and report.signals == {}
     assert AuditRecord.model_validate_json(report.model_dump_json()) == report
+
+
+def test_the_run_layer_decides_the_exit_of_rt4_signals_and_counts_flagged_records(tmp_path: Path) -> None:
+    from rt4chart.run import write_signal_records
+    from rt4chart.signals.csr import SignalRecord
+    from rt4chart.types import SignalReport
+
+    def report(flagged: bool) -> SignalReport:
+        return SignalReport(signal="csr", model="m", template_version="t", delta=0.2, flagged=flagged)
+
+    records = [SignalRecord(id="a", line=1, signals=report(True)), SignalRecord(id="b", line=2, signals=report(False))]
+    out = tmp_path / "signals.jsonl"
+    outcome = write_signal_records(out, records)
+    assert (outcome.status, outcome.exit_code, outcome.counts.flagged, outcome.counts.invalid) == (
+        RunStatus.PASSED, 0, 1, 0)
+    broken = [*records, SignalRecord(id=None, line=3, errors=["line 3: not JSON"])]
+    outcome = write_signal_records(out, broken)
+    assert (outcome.status, outcome.exit_code, outcome.counts.records) == (RunStatus.INVALID_INPUT, 2, 3)
+    assert [json.loads(line)["line"] for line in out.read_text().splitlines()] == [1, 2, 3]  # every line has its record

@@ -140,6 +140,11 @@ class AttentionRecord(BaseModel):
     errors: list[str] = Field(default_factory=list)
     """Why the line has no scores."""
 
+    @property
+    def flagged(self) -> bool:
+        """Whether the probe flagged any span of the answer."""
+        return bool(self.attention and self.attention.flagged)
+
 
 def attention_records(
     items: Sequence[InputLine],

@@ -385,6 +385,11 @@ class SignalRecord(BaseModel):
     errors: list[str] = Field(default_factory=list)
     """Why the line has no signals."""
 
+    @property
+    def flagged(self) -> bool:
+        """Whether any answer token was flagged."""
+        return bool(self.signals and self.signals.flagged)
+
 
 def csr_records(
     items: Sequence[InputLine],

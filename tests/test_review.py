@@ -321,3 +321,13 @@ def test_the_interval_covers_the_true_precision_of_a_known_population_about_as_o
     assert len(precision) == 3 and all(figure["draws"] == 20 for figure in precision)
     pooled = sum(figure["coverage"] for figure in precision) / 3
     assert pooled >= 0.8, result  # nominal 0.95; 60 draws in all, so a broken estimator (unweighted) falls far below
+
+
+def test_a_plan_needs_an_output_and_claims_with_a_judge_label(tmp_path: Path) -> None:
+    records = [AuditRecord(id="failed", line=1, claims=[_claim(0, None)])]
+    (tmp_path / "audit.jsonl").write_text(records[0].model_dump_json() + "\n", encoding="utf-8")
+    nothing = rt4("review-plan", "audit.jsonl", cwd=tmp_path)
+    assert nothing.returncode == 2 and "--report" in nothing.stderr
+    unlabelled = rt4("review-plan", "audit.jsonl", "--out", "plan.jsonl", cwd=tmp_path)
+    assert unlabelled.returncode == 2 and "no claim with a judge label" in unlabelled.stderr
+    assert not (tmp_path / "plan.jsonl").exists()

@@ -41,10 +41,13 @@ class FailOn(StrEnum):
 
 class ShowOnly(StrEnum):
     """Which samples ``rt4 show --only`` keeps: the :class:`FailOn` policies that select answers
-    by their own label (``never``, ``new`` and ``worse`` select none, or need a baseline)."""
+    by their own label or their claims' citation verdicts (``never``, ``new`` and ``worse`` select
+    none, or need a baseline)."""
 
     CONTRADICTED = FailOn.CONTRADICTED.value
     HALLUCINATED = FailOn.HALLUCINATED.value
+    MISATTRIBUTED = FailOn.MISATTRIBUTED.value
+    MISCITED = FailOn.MISCITED.value
 
 
 class ResultsError(ValueError):

@@ -467,3 +467,16 @@ def test_rt4_show_prints_each_claims_citation(scripted: tuple[Path, int, list[di
     text = " ".join(shown.stdout.split())
     assert "citations: ALCE precision 0.00 · ALCE recall 0.00 · 0 supported, 1 misattributed" in text
     assert "citation: misattributed · cites refunds · supported by returns · cited passages alone: baseless" in text
+
+
+@pytest.mark.parametrize("policy", ["misattributed", "miscited"])
+def test_rt4_show_only_the_answers_failing_a_citation_policy(
+    scripted: tuple[Path, int, list[dict[str, Any]]], policy: str,
+) -> None:
+    directory, _, _ = scripted
+    failing = {"misattributed": {"misattributed"}, "miscited": {"misattributed", "unsupported", "uncited"}}[policy]
+    expected = [line["id"] for line in lines() if any(v in failing for v, _, _ in line["expected"])]
+    shown = rt4("show", "out.jsonl", "--only", policy, "--all", cwd=directory)
+    assert shown.returncode == 0, shown.stderr
+    headings = [line.split()[0] for line in shown.stdout.splitlines() if re.match(r"^\S+\s+line \d+", line)]
+    assert headings == expected

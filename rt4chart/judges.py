@@ -541,15 +541,21 @@ def check_judge_serves(backend: Backend, options: AuditOptions) -> None:
     raise JudgeConfigError(f"{needs} needs {_TEXT_JUDGES}; judge {backend.name!r} only verifies claims")
 
 
-def judge_languages(backend: Backend) -> frozenset[str] | None:
+def judge_languages(backend: object) -> frozenset[str] | None:
     """The languages ``backend`` judges (ISO 639-1 codes), from the first backend of its wrapping
     chain that declares them (a ``languages`` attribute: the embedded verifier's ``{"en"}``);
-    ``None``: whatever its model reads (a language model's prompt says the answer's language)."""
+    ``None``: whatever its model reads (a language model's prompt says the answer's language). A
+    cascade or a vote serves only the languages all its judges serve: each of them decides some
+    verdicts."""
     layer: object | None = backend
     while layer is not None:
         languages = getattr(layer, "languages", None)
         if languages is not None:
             return frozenset(languages)
+        judges = [stage.backend for stage in getattr(layer, "stages", [])] + list(getattr(layer, "members", []))
+        if judges:
+            served = [languages for judge in judges if (languages := judge_languages(judge)) is not None]
+            return frozenset.intersection(*served) if served else None
         layer = getattr(layer, "inner", None)
     return None
 

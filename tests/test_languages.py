@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from rt4chart.backends.base import Message
 from rt4chart.decompose import claim_problem
 from rt4chart.grounding import ContextIndex
+from rt4chart.judges import judge_languages, language_refusal, resolve_judge
 from rt4chart.languages import audit_language, detect_language, normalize_language
 from rt4chart.prompts import localize
 from rt4chart.session import JudgeSession
@@ -315,6 +316,17 @@ def test_the_embedded_judge_leaves_a_chinese_answer_open_with_an_error(tmp_path:
     # Asked for the whole run in Chinese, it refuses before any work.
     refused = rt4("verify", "in.jsonl", "--judge", "embedded", "--language", "zh", "--no-cache", cwd=tmp_path)
     assert refused.returncode == 2 and "serves en only" in refused.stderr
+
+
+def test_a_cascade_or_vote_with_the_embedded_judge_serves_english_only(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    rules = tmp_path / "rules.json"
+    rules.write_text('{"default": "entailed"}', "utf-8")
+    cascade = resolve_judge(f"cascade:embedded@0.9,scripted:{rules}")
+    assert judge_languages(cascade) == frozenset({"en"})
+    assert "serves en only" in (language_refusal(cascade, "zh") or "")
+    assert language_refusal(cascade, "en") is None
+    assert judge_languages(resolve_judge(f"vote:scripted:{rules},scripted:{rules}")) is None
 
 
 def test_rt4_judges_says_which_languages_each_judge_serves(tmp_path: Path) -> None:

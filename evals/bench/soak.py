@@ -3,12 +3,20 @@ fault server (tests/faults.py) injecting 10% 429s, 5% 5xx, 2% hangs past a short
 malformed replies, compared with a fault-free run of the same inputs on the same server.
 
     python evals/bench/soak.py [--samples 2000] [--memory-baseline 500] [--json FILE] [--no-record]
+    python evals/bench/soak.py --memory 5000 50000 [--json FILE] [--no-record]
 
 Checks, each printed with its figure: every input line has exactly one record, in order; every
 record whose calls eventually succeeded (no error on the record or a claim) equals the fault-free
 record of the same line (usage aside: retries cost calls); records that could not be judged carry
 errors (and, once judge failures null the label, ``label: null``: the figure says how many do);
 the CLI's peak memory (max RSS, from ``wait4``) for N samples vs the baseline count.
+
+``--memory SMALL LARGE`` is the memory check of streamed records: the real ``rt4 verify`` over SMALL
+then LARGE generated samples with the scripted judge (the same records as the fault server's judge,
+without HTTP), the peak RSS of each run from ``wait4``; the target is LARGE within 10% of SMALL.
+Every sample has its own id and answer but all share one context: a verify request's bounded reply
+schema is built per distinct context (``tasks.bounded_verify_output``, about 10 ms of CPU each), and
+one context keeps 50,000 samples within a quarter of an hour on two shared cores.
 
 The fault sequence is drawn with a fixed seed; which request meets which fault depends on arrival
 order under concurrency, so figures vary a little from run to run.
@@ -31,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from audit_fixtures import write_samples  # noqa: E402
+from audit_fixtures import write_rules, write_samples  # noqa: E402
 from faults import Fault, FaultServer, claims_in, fault_server  # noqa: E402
 
 FAULT_SHARES = {"rate_limit": 0.10, "server_error": 0.05, "hang": 0.02, "invalid_json": 0.03}
@@ -83,6 +91,60 @@ def run_cli(server: FaultServer, inputs: Path, out: Path) -> tuple[int, int, flo
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     return process.returncode, usage.ru_maxrss, time.perf_counter() - started
+
+
+def peak_rss(command: list[str]) -> tuple[int, int, float]:
+    """Exit code, peak RSS in KiB and seconds of one run of ``command``."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=environment)
+    _, status, usage = os.wait4(process.pid, 0)
+    return os.waitstatus_to_exitcode(status), usage.ru_maxrss, time.perf_counter() - started
+
+
+SHARED_CONTEXT = "Store 1 opens daily at 9 am. It sells 30 kinds of bread."
+
+
+def memory_check(small: int, large: int, workdir: Path) -> dict[str, Any]:
+    """Peak RSS of ``rt4 verify`` over ``small`` and ``large`` samples (scripted judge, no cache)."""
+    rules = write_rules(workdir / "rules.json")
+    figures: dict[str, Any] = {"samples": [small, large], "peak_rss_mib": {}, "seconds": {}, "records": {}}
+    for count in (small, large):
+        inputs, out = workdir / f"in{count}.jsonl", workdir / f"out{count}.jsonl"
+        with inputs.open("w", encoding="utf-8") as lines:
+            for number in range(count):
+                sample = {"id": f"s{number}", "context": SHARED_CONTEXT,
+                          "answer": f"Store 1 opens at 9 am. It also sells {number} kinds of cake."}
+                lines.write(json.dumps(sample) + "\n")
+        code, kib, seconds = peak_rss([sys.executable, "-m", "rt4chart", "verify", str(inputs), "--judge",
+                                       f"scripted:{rules}", "--decomposer", "rules", "--no-cache", "--out", str(out),
+                                       "-q"])
+        assert code == 1, f"rt4 verify exited {code}"  # 1: the cakes are baseless in every sample
+        figures["peak_rss_mib"][str(count)] = round(kib / 1024, 1)
+        figures["seconds"][str(count)] = round(seconds, 1)
+        with out.open("rb") as written:
+            figures["records"][str(count)] = sum(1 for _ in written)
+        inputs.unlink()
+        out.unlink()
+    rss = figures["peak_rss_mib"]
+    figures["memory_growth"] = round(rss[str(large)] / rss[str(small)] - 1, 4)
+    return figures
+
+
+def memory_table(result: dict[str, Any]) -> list[str]:
+    small, large = result["samples"]
+    rss, seconds, records = result["peak_rss_mib"], result["seconds"], result["records"]
+    return [
+        "Input: generated samples (2 claims each, one shared context); `rt4 verify --judge scripted:RULES "
+        "--decomposer rules --no-cache --out FILE -q`, the run's peak RSS from `wait4`. Taken under load "
+        "(8 helpers on 2 cores).",
+        "",
+        "| samples | records written | peak RSS (MiB) | wall seconds |",
+        "|---|---|---|---|",
+        *(f"| {n} | {records[str(n)]} | {rss[str(n)]} | {seconds[str(n)]} |" for n in (small, large)),
+        "",
+        f"Growth from {small} to {large} samples: {result['memory_growth']:.1%} (target: within 10%).",
+    ]
 
 
 def stable(record: dict[str, Any]) -> dict[str, Any]:
@@ -174,7 +236,21 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="Also write the figures as JSON here.")
     parser.add_argument("--no-record", action="store_true", help="Do not write evals/bench/RESULTS.md.")
+    parser.add_argument("--memory", type=int, nargs=2, metavar=("SMALL", "LARGE"),
+                        help="Only the memory check: peak RSS over SMALL and LARGE samples.")
     arguments = parser.parse_args()
+    if arguments.memory:
+        with TemporaryDirectory() as folder:
+            figures = memory_check(*arguments.memory, Path(folder))
+        if arguments.json:
+            arguments.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+        if arguments.no_record:
+            print("\n".join(memory_table(figures)))
+        else:
+            from results import record
+
+            record("Soak: memory flat in the number of samples", memory_table(figures))
+        return
     with TemporaryDirectory() as folder:
         result = soak(arguments.samples, arguments.memory_baseline, Path(folder), arguments.seed)
     if arguments.json:

@@ -105,7 +105,7 @@ def worst_case_calls(pipeline: Pipeline, sample: Sample) -> int:
     language = audit_language(sample.language, options.language, sample.answer, sample.context)
     if language_refusal(pipeline.backend, language) is not None:
         return 0
-    cited = find_citations(sample, options.citation_pattern)
+    cited = find_citations(sample, options.citation_pattern, language)
     answer_sentences = cited.sentences if cited is not None else split_sentences(sample.answer, language=language)
     if not answer_sentences:
         return 0

@@ -17,7 +17,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rt4chart.io import read_json_lines, write_lines_atomically
-from rt4chart.types import AuditRecord
+from rt4chart.text import displayable
+from rt4chart.types import AuditRecord, ClaimVerdict
 
 REVIEW_FORMAT: Literal["rt4chart.review/1"] = "rt4chart.review/1"
 """The value of every review's ``format`` field (a reader refuses any other)."""
@@ -89,8 +90,15 @@ class ReviewFileError(ValueError):
 
 
 def record_id(record: AuditRecord) -> str:
-    """The id a review gives a record: its ``id``, or ``line N`` (its input line) when it has none."""
-    return record.id if record.id is not None else f"line {record.line}"
+    """The id a review gives a record: its ``id``, or ``line N`` (its input line) when it has none;
+    as the report shows it (:func:`rt4chart.text.displayable`: a control character made visible), so
+    the page, the plan and ``rt4 agree`` name a record alike."""
+    return displayable(record.id) if record.id is not None else f"line {record.line}"
+
+
+def claim_text(claim: ClaimVerdict) -> str:
+    """A claim's text as a review repeats it: as the report shows it (see :func:`record_id`)."""
+    return displayable(claim.text)
 
 
 def duplicate_record_ids(records: Iterable[AuditRecord]) -> set[str]:
@@ -112,7 +120,7 @@ def run_key(records: Sequence[AuditRecord]) -> str:
     """
     digest = hashlib.sha256()
     for record in records:
-        digest.update(json.dumps([record_id(record), [claim.text for claim in record.claims]]).encode())
+        digest.update(json.dumps([record_id(record), [claim_text(claim) for claim in record.claims]]).encode())
     return digest.hexdigest()[:16]
 
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from rt4chart.agreement import THREE_WAY, Statistic
 from rt4chart.io import read_records
 from rt4chart.metrics import bootstrap_interval
-from rt4chart.review import ClaimReview, duplicate_record_ids, read_reviews, record_id, run_key
+from rt4chart.review import ClaimReview, claim_text, duplicate_record_ids, read_reviews, record_id, run_key
 from rt4chart.types import AuditRecord
 
 
@@ -196,9 +196,9 @@ def review_agreement(
         if record is None or review.claim_index >= len(record.claims):
             raise ReviewMatchError(f"a review names claim {review.claim_index} of record {review.record_id!r}, "
                                    "which the audit does not have: give the audit the reviews were made on")
-        if record.claims[review.claim_index].text != review.claim:
+        if (audited := claim_text(record.claims[review.claim_index])) != review.claim:
             raise ReviewMatchError(f"the review of claim {review.claim_index} of record {review.record_id!r} is of "
-                                   f"{review.claim!r}, the audit's claim is {record.claims[review.claim_index].text!r}")
+                                   f"{review.claim!r}, the audit's claim is {audited!r}")
         latest[(review.record_id, review.claim_index)] = review  # a claim reviewed twice: the later review counts
     if len(latest) < len(reviews):
         warnings.append(f"{len(reviews) - len(latest)} claims reviewed more than once: the last review of each counts")

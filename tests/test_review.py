@@ -331,3 +331,20 @@ def test_a_plan_needs_an_output_and_claims_with_a_judge_label(tmp_path: Path) ->
     unlabelled = rt4("review-plan", "audit.jsonl", "--out", "plan.jsonl", cwd=tmp_path)
     assert unlabelled.returncode == 2 and "no claim with a judge label" in unlabelled.stderr
     assert not (tmp_path / "plan.jsonl").exists()
+
+
+def test_ids_and_claims_with_control_characters_match_between_plan_page_and_agree(tmp_path: Path) -> None:
+    hostile = "\x1b[2J\u202e"  # a terminal escape and a bidi override: the report shows them as visible characters
+    claim = ClaimVerdict(index=0, text=f"claim {hostile}", sentence_index=0, answer_span=None, label=Label.BASELESS)
+    record = AuditRecord(id=f"r{hostile}", line=1, claims=[claim])
+    (tmp_path / "audit.jsonl").write_text(record.model_dump_json() + "\n", encoding="utf-8")
+    assert rt4("review-plan", "audit.jsonl", "--out", "plan.jsonl", cwd=tmp_path).returncode == 0
+    [planned] = [json.loads(line) for line in (tmp_path / "plan.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert "\x1b" not in planned["record_id"] + planned["claim"]
+    review = ClaimReview(**{k: planned[k] for k in ("run", "record_id", "claim_index", "claim", "judge_label",
+                                                     "inclusion_probability", "stratum")}, label="baseless")
+    write_reviews(tmp_path / "reviews.jsonl", [review])
+    agreed = rt4("agree", "audit.jsonl", "--reviews", "reviews.jsonl", "--json", cwd=tmp_path)
+    assert agreed.returncode == 0, agreed.stderr
+    result = json.loads(agreed.stdout)
+    assert (result["used"], result["warnings"]) == (1, [])

@@ -91,7 +91,7 @@ def test_show_filters_by_id_and_by_verdict(audited: Path, monkeypatch: pytest.Mo
     assert never.returncode == 2 and "never" in never.stderr
     offered = rt4("show", "--help", cwd=audited)
     help_text = Text.from_ansi(offered.stdout).plain
-    assert "contradicted|hallucinated>" in "".join(help_text.split()) and "never" not in help_text
+    assert "<contradicted|hallucinated|" in "".join(help_text.split()) and "never" not in help_text
 
 
 def _verify_on_a_terminal(directory: Path, *args: str) -> str:

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from typer.core import TyperCommand, TyperOption
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from rt4chart.datasets import DATA_LOCATION_HELP, DATASET_NAMES
 from rt4chart.options import HELP_PANELS, AuditOptions
@@ -52,7 +52,29 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 """Bad input or usage (README "Exit codes"); every other exit code comes from :func:`rt4chart.run.exit_code`."""
 
+def _hide_flag_types(command: Any, ctx: Any) -> None:
+    """No type beside a flag in ``--help``: typer 0.29 prints ``<bool>`` for options that take no value."""
+    for param in command.get_params(ctx):
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+
+
+class _ReadableGroup(TyperGroup):
+    """A command group whose ``--help`` and whose commands' ``--help`` show no type beside a flag."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:  # typer's vendored click types are private
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _hide_flag_types(command, ctx)
+        return command
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _hide_flag_types(self, ctx)
+        super().format_help(ctx, formatter)
+
+
 app = typer.Typer(
+    cls=_ReadableGroup,
     name="rt4",
     help="Audit RAG answers against their context: claim-level verdicts with evidence.",
     no_args_is_help=True,
@@ -358,7 +380,7 @@ def estimate(
         print_estimate(plan, Console())
 
 
-cache_app = typer.Typer(help="Inspect or clear the judge-call cache.", no_args_is_help=True)
+cache_app = typer.Typer(cls=_ReadableGroup, help="Inspect or clear the judge-call cache.", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 
 
@@ -964,7 +986,7 @@ def repair(
 
 # --- rt4 signals: white-box token signals of a self-hosted model (rt4chart.signals) ---------------
 
-signals_app = typer.Typer(help="White-box token signals of a self-hosted model.", no_args_is_help=True)
+signals_app = typer.Typer(cls=_ReadableGroup, help="White-box token signals of a self-hosted model.", no_args_is_help=True)
 app.add_typer(signals_app, name="signals")
 
 SignalModelOption = Annotated[Path, typer.Option(help="Model directory or GGUF file (its tokenizer gives the offsets; with --server, the server must serve the same model).")]

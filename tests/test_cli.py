@@ -316,3 +316,7 @@ def test_verify_help_is_grouped_into_panels_readable_at_80_columns() -> None:
     assert "--judge" not in options_panel, "every audit option sits in a named panel"
     flat = " ".join(text.split())
     assert "vote:A,B,C" in flat and "FILE.toml" in flat
+    # A flag takes no value, so no type is printed beside it (typer 0.29 prints ``<bool>``), in every command.
+    assert "<bool>" not in text and "--resume" in text and "--github" in text
+    for command in (["--help"], ["cache", "clear", "--help"], ["show", "--help"]):
+        assert "<bool>" not in CliRunner().invoke(app, command, catch_exceptions=False).stdout, command

@@ -1,12 +1,14 @@
 """A judge on any server that speaks OpenAI's chat-completions protocol (vLLM, llama.cpp, TGI,
-SGLang, OpenAI itself, most gateways), sent with httpx and nothing heavier.
+SGLang, OpenAI itself, most gateways), sent with aiohttp and nothing heavier.
 
 A thin sender (:class:`OpenAICompatSender`): one POST of ``/chat/completions``, the reply's text
 and token counts. The transport policy (:mod:`rt4chart.backends.policy`) does the rest, as for the
 litellm sender: retries and backoff (Retry-After honoured), the circuit breaker, concurrency,
 reply parsing and re-asks, key scrubbing, the reply size cap. It never imports litellm (seconds of
 start-up, milliseconds of CPU per call): prices are the profile's, prompt tokens the policy's
-tokenizer-free bound.
+tokenizer-free bound. The client is aiohttp, not httpx: on the same calls httpx spends about seven
+times aiohttp's CPU per request (its pool, anyio and h11 layers; evals/bench/RESULTS.md), which
+alone would be over the millisecond a call may cost.
 
 Structured output: a JSON schema (``response_format: json_schema``) unless the profile says
 otherwise. A server that refuses it with HTTP 400 is asked again at once with JSON mode, then with
@@ -19,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 
 from rt4chart.backends.base import JudgeRequest, output_json_schema
 from rt4chart.backends.policy import CallSettings, InvalidReply, PolicyBackend, Reply, Sender, reply_cap_chars
@@ -64,8 +68,23 @@ class OpenAICompatSettings(CallSettings):
     """Model string (``openai/<name>``, ``hosted_vllm/<name>`` or the bare name the server knows)."""
 
 
-class EndpointError(httpx.HTTPStatusError):
+@dataclass(frozen=True)
+class ErrorResponse:
+    """What the policy reads of a failed answer (:func:`~rt4chart.backends.policy.status_code`,
+    :func:`~rt4chart.backends.policy.retry_after_s`)."""
+
+    status_code: int
+    """The HTTP status."""
+    headers: Mapping[str, str]
+    """The response headers (Retry-After)."""
+
+
+class EndpointError(Exception):
     """The server answered with an HTTP error: its status and its message, never a request header."""
+
+    def __init__(self, message: str, response: ErrorResponse) -> None:
+        super().__init__(message)
+        self.response = response
 
 
 class MalformedResponse(Exception):
@@ -73,11 +92,15 @@ class MalformedResponse(Exception):
 
 
 class OpenAICompatSender(Sender):
-    """One attempt as one httpx POST of ``{api_base}/chat/completions``."""
+    """One attempt as one aiohttp POST of ``{api_base}/chat/completions``."""
 
-    # One connection pool per event loop: httpx's connections belong to the loop that opened them,
-    # and a backend may serve several ``asyncio.run`` calls (one per CLI command or evaluation).
-    _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient]
+    # One session per event loop: its connections belong to the loop that opened them, and a
+    # backend may serve several ``asyncio.run`` calls (one per CLI command or evaluation). Each is
+    # held open by an async generator, which the loop closes when it ends (``asyncio.run`` shuts
+    # down a loop's async generators), closing the session in that loop and not in another.
+    _clients: weakref.WeakKeyDictionary[
+        asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncGenerator[aiohttp.ClientSession, None]]
+    ]
 
     def __init__(self, settings: OpenAICompatSettings, *, api_key: str | None, api_base: str | None) -> None:
         self.settings = settings
@@ -113,19 +136,31 @@ class OpenAICompatSender(Sender):
         return _ACCEPTED_MODE.get(self._mode_key, self._configured_mode)
 
     def is_transient(self, error: BaseException) -> bool:
-        return isinstance(error, MalformedResponse) or super().is_transient(error)
+        # A dropped connection or a body cut short, in aiohttp's words (not OS errors).
+        transient = (MalformedResponse, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+        return isinstance(error, transient) or super().is_transient(error)
 
-    def _client(self) -> httpx.AsyncClient:
+    async def _client(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-            # Every slot keeps its connection alive between calls (httpx keeps 20 by default).
-            keep = self.settings.concurrency
-            limits = httpx.Limits(max_connections=None, max_keepalive_connections=keep)
-            client = httpx.AsyncClient(headers=headers, timeout=self.settings.timeout_s, limits=limits)
-            self._clients[loop] = client
-        return client
+        held = self._clients.get(loop)
+        if held is None:
+            keeper = self._session_while_the_loop_runs()
+            held = self._clients[loop] = (await anext(keeper), keeper)
+        return held[0]
+
+    async def _session_while_the_loop_runs(self) -> AsyncGenerator[aiohttp.ClientSession, None]:
+        headers = {"Content-Type": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        # No pool limit of its own: the policy bounds the calls in flight.
+        connector = aiohttp.TCPConnector(limit=0)
+        timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
+        session = aiohttp.ClientSession(headers=headers, timeout=timeout, connector=connector)
+        try:
+            while True:
+                yield session
+        finally:
+            await session.close()
 
     def body(self, messages: list[dict[str, str]], request: JudgeRequest, mode: str) -> dict[str, Any]:
         """The JSON body of one attempt at ``request`` with structured-output ``mode``."""
@@ -168,24 +203,25 @@ class OpenAICompatSender(Sender):
 
     async def _post(self, body: dict[str, Any], request: JudgeRequest) -> Reply:
         limit = 4 * reply_cap_chars(request.params.max_tokens) + _BODY_SLACK_BYTES
-        client = self._client()
-        async with client.stream("POST", self._url, json=body) as response:
+        client = await self._client()
+        async with client.post(self._url, data=json.dumps(body)) as response:
             chunks: list[bytes] = []
             size = 0
-            async for chunk in response.aiter_bytes():
+            async for chunk in response.content.iter_any():
                 size += len(chunk)
                 if size > limit:
                     # Read no further: such a body is not a reply max_tokens can produce.
                     raise InvalidReply(f"a reply body of over {limit:,} bytes, over the cap", "", final=True)
                 chunks.append(chunk)
+            status, headers = response.status, response.headers
         data = b"".join(chunks)
-        if response.status_code >= 400:
-            raise EndpointError(self._error_message(response, data), request=response.request, response=response)
+        if status >= 400:
+            raise EndpointError(self._error_message(status, data), ErrorResponse(status, headers))
         try:
             answer = json.loads(data)
             message = answer["choices"][0]["message"]
         except (ValueError, KeyError, IndexError, TypeError) as error:
-            raise MalformedResponse(f"HTTP {response.status_code} without a chat completion: {data[:200]!r}") from error
+            raise MalformedResponse(f"HTTP {status} without a chat completion: {data[:200]!r}") from error
         counts = answer.get("usage") or {}
         return Reply(
             # The content only: a reasoning model's separate reasoning is never read as the verdict.
@@ -194,7 +230,7 @@ class OpenAICompatSender(Sender):
             completion_tokens=int(counts.get("completion_tokens") or 0),
         )
 
-    def _error_message(self, response: httpx.Response, data: bytes) -> str:
+    def _error_message(self, status: int, data: bytes) -> str:
         """``HTTP 429 from <endpoint>: <the server's message>``: the status and what the server
         said, never the request (its headers carry the key; the policy scrubs echoes of it)."""
         try:
@@ -203,21 +239,17 @@ class OpenAICompatSender(Sender):
             detail = detail.get("message", detail) if isinstance(detail, dict) else detail
         except ValueError:
             detail = data.decode("utf-8", "replace")
-        return f"HTTP {response.status_code} from {self.endpoint}: {str(detail)[:_ERROR_MESSAGE_CHARS]}"
+        return f"HTTP {status} from {self.endpoint}: {str(detail)[:_ERROR_MESSAGE_CHARS]}"
 
     async def aclose(self) -> None:
-        clients = list(self._clients.items())
-        self._clients.clear()
-        running = asyncio.get_running_loop()
-        for loop, client in clients:
-            # A pool of an event loop that has ended cannot be closed from this one; its sockets
-            # went with that loop's transports.
-            if loop is running:
-                await client.aclose()
+        # This loop's session now; those of other loops close when their loops end.
+        held = self._clients.pop(asyncio.get_running_loop(), None)
+        if held is not None:
+            await held[1].aclose()
 
 
 class OpenAICompatBackend(PolicyBackend):
-    """A judge on an OpenAI-compatible server, sent with httpx, under the transport policy."""
+    """A judge on an OpenAI-compatible server, sent with aiohttp, under the transport policy."""
 
     sender: OpenAICompatSender
 

@@ -91,7 +91,7 @@ class JudgeProfile(CallSettings):
     kind: Literal["litellm", "embedded"] = "litellm"
     """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier."""
     api: Literal["auto", "openai-compatible", "litellm"] = "auto"
-    """How the model is called. ``openai-compatible``: OpenAI's chat-completions protocol over httpx
+    """How the model is called. ``openai-compatible``: OpenAI's chat-completions protocol over aiohttp
     (:mod:`rt4chart.backends.openai_compat`; no litellm import), at the base URL or OpenAI's own;
     ``litellm``: through litellm; ``auto``: ``openai-compatible`` for a model at a base URL
     (``--api-base`` or the profile's) named ``openai/...``, ``hosted_vllm/...`` or with no provider

@@ -156,7 +156,7 @@ def decompose_request(free_trial: Sample) -> JudgeRequest:
 
 
 TRANSPORTS = ["openai-compatible", "litellm"]
-"""The two ways a judge on an OpenAI-compatible server is called: httpx (the default at a base URL)
+"""The two ways a judge on an OpenAI-compatible server is called: aiohttp (the default at a base URL)
 and litellm. Tests of faults, secrets and budgets that meet such a server run over both."""
 
 

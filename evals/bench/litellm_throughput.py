@@ -1,5 +1,5 @@
 """Throughput of a judge on a local OpenAI-compatible server that answers after 250 ms, at
-concurrency 32, over each transport (the OpenAI-compatible httpx one and litellm), vs the ideal
+concurrency 32, over each transport (the OpenAI-compatible aiohttp one and litellm), vs the ideal
 32 / 0.25 s = 128 calls/s and vs a bare aiohttp client posting the same calls (targets: litellm
 >= 80% of the ideal; the OpenAI-compatible transport >= 95% of bare aiohttp).
 

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible transport (httpx) against litellm's and the scripted judge, in one run.
+"""The OpenAI-compatible transport (aiohttp) against litellm's and the scripted judge, in one run.
 
     python evals/bench/openai_compat.py [--pairs 7] [--small 40] [--large 200]
 

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible transport (httpx): the same calls and records as litellm's on the same
+"""The OpenAI-compatible transport (aiohttp): the same calls and records as litellm's on the same
 server, never an import of litellm, and a server without JSON-schema output met with one 400.
 
 Faults, secrets and budgets over both transports are in test_judge_unavailable.py, test_secrets.py

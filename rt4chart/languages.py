@@ -59,11 +59,11 @@ def language_name(code: str) -> str:
 
 
 _ENGLISH_MARKERS = frozenset(
-    ["the", "and", "with", "that", "this", "which", "has", "have", "been", "they", "their", "there", "was",
-     "were", "from", "are", "its", "it", "would"]
+    ["the", "and", "with", "that", "this", "which", "has", "have", "been", "they", "their", "there", "were",
+     "from", "are", "its", "it", "would"]
 )  # fmt: skip
-"""Function words that are English and no other Latin-script language's: a text made of ASCII with
-enough of them is English without asking the model."""
+"""Function words that are English and no other Latin-script language's ("was" is German and Dutch
+too): a text mostly in ASCII letters with enough of them is English without asking the model."""
 _ASCII_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
 
 MIN_CONFIDENCE = 0.3
@@ -79,7 +79,11 @@ language: Mandarin answers often score as Wu; Egyptian and Moroccan Arabic are A
 
 
 def _reads_as_english(text: str) -> bool:
-    if not text.isascii():
+    # The detector reads bytes, so a few words of a three-byte script outweigh an English paragraph
+    # ("The owner is Ana Müller. 店は駅の近くにあります。" scores as Japanese): English words that
+    # make most of the letters decide first.
+    letters = [char for char in text if char.isalpha()]
+    if sum(char.isascii() for char in letters) < 0.5 * len(letters):
         return False
     words = [word.lower() for word in _ASCII_WORD.findall(text)]
     markers = sum(word in _ENGLISH_MARKERS for word in words)

@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field
 
 from rt4chart.backends.base import Backend, GenerationParams
 from rt4chart.decompose import rule_claims, rule_decomposition
+from rt4chart.languages import ENGLISH
 from rt4chart.session import JudgeSession
 from rt4chart.tasks import RepairInput, RepairItem, RepairOutput, load_prompts
 from rt4chart.text import segment_context, split_sentences
@@ -432,9 +433,11 @@ class Repairer:
 
     async def _plan(self, report: AuditRecord, sample: Sample, record: RepairRecord) -> list[Edit]:
         answer = sample.answer
-        sentences = split_sentences(answer)
+        # Split as the audit split it: the record's sentence indices and spans refer to that split.
+        language = report.language or ENGLISH
+        sentences = split_sentences(answer, language=language)
         flagged = self._flagged_sentences(report, sentences, record)
-        context = segment_context(sample.context)[1]
+        context = segment_context(sample.context, language)[1]
         inserted_ids: set[int] = set()
         judge_items: list[_Flagged] = []
         for item in flagged:
@@ -449,7 +452,7 @@ class Repairer:
                 item.extract = fresh
             if item.action == "judge":
                 judge_items.append(item)
-        rewrites = await self._rewrites(judge_items, sample, record)
+        rewrites = await self._rewrites(judge_items, sample, record, language)
         edits: list[Edit] = []
         for item in flagged:
             edits.extend(self._sentence_edits(answer, item, sentences, rewrites.get(id(item))))
@@ -527,7 +530,9 @@ class Repairer:
             )
         return edits
 
-    async def _rewrites(self, items: list[_Flagged], sample: Sample, record: RepairRecord) -> dict[int, str]:
+    async def _rewrites(
+        self, items: list[_Flagged], sample: Sample, record: RepairRecord, language: str
+    ) -> dict[int, str]:
         """Ask the judge to rewrite the flagged sentences in one call; keyed by ``id`` of the item.
 
         A sentence the reply leaves out, or every sentence of a failed call, is deleted instead
@@ -547,8 +552,9 @@ class Repairer:
             )
             for position, item in enumerate(items)
         ]
-        session = JudgeSession(self.backend, load_prompts(), self.params)
-        payload = RepairInput(question=sample.question, context=segment_context(sample.context)[1], items=requested)
+        session = JudgeSession(self.backend, load_prompts(), self.params, language=language)
+        context = segment_context(sample.context, language)[1]
+        payload = RepairInput(question=sample.question, context=context, items=requested)
         request = session.request(payload)
         response = await session.send(request)
         record.judge, record.prompt_version, record.usage = self.backend.name, request.prompt_version, session.usage

@@ -215,6 +215,12 @@ def test_normalize_language_takes_codes_tags_and_names() -> None:
         normalize_language("deutsch!")
 
 
+def test_english_with_a_few_words_of_another_script_is_english() -> None:
+    # Byte n-grams weigh a Japanese clause above an English paragraph; the words decide first.
+    assert detect_language("The owner is Ana Müller. It opened in 2005. 店は駅の近くにあります。") == "en"
+    assert detect_language("Was ist das? Das ist ein Zug.") == "de"
+
+
 def test_a_sample_takes_the_lines_language_then_the_option_then_detection() -> None:
     assert Sample(id="a", context="c", answer="x", language="ja-JP").language == "ja"
     assert audit_language("ja", "de", "The answer.", "") == "ja"

@@ -557,6 +557,8 @@ def calibrate(
         raise CalibrationError("give the labels as --gold or --reviews, not both")
     if folds < 2:
         raise CalibrationError(f"--folds must be at least 2 (got {folds})")
+    if refit is not None and folds < 3:
+        raise CalibrationError("--refit needs --folds 3 or more (C is chosen on folds inside each training part)")
     try:
         records = read_predictions(records_path)
     except PredictionsError as error:
@@ -607,8 +609,6 @@ def calibrate(
         head=_head(records) if embedded else None,
     )
     if refit is not None:
-        if folds < 3:
-            raise CalibrationError("--refit needs --folds 3 or more (C is chosen on folds inside each training part)")
         if result.score != "p_unsupported" or result.head is None:
             raise CalibrationError("--refit refits the embedded verifier's head: records of the shipped embedded "
                                    "judge, all of one kind (with or without a question)")

@@ -10,7 +10,8 @@ extras (environment markers evaluated here), plus the packages ``.ci/run`` insta
 ``check`` fails when:
 
 - a compromised litellm release is installed (1.82.7, 1.82.8, 1.107.0);
-- an installed distribution named in the lock has another version than the lock's pin;
+- a distribution named in the lock that rt4chart (with its extras) pulls in is installed at another
+  version than the lock's pin;
 - site-packages holds a ``.pth`` file (run at every interpreter start, which is how compromised
   litellm releases planted their payload) that no distribution pinned in the lock owns, or that
   its owner does not list in ``ALLOWED_PTH``.
@@ -18,6 +19,7 @@ extras (environment markers evaluated here), plus the packages ``.ci/run`` insta
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as metadata
 import site
 import sys
@@ -60,7 +62,8 @@ def runtime_closure() -> dict[str, str]:
     pinned: dict[str, str] = {}
     pending: list[tuple[str, tuple[str, ...]]] = [(PROJECT, EXTRAS)]
     for name in INSTALLED_BY_NAME:
-        pinned[canonicalize_name(name)] = metadata.version(name)
+        with contextlib.suppress(metadata.PackageNotFoundError):  # not in an environment without the extras
+            pinned[canonicalize_name(name)] = metadata.version(name)
     while pending:
         name, extras = pending.pop()
         for requirement in _requirements(name, extras):
@@ -115,11 +118,13 @@ def problems(site_dirs: list[Path]) -> list[str]:
     if litellm in COMPROMISED_LITELLM:
         found.append(f"litellm {litellm} is a compromised release")
     pins = read_lock()
+    # Only what rt4chart pulls in: a venv's own seed (setuptools 65 in a bare `python3 -m venv`, needed by
+    # nothing installed when the extras that need it, torch's, are absent) is not rt4chart's supply chain.
+    closure = runtime_closure()
     for name, pinned in pins.items():
-        try:
-            installed = _public(metadata.version(name))
-        except metadata.PackageNotFoundError:
+        if name not in closure:
             continue
+        installed = _public(closure[name])
         if installed != pinned:
             found.append(f"{name} {installed} is installed, the lock pins {pinned}")
     owners = pth_owners()

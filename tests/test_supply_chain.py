@@ -37,6 +37,12 @@ def test_a_compromised_litellm_fails_the_check(tmp_path: Path) -> None:
     assert done.returncode == 1 and "litellm 1.82.8 is a compromised release" in done.stderr
 
 
+def test_a_requirement_at_another_version_than_the_lock_fails_the_check(tmp_path: Path) -> None:
+    fake_distribution(tmp_path, "typer", "0.0.1", [])  # rt4chart requires typer, so it is in the closure
+    done = check(python_path=tmp_path)
+    assert done.returncode == 1 and "typer 0.0.1 is installed, the lock pins" in done.stderr
+
+
 def test_a_planted_pth_file_fails_the_check(tmp_path: Path) -> None:
     site = tmp_path / "site-packages"
     site.mkdir()

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import EXAMPLES, TRANSPORTS, VerifyRequestFactory, judge_over
 from faults import fault_server, grounded, judge_every_claim
 from typer.testing import CliRunner
@@ -99,3 +100,22 @@ def test_a_400_that_no_structured_output_mode_cures_is_the_calls_error(verify_re
     formats = [(body.get("response_format") or {}).get("type") for body in server.requests]
     assert formats == ["json_schema", "json_object", None]  # tried once each, not retried: a 400 is the request's
     assert isinstance(backend, OpenAICompatBackend) and backend.sender.structured_output == "json_schema"
+
+
+def test_which_judges_take_the_openai_compatible_transport(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = "http://127.0.0.1:9/v1"
+    specs = ("openai/m", "hosted_vllm/org/served", "gpt-4o-mini")
+    lean = [resolve_judge(spec, api_base=base) for spec in specs]
+    assert all(isinstance(backend, OpenAICompatBackend) for backend in lean)
+    assert [backend.name for backend in lean] == [f"{spec}@{base}" for spec in specs]
+    assert [backend.sender.model for backend in lean] == ["m", "org/served", "gpt-4o-mini"]  # type: ignore[attr-defined]
+    forced = resolve_judge(judge_over("litellm", "gpt-4o-mini", tmp_path), api_base=base)
+    assert type(forced).__name__ == "LiteLLMBackend" and forced.name == lean[2].name
+    # Another provider's protocol at a base URL stays with litellm.
+    assert type(resolve_judge("ollama/llama3", api_base=base)).__name__ == "LiteLLMBackend"
+    profile = tmp_path / "cloud.toml"
+    profile.write_text('name = "cloud"\nmodel = "gpt-4o-mini"\napi = "openai-compatible"\napi_key_env = "RT4_KEY"\n')
+    monkeypatch.setenv("RT4_KEY", "sk-test-0123456789abcdef")
+    cloud = resolve_judge(str(profile))
+    assert isinstance(cloud, OpenAICompatBackend) and cloud.name == "cloud"
+    assert cloud.sender.endpoint == "cloud (at https://api.openai.com/v1)"

@@ -128,7 +128,8 @@ def test_review_in_the_report_exported_and_imported_back_keeps_every_review(
     fresh = Tab(second, audit / "report.html")
     assert fresh.progress() == f"0 of {claims} reviewed"
     fresh.page.set_input_files("#review-import", str(tmp_path / "reviews.jsonl"))
-    fresh.page.wait_for_function(f"document.getElementById('review-progress').dataset.reviewed === '{len(exported)}'")
+    # A selector, not wait_for_function: its polling evaluates a string, which the page's CSP forbids.
+    fresh.page.wait_for_selector(f'#review-progress[data-reviewed="{len(exported)}"]', state="attached")
     assert fresh.progress() == f"2 of {claims} reviewed"
     assert fresh.page.locator(".chip.reviewed").count() == 2 and fresh.page.locator(".chip.to-review").count() == 0
     assert "imported 2 reviews" in fresh.page.inner_text("#review-message")

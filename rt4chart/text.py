@@ -16,7 +16,8 @@ Each text is split by the rules of its language (:func:`split_sentences`' ``lang
 - Chinese, Japanese (and Cantonese, Wu): a sentence ends after a run of terminators (``。！？``,
   half-width ``!?``, ``.`` before a space, ``…``) and the closing brackets and quotes that follow
   them (``」』）”``);
-- Thai and Lao, which mark no sentence end, at runs of spaces; Burmese and Khmer at ``။`` ``។``;
+- Thai and Lao, which mark no sentence end, at spaces between two letters of their script (finer
+  than sentences: a space there also ends phrases); Burmese and Khmer at ``။`` ``។``;
 - every other language (the fallback: Korean, Arabic, Hindi, Persian, Urdu, Hebrew...): after a run
   of ``.!?`` and the terminators of other scripts (``؟`` ``۔`` ``।`` ``॥`` ``。``) with their closing
   quotes, before a space or the end of a line (a full-width terminator needs no space).
@@ -282,7 +283,9 @@ _CJK_END = re.compile(
 """A run of terminators and the closers after it; a quotation that the sentence goes on after
 (「東京は大きい。」と彼は言った。: a particle or a comma follows the closer) does not end it, nor
 does a half-width full stop after digits (a list number inside a line: "1. 德国 2. 法国")."""
-_SPACE_END = re.compile(r"\s+")
+_SPACE_END = re.compile("(?<=[\u0e01-\u0e4f\u0e81-\u0ecf])\\s+(?=[\u0e01-\u0e4f\u0e81-\u0ecf])")
+"""Thai and Lao mark no sentence end; a space between two letters of their scripts is the nearest
+sign of one (a space before a number or a Latin word is not): a crude split, finer than a sentence."""
 _BURMESE_KHMER_END = re.compile(f"[။។៕!?]+[{_CLOSERS}]*")
 _FALLBACK_END = re.compile(f"(?:[.!?؟۔।॥…]+[{_CLOSERS}]*(?=\\s|$)|[。！？]+[{_CLOSERS}]*)")
 """Where a sentence ends in a language with no Punkt model and no rule of its own."""

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from rt4chart.backends.base import Message
 from rt4chart.decompose import claim_problem
 from rt4chart.grounding import ContextIndex
+from rt4chart.io import parse_sample
 from rt4chart.judges import judge_languages, language_refusal, resolve_judge
 from rt4chart.languages import audit_language, detect_language, normalize_language
 from rt4chart.prompts import localize
@@ -89,6 +90,8 @@ FIXTURES: list[tuple[str, str, list[str]]] = [
      ["القاهرة هي عاصمة مصر.", "هل هي كبيرة؟", "نعم، يبلغ عدد سكانها ٢١ مليون."]),
     ("hi", "दिल्ली भारत की राजधानी है। इसकी आबादी 3.2 करोड़ है। क्या यह बड़ा है?",
      ["दिल्ली भारत की राजधानी है।", "इसकी आबादी 3.2 करोड़ है।", "क्या यह बड़ा है?"]),
+    ("th", "กรุงเทพเป็นเมืองหลวงของประเทศไทย ประชากรประมาณ 10 ล้านคน",
+     ["กรุงเทพเป็นเมืองหลวงของประเทศไทย", "ประชากรประมาณ 10 ล้านคน"]),
 ]  # fmt: skip
 
 
@@ -206,6 +209,11 @@ def test_an_inflected_german_noun_is_not_a_name_the_answer_lacks() -> None:
 
 
 # --- detection and the language of a sample ----------------------------------------------------
+
+
+def test_a_line_with_a_bad_language_is_an_error_record_of_its_own() -> None:
+    bad = parse_sample({"id": "a", "context": "c", "answer": "x", "language": "x!"}, 3)
+    assert bad.sample is None and "not a language code" in (bad.error or "")
 
 
 def test_normalize_language_takes_codes_tags_and_names() -> None:

@@ -209,7 +209,8 @@ class JudgeScore(BaseModel):
     measure). The head labels a claim entailed only when this is below ``threshold``."""
     threshold: float
     """The decision threshold on ``p_unsupported``, chosen on dev data for recall: often well below
-    0.5, so a baseless verdict can carry a ``p_unsupported`` below 0.5."""
+    0.5, so a baseless verdict can carry a ``p_unsupported`` below 0.5. A calibrated profile's
+    ``claim_thresholds`` (``rt4 calibrate``) replaces it."""
     decided_by: DecidedBy
     """``head`` when ``p_unsupported`` against ``threshold`` decided; else the guard rule that did
     (``number_guard``: a number the context states differently; ``contradiction_guard``: a negation

@@ -23,7 +23,7 @@ from rt4chart.judges import judge_languages, language_refusal, resolve_judge
 from rt4chart.languages import audit_language, detect_language, normalize_language
 from rt4chart.prompts import localize
 from rt4chart.session import JudgeSession
-from rt4chart.tasks import DecomposeInput, load_prompts
+from rt4chart.tasks import DecomposeInput, build_request, load_prompts
 from rt4chart.text import content_words, numbers_in, segment_context, split_sentences
 from rt4chart.types import Gold, Sample, Span
 
@@ -247,6 +247,7 @@ def test_prompts_say_the_language_and_english_prompts_are_unchanged() -> None:
     payload = DecomposeInput(question=None, sentences=["東京は日本の首都です。"])
     english = JudgeSession(backend=None, prompts=prompts).request(payload)  # type: ignore[arg-type]
     japanese = JudgeSession(backend=None, prompts=prompts, language="ja").request(payload)  # type: ignore[arg-type]
+    assert english == build_request(payload, prompts)  # what every English run sent before: same cache keys
     assert "Japanese" not in english.messages[0].content
     assert japanese.messages[0].content.startswith(english.messages[0].content)
     assert "written in Japanese" in japanese.messages[0].content

@@ -42,7 +42,6 @@ from rt4chart.io import InputLine, dump_report, error_report
 from rt4chart.judges import JudgeStack, judge_stack
 from rt4chart.options import AuditOptions
 from rt4chart.pipeline import BudgetStop, EngineOptions, Pipeline, PipelineBound, RunStop, UnavailableStop
-from rt4chart.ray_watchdog import ray_children, watch_driver
 from rt4chart.types import AuditRecord, Sample, Usage
 
 SHARD_SAMPLES = 8
@@ -199,7 +198,10 @@ class RayEngine(PipelineBound):
         ray = _ray()
         items = list(items)
         started_here = _connect(ray, self.engine)
-        # A cluster this driver started dies with it, even when the driver is killed (SIGKILL).
+        # A cluster this driver started dies with it, even when the driver is killed (SIGKILL). psutil comes
+        # with the ray extra, so the watchdog is imported here: the run layer imports this module without Ray.
+        from rt4chart.ray_watchdog import ray_children, watch_driver
+
         watchdog = watch_driver(ray_children(os.getpid())) if started_here else None
         keeper = None
         # The results are closed before Ray is shut down, so Ray Data does not report on a gone cluster.

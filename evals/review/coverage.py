@@ -71,38 +71,62 @@ def population(records: int, claims_per_record: int, seed: int) -> Population:
     return Population(audited, truth)
 
 
-def covered_in_one_draw(known: Population, n: int, resamples: int, seed: int) -> dict[str, bool | None]:
-    """Plan ``n`` reviews with ``seed``, review them truthfully, and say which true figures the
-    intervals hold (``None``: the figure had no interval, e.g. no review behind it)."""
-    plan = plan_reviews(known.audited, n, seed)
+def _reviews(known: Population, n: int, seed: int, design: str) -> list[ClaimReview]:
+    """Truthful reviews of ``n`` claims drawn by the review plan (``stratified``) or by a simple
+    random sample (``simple``: every claim pi = n / N), the baseline the plan must beat."""
     run = run_key([item.report for item in known.audited])
-    reviews = [
-        ClaimReview(run=run, record_id=claim.record_id, claim_index=claim.claim_index, claim=claim.claim,
-                    judge_label=claim.judge_label, label=known.truth[(claim.record_id, claim.claim_index)],  # type: ignore[arg-type]
-                    inclusion_probability=claim.inclusion_probability, stratum=claim.stratum)
-        for claim in plan.claims
+    picked: list[tuple[str, int, float, str | None]]
+    if design == "stratified":
+        picked = [(c.record_id, c.claim_index, c.inclusion_probability, c.stratum)
+                  for c in plan_reviews(known.audited, n, seed).claims]
+    else:
+        every = [(item.report.id or "", index) for item in known.audited for index in range(len(item.report.claims))]
+        chosen = np.random.default_rng(seed).choice(len(every), size=n, replace=False)
+        picked = [(*every[int(i)], n / len(every), None) for i in chosen]
+    by_id = {item.report.id: item.report for item in known.audited}
+    return [
+        ClaimReview(run=run, record_id=record, claim_index=index, claim=by_id[record].claims[index].text,
+                    judge_label=by_id[record].claims[index].label.value,  # type: ignore[union-attr,arg-type]
+                    label=known.truth[(record, index)], inclusion_probability=probability, stratum=stratum)  # type: ignore[arg-type]
+        for record, index, probability, stratum in picked
     ]
+
+
+def covered_in_one_draw(
+    known: Population, n: int, resamples: int, seed: int, design: str = "stratified"
+) -> dict[str, tuple[bool, float] | None]:
+    """Draw ``n`` reviews with ``seed``, review them truthfully, and say for each true figure whether
+    its interval holds it, and the interval's width (``None``: no interval, e.g. no review behind it)."""
+    reviews = _reviews(known, n, seed, design)
     result = review_agreement([item.report for item in known.audited], reviews, resamples=resamples, seed=seed)
     true = known.true_figures()
-    covered: dict[str, bool | None] = {}
+    covered: dict[str, tuple[bool, float] | None] = {}
     for figures in result.labels:
         for name, statistic in (("precision", figures.precision), ("recall", figures.recall)):
             key = f"{name} {figures.label}"
             if statistic.ci_low is None or statistic.ci_high is None:
                 covered[key] = None
             else:
-                covered[key] = statistic.ci_low <= true[key] <= statistic.ci_high
+                low, high = statistic.ci_low, statistic.ci_high
+                covered[key] = (low <= true[key] <= high, high - low)
     return covered
 
 
-def coverage(known: Population, draws: int, n: int, resamples: int, first_seed: int = 0) -> dict[str, dict[str, float]]:
-    """Coverage of every figure over ``draws`` plans: the covered share and the draws with an interval."""
-    hits: dict[str, list[bool]] = {}
+def coverage(
+    known: Population, draws: int, n: int, resamples: int, first_seed: int = 0, design: str = "stratified"
+) -> dict[str, dict[str, float]]:
+    """Coverage of every figure over ``draws`` draws: the covered share, the mean interval width and
+    the draws with an interval."""
+    hits: dict[str, list[tuple[bool, float]]] = {}
     for draw in range(draws):
-        for key, covered in covered_in_one_draw(known, n, resamples, first_seed + draw).items():
+        for key, covered in covered_in_one_draw(known, n, resamples, first_seed + draw, design).items():
             if covered is not None:
                 hits.setdefault(key, []).append(covered)
-    return {key: {"coverage": float(np.mean(values)), "draws": float(len(values))} for key, values in hits.items()}
+    return {
+        key: {"coverage": float(np.mean([hit for hit, _ in values])),
+              "mean width": float(np.mean([width for _, width in values])), "draws": float(len(values))}
+        for key, values in hits.items()
+    }
 
 
 def main() -> None:
@@ -113,13 +137,16 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=400)
     parser.add_argument("--claims-per-record", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0, help="the population's seed")
+    parser.add_argument("--design", choices=["stratified", "simple"], default="stratified",
+                        help="the review plan, or a simple random sample of claims (the baseline)")
     arguments = parser.parse_args()
     known = population(arguments.records, arguments.claims_per_record, arguments.seed)
-    result = coverage(known, arguments.draws, arguments.n, arguments.resamples)
+    result = coverage(known, arguments.draws, arguments.n, arguments.resamples, design=arguments.design)
     precision = [v for k, v in result.items() if k.startswith("precision")]
     pooled = sum(v["coverage"] * v["draws"] for v in precision) / sum(v["draws"] for v in precision)
     print(json.dumps({"true": known.true_figures(), "coverage": result, "pooled precision coverage": pooled,
-                      "draws": arguments.draws, "n": arguments.n, "resamples": arguments.resamples}, indent=1))
+                      "draws": arguments.draws, "n": arguments.n, "resamples": arguments.resamples,
+                      "design": arguments.design}, indent=1))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from rt4chart.backends.embedded import load_encoder, model_dir
+from rt4chart.backends.embedded_fit import platt, regression
 from rt4chart.backends.embedded_model import features
 from rt4chart.backends.minilm import MiniLM
 from rt4chart.datasets import load_dataset
@@ -77,7 +78,7 @@ class Dev:
     def report(self, logits: np.ndarray, name: str) -> None:
         """Calibrate out-of-fold logits as train.py does and print claim and answer figures."""
         labelled, target = self.labelled, self.target
-        mapping = train.platt(logits[labelled], target[labelled])
+        mapping = platt(logits[labelled], target[labelled])
         p = 1 / (1 + np.exp(-(mapping.slope * logits + mapping.intercept)))
         highest = self.answer_max(p)
         best = max(train.answer_objective(highest >= t, self.gold, self.metric) for t in np.unique(np.round(p, 3)))
@@ -90,7 +91,7 @@ class Dev:
         logits = np.zeros(len(matrix))
         for train_rows, held in self.folds:
             train_rows = train_rows[self.labelled[train_rows]]
-            fitted = train.regression(c).fit(matrix[train_rows], self.target[train_rows])
+            fitted = regression(c).fit(matrix[train_rows], self.target[train_rows])
             logits[held] = fitted.decision_function(matrix[held])
         return logits
 
@@ -114,7 +115,7 @@ def measure_dev(dataset: str) -> Dev:
 
 
 def calibrated(dev: Dev, logits: np.ndarray) -> np.ndarray:
-    mapping = train.platt(logits[dev.labelled], dev.target[dev.labelled])
+    mapping = platt(logits[dev.labelled], dev.target[dev.labelled])
     probabilities: np.ndarray = 1 / (1 + np.exp(-(mapping.slope * logits + mapping.intercept)))
     return probabilities
 
@@ -252,7 +253,7 @@ def pair(dev: Dev) -> None:
                 inner[scored] = LogisticRegression(C=c, max_iter=3000).fit(
                     pairs[train_rows][fit_rows], dev.target[train_rows][fit_rows]
                 ).decision_function(pairs[train_rows][scored])
-            model = train.regression(dev.c)
+            model = regression(dev.c)
             model.fit(np.column_stack([dev.matrix[train_rows], inner]), dev.target[train_rows])
             stacked[held] = model.decision_function(np.column_stack([dev.matrix[held], alone[held]]))
         dev.report(alone, f"pair head alone, C={c}")
@@ -296,7 +297,7 @@ def cross_encoder(dev: Dev, epochs: int) -> None:
     model.eval()
     with torch.inference_mode():
         scores = np.concatenate([logits(held[s : s + 64]).numpy() for s in range(0, len(held), 64)])
-    fitted = train.regression(dev.c).fit(dev.matrix[train_rows], dev.target[train_rows])
+    fitted = regression(dev.c).fit(dev.matrix[train_rows], dev.target[train_rows])
     shipped = fitted.decision_function(dev.matrix[held])
     gold = dev.target[held]
 

@@ -90,7 +90,8 @@ def markdown(rows: dict[str, dict[str, float | int | str]], split: str, command:
         "Written by `" + command + "` (figures measured, not typed). Mu-SHROOM has no retrieved context: "
         "these are checks of the answer side (detection, sentences, span offsets), not of verdicts. "
         "IoU is Mu-SHROOM's character IoU of the gold spans against the sentences that overlap them, "
-        "the best a sentence-level detector can score; a finer split can only raise it.\n\n",
+        "the best a sentence-level detector can score; a finer split raises it unless it leaves gold characters "
+        "outside every sentence (the spaces between sentences, a list marker).\n\n",
         TABLE_HEAD,
     ]
     for language, row in rows.items():

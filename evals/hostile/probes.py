@@ -128,6 +128,7 @@ def redis_password(folder: Path) -> Observed:
 
 def markup_in_path(folder: Path) -> Observed:
     judge = setup(folder)
+    (folder / "x[").mkdir()  # the path of the probe: a folder `x[` holding `]y.jsonl`
     (folder / "a.jsonl").rename(folder / "x[/]y.jsonl")
     done = rt4(folder, "verify", "x[/]y.jsonl", *judge)
     return Observed(done.returncode == 1 and b"Traceback" not in done.stderr, f"exit {done.returncode}")

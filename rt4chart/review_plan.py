@@ -9,7 +9,8 @@ claims with no stated confidence form their own band). Allocation, in two steps,
 
 1. **Equal per judge label** (leftovers of a label with too few claims go to the others). The
    precision of a label is a proportion over the claims judged so; its interval's width falls as
-   one over the square root of the reviews behind it, so equal shares minimise the widest interval.
+   one over the square root of the reviews behind it, so equal shares minimise the widest interval
+   (exactly when the labels' precisions are alike, roughly otherwise).
    Proportional allocation (a simple random sample) would leave the rare labels, usually the
    contradicted and baseless flags a team acts on, with a handful of reviews.
 2. **Neyman within a label** (Neyman 1934): band h gets n_h proportional to N_h * S_h, with

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -402,6 +402,10 @@ def _bounded_decompose(payload: DecomposeInput) -> type[BaseModel]:
     return bounded_decompose_output(len(payload.sentences))
 
 
+def _bounded_sentence_claims(payload: DecomposeSentenceInput) -> type[BaseModel]:
+    return BoundedSentenceClaims
+
+
 # --- the registry ---------------------------------------------------------------------------------
 
 
@@ -423,7 +427,7 @@ class TaskSpec:
     """The template fields of a payload."""
     bounded: Callable[[Any], type[BaseModel]] | None = None
     """The reply schema fixed by a payload, for judges that decode under a grammar
-    (:attr:`~rt4chart.backends.base.JudgeRequest.bounded_schema`); ``None``: the plain one only."""
+    (:attr:`~rt4chart.backends.base.JudgeRequest.build_bounded_schema`); ``None``: the plain one only."""
 
 
 TASKS: dict[str, TaskSpec] = {
@@ -464,7 +468,7 @@ TASKS: dict[str, TaskSpec] = {
             ("decompose_sentence",),
             lambda _: "decompose_sentence",
             _decompose_sentence_fields,
-            lambda _: BoundedSentenceClaims,
+            _bounded_sentence_claims,
         ),
     )
 }
@@ -520,7 +524,7 @@ def build_request(
         task=spec.name,
         payload=payload,
         output_schema=spec.output_model,
-        bounded_schema=spec.bounded(payload) if spec.bounded else None,
+        build_bounded_schema=partial(spec.bounded, payload) if spec.bounded else None,
         messages=template.render(**spec.fields(payload)) + (follow_up or []),
         params=params or GenerationParams(),
         prompt_version=template_version(template),

@@ -10,6 +10,7 @@ becomes data on one claim instead of crashing a batch.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import cache
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -67,12 +68,13 @@ class JudgeRequest(BaseModel):
     """Structured inputs the messages were rendered from (what non-LLM judges read)."""
     output_schema: type[BaseModel] = Field(exclude=True)
     """The pydantic model a reply must validate against."""
-    bounded_schema: type[BaseModel] | None = Field(default=None, exclude=True)
-    """A stricter form of ``output_schema`` fixed by this request's payload (exactly one entry per
-    claim or sentence, numbered in order, evidence chosen among the context sentences in view,
-    short strings), or ``None``. A judge whose server turns the schema into a decoding grammar
-    (``CallSettings.bounded_replies``) sends this one instead, so that a small model cannot loop
-    until ``max_tokens`` cuts its JSON; its replies are read back as ``output_schema``."""
+    build_bounded_schema: Callable[[], type[BaseModel]] | None = Field(default=None, exclude=True)
+    """Builds a stricter form of ``output_schema`` fixed by this request's payload (exactly one
+    entry per claim or sentence, numbered in order, evidence chosen among the context sentences in
+    view, short strings), or ``None``. A judge whose server turns the schema into a decoding grammar
+    (``CallSettings.bounded_replies``) sends that one instead, so that a small model cannot loop
+    until ``max_tokens`` cuts its JSON; its replies are read back as ``output_schema``. Built only
+    when asked: a model per request costs milliseconds that other judges need not pay."""
     messages: list[Message]
     """Rendered prompt."""
     params: GenerationParams = Field(default_factory=GenerationParams)

@@ -82,7 +82,7 @@ class CallSettings(BaseModel):
     """Most completion tokens per call of this judge, below ``--max-tokens`` (``None``: no cap of its
     own). For a small local model that loops until the limit: on 2 CPU cores every token is time."""
     bounded_replies: bool = False
-    """Send each request's bounded schema (:attr:`~rt4chart.backends.base.JudgeRequest.bounded_schema`:
+    """Send each request's bounded schema (:attr:`~rt4chart.backends.base.JudgeRequest.build_bounded_schema`:
     one entry per claim, numbered in order, evidence chosen among the context sentences, short
     strings) instead of its plain one. For a server that compiles the schema into a decoding grammar
     (llama.cpp, vLLM): a small model then cannot loop until ``max_tokens`` cuts its JSON."""
@@ -404,9 +404,9 @@ class PolicyBackend:
         self.circuit.check()
         request = self._capped(request)
         plain_schema = request.output_schema
-        if self.settings.bounded_replies and request.bounded_schema is not None:
+        if self.settings.bounded_replies and request.build_bounded_schema is not None:
             # The sender puts the schema into the request and the reply is checked against it.
-            request = request.model_copy(update={"output_schema": request.bounded_schema})
+            request = request.model_copy(update={"output_schema": request.build_bounded_schema()})
         started = time.perf_counter()
         messages = [m.model_dump() for m in request.messages]
         schema = request.output_schema

@@ -54,7 +54,7 @@ from rt4chart.metrics import (
     claim_validation,
     format_estimate,
 )
-from rt4chart.review import ReviewFileError, read_reviews, record_id, run_key
+from rt4chart.review import ReviewFileError, claim_text, read_reviews, record_id, run_key
 from rt4chart.types import AuditRecord, ClaimVerdict, Gold, Label
 
 if TYPE_CHECKING:
@@ -260,7 +260,7 @@ def reviewed_claims(records: Sequence[AuditRecord], reviews: Path) -> tuple[list
         if review.run != key or record is None or review.claim_index >= len(record.claims):
             raise CalibrationError(f"{where}: the review is of another audit than these records (run {review.run})")
         claim = record.claims[review.claim_index]
-        if claim.text != review.claim:
+        if claim_text(claim) != review.claim:
             raise CalibrationError(f"{where}: claim {review.claim_index} of {review.record_id} reads otherwise here")
         if review.label == "unsure":
             unsure += 1

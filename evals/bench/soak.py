@@ -14,9 +14,10 @@ the CLI's peak memory (max RSS, from ``wait4``) for N samples vs the baseline co
 ``--memory SMALL LARGE`` is the memory check of streamed records: the real ``rt4 verify`` over SMALL
 then LARGE generated samples with the scripted judge (the same records as the fault server's judge,
 without HTTP), the peak RSS of each run from ``wait4``; the target is LARGE within 10% of SMALL.
-Every sample has its own id and answer but all share one context: a verify request's bounded reply
-schema is built per distinct context (``tasks.bounded_verify_output``, about 10 ms of CPU each), and
-one context keeps 50,000 samples within a quarter of an hour on two shared cores.
+Every sample has its own id and answer but all share one context: the figures in RESULTS.md were
+taken while every verify request still built a bounded reply schema per distinct context (about
+10 ms of CPU each, made lazy since in c7b30cb), and one context kept 50,000 samples within a
+quarter of an hour on two shared cores.
 
 The fault sequence is drawn with a fixed seed; which request meets which fault depends on arrival
 order under concurrency, so figures vary a little from run to run.

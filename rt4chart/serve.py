@@ -60,9 +60,10 @@ class LocalServer:
 
     def judge_arguments(self, parallel: int) -> str:
         """The ``rt4 verify`` judge flags for this server, as ``rt4 serve`` prints them and the README
-        shows them: ``openai/<alias>`` (the shipped profile of that name keeps replies short) and as
-        many calls in flight as the server has decoding slots (more would only queue there)."""
-        return f"--judge openai/{self.alias} --api-base {self.api_base} --concurrency {parallel}"
+        shows them: ``openai/<alias>`` (the shipped profile of that name keeps replies short), as
+        many calls in flight as the server has decoding slots (more would only queue there), and the
+        rule-based decomposer (a 135M model copies the decomposition prompt's placeholder claim)."""
+        return f"--judge openai/{self.alias} --api-base {self.api_base} --concurrency {parallel} --decomposer rules"
 
     def stop(self) -> None:
         """Shut the server down (xllamacpp stops it when the server object is released)."""

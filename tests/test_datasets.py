@@ -215,27 +215,23 @@ SITE_PACKAGES = Path(".venv", "lib", "python3.11", "site-packages")
 
 
 def _install_like_pip(checkout: Path, site: Path) -> None:
-    """Lay ``checkout``'s package out in ``site`` as a non-editable ``pip install .`` does.
+    """Install rt4chart non-editable into ``site`` from a copy of the repository at ``checkout``, with
+    pip itself, as the README's Try-it command does (``--no-build-isolation``: hatchling comes from
+    the dev extra, so the build needs no network; ``--no-deps``: the venv already has them).
 
-    The wheel's layout comes from pyproject's hatch table (its packages and force-include), and the
-    dist-info holds pip's PEP 610 record of the source directory. Building the real wheel needs
-    hatchling from the network (build isolation), which the offline suite cannot reach.
-    """
-    import tomllib
-
-    wheel = tomllib.loads((REPOSITORY / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["hatch"]["build"][
-        "targets"
-    ]["wheel"]
+    The copy holds what the wheel is built from (pyproject's hatch table); pip records the copy as
+    the install's source (PEP 610 ``direct_url.json``), which is where ``rt4 eval`` looks for data."""
+    checkout.mkdir(parents=True, exist_ok=True)
     ignore = shutil.ignore_patterns("__pycache__")
-    for package in wheel["packages"]:
-        shutil.copytree(REPOSITORY / package, site / package, ignore=ignore)
-    for source, target in wheel["force-include"].items():
-        shutil.copytree(REPOSITORY / source, site / target, ignore=ignore)
-    dist_info = site / "rt4chart-0.1.0.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: rt4chart\nVersion: 0.1.0\n", encoding="utf-8")
-    (dist_info / "direct_url.json").write_text(
-        json.dumps({"url": checkout.as_uri(), "dir_info": {}}), encoding="utf-8"
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (REPOSITORY / name).exists():
+            shutil.copy2(REPOSITORY / name, checkout / name)
+    for folder in ("rt4chart", "prompts", "judges"):
+        shutil.copytree(REPOSITORY / folder, checkout / folder, ignore=ignore)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+         "--target", str(site), str(checkout)],
+        check=True, capture_output=True, text=True, timeout=600,
     )
 
 
@@ -259,6 +255,11 @@ def test_the_readme_eval_command_finds_its_data_after_a_non_editable_install(tmp
     _install_like_pip(checkout, site)
     probe = _installed_rt4(site, checkout, "--help")
     assert probe.returncode == 0, probe.stderr
+    imported = subprocess.run(
+        [sys.executable, "-P", "-c", "import rt4chart; print(rt4chart.__file__)"],
+        env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    assert Path(imported).is_relative_to(site), imported  # the installed copy runs, not the repository
     readme_eval = ["eval", "ragtruth-qa", "--split", "test", "--judge", "embedded"]
     for cwd in (checkout, elsewhere):  # from the clone (../shared/data), and from anywhere (pip's record)
         completed = _installed_rt4(site, cwd, *readme_eval, "--resamples", "10")
@@ -274,6 +275,7 @@ def test_a_missing_dataset_lists_every_place_looked_in(tmp_path: Path) -> None:
     site.mkdir(parents=True)
     elsewhere.mkdir(parents=True)
     _install_like_pip(tmp_path / "gone", site)
+    shutil.rmtree(tmp_path / "gone")  # the clone it was installed from is gone
     completed = _installed_rt4(site, elsewhere, "eval", "ragtruth-qa", "--judge", "embedded")
     assert completed.returncode == 2
     message = " ".join(completed.stderr.split())

@@ -96,10 +96,11 @@ class AuditOptions(BaseModel):
     """Sampling seed of judge calls, for providers that honour one (the paper's 42)."""
     samples_in_flight: int = Field(default=16, ge=1)
     """Samples audited at once (fewer finish sooner under a budget)."""
-    citation_pattern: str | None = None
+    citation_pattern: str | None = Field(default=None, exclude_if=lambda pattern: pattern is None)
     """A regular expression for the citation markers of your answers, in place of the built-in forms
     ([1], [1, 3], [1][2], [^1], (Source 2)); its group `refs` (else its first group) holds what a
-    marker cites, refs separated by commas: a 1-based passage number or a passage id."""
+    marker cites, refs separated by commas: a 1-based passage number or a passage id. Left out of
+    the audit's fingerprint when unset, so records written before this option resume."""
 
     language: str | None = Field(default=None, exclude_if=lambda language: language is None)
     """The language of the answers (an ISO 639-1 code: de, ja, zh...) for lines that give none in

@@ -9,10 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import require_program
 from fixtures.reports.runs import rt4
-from playwright.sync_api import Browser, sync_playwright
-from test_html_report import CHROMIUM_ARGS, OpenedReport
+from playwright.sync_api import Browser
+from test_html_report import OpenedReport, debian_chromium
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "citations"
 PASSAGES = [
@@ -38,11 +37,8 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def browser(audited: Path) -> Iterator[Browser]:
     # `audited` first: its in-process run uses asyncio, which cannot start under playwright's loop.
-    executable = require_program("chromium", "Debian's chromium (apt-get install chromium; bash .ci/run does it)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+    with debian_chromium() as launched:
         yield launched
-        launched.close()
 
 
 @pytest.fixture

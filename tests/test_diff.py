@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any
@@ -306,18 +305,13 @@ def test_a_rerun_with_the_baseline_and_an_empty_cache_makes_no_judge_call(tmp_pa
 
 
 def test_the_html_diff_in_chromium_filters_and_shows_both_evidences(tmp_path: Path, runs: tuple[Path, Path]) -> None:
-    from playwright.sync_api import sync_playwright
-    from test_html_report import CHROMIUM_ARGS, OpenedReport
+    from test_html_report import OpenedReport, debian_chromium
 
     base, new = runs
     # The in-process CLI runs asyncio: it must finish before playwright's sync API holds a loop.
     assert rt4("diff", str(base), str(new), "--html", "diff.html", cwd=tmp_path).returncode == 0
     expected = diff_files(base, new)
-    executable = shutil.which("chromium")
-    if executable is None:
-        pytest.fail("Debian's chromium is not installed (apt-get install chromium; bash .ci/run does it)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+    with debian_chromium() as browser:
         opened = OpenedReport(browser, tmp_path / "diff.html")
         page = opened.page
         for key in ("new", "fixed", "changed_label", "still_hallucinated", "added", "removed", "unjudged"):
@@ -341,7 +335,6 @@ def test_the_html_diff_in_chromium_filters_and_shows_both_evidences(tmp_path: Pa
         assert now.locator(".badge").inner_text() == "entailed"
         for verdict in (baseline, now):
             assert verdict.locator("mark.evidence").inner_text() == "\u201cThe shop closes at 5 pm.\u201d"
-        browser.close()
     assert opened.errors == []
     assert opened.requests == [(tmp_path / "diff.html").as_uri()]  # nothing fetched besides the file itself
 

@@ -7,6 +7,7 @@ from disk the way a person opens it. Needs the system ``chromium`` (``bash .ci/r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import Counter
@@ -30,13 +31,23 @@ INTERACTIVE_BOUND_S = 30.0
 """Generous bound on opening a 5,000-sample report until a claim's evidence shows (measured: see the test's output)."""
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
+@contextlib.contextmanager
+def debian_chromium() -> Iterator[Browser]:
+    """Debian's chromium, headless, driven by playwright: every browser test of the suite opens it
+    here (a skip naming the part where it is missing, a failure under RT4_REQUIRE_ALL)."""
     executable = require_program("chromium", "Debian's chromium (apt-get install chromium; bash .ci/run does it)")
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with debian_chromium() as launched:
         yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module")

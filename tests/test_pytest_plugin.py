@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES
 from faults import fault_server, grounded
-from playwright.sync_api import sync_playwright
-from test_html_report import CHROMIUM_ARGS, OpenedReport
+from test_html_report import OpenedReport, debian_chromium
 from test_judge_unavailable import closed_port_url
 
 pytest_plugins = ["pytester"]
@@ -159,15 +158,10 @@ def test_the_report_option_writes_the_sessions_audits_as_one_html_report(suite: 
     assert [(r["id"], r["line"], r["label"]) for r in records] == [
         ("test_refund.py::test_grounded", 1, "entailed"), ("test_refund.py::test_wrong_number", 2, "contradicted"),
     ]
-    executable = shutil.which("chromium")
-    if executable is None:
-        pytest.fail("Debian's chromium is not installed (apt-get install chromium; bash .ci/run does it)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+    with debian_chromium() as browser:
         report = OpenedReport(browser, suite.path / "audits.html")
         card = report.page.locator(report.card("test_refund.py::test_wrong_number"))
         text = card.inner_text()
-        browser.close()
     assert "You can return a laptop within 60 days of delivery." in text and "contradicted" in text
     assert report.errors == [] and all(url.startswith("file:") for url in report.requests)
 

@@ -14,10 +14,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import require_program
 from fixtures.reports.runs import rt4, verify
-from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, sync_playwright
-from test_html_report import CHROMIUM_ARGS
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page
+from test_html_report import debian_chromium
 
 from rt4chart.audited import AuditedSample
 from rt4chart.io import read_records
@@ -43,11 +42,8 @@ def audit(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def browser(audit: Path) -> Iterator[Browser]:
     # After `audit`: its in-process `rt4 verify` runs asyncio, which cannot start once playwright's
     # sync API holds an event loop in this thread.
-    executable = require_program("chromium", "Debian's chromium (apt-get install chromium; bash .ci/run does it)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+    with debian_chromium() as launched:
         yield launched
-        launched.close()
 
 
 class Tab:

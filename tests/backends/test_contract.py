@@ -1,5 +1,5 @@
 """The backend contract, once, against every backend: scripted, embedded, litellm, the
-OpenAI-compatible httpx transport and a fleet on a real llama.cpp server, a raw httpx sender under
+OpenAI-compatible transport (aiohttp) and a fleet on a real llama.cpp server, a raw httpx sender under
 the transport policy, a cascade and a vote. SmolLM2 judges badly; only the protocol is asserted."""
 
 from __future__ import annotations

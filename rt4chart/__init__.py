@@ -43,11 +43,11 @@ if TYPE_CHECKING:
     from rt4chart.options import AuditOptions as AuditOptions
     from rt4chart.pipeline import Pipeline as Pipeline
     from rt4chart.run import RunOutcome as RunOutcome
-    from rt4chart.run import RunSpec as RunSpec
     from rt4chart.run import RunStatus as RunStatus
     from rt4chart.run import aexecute as aexecute
     from rt4chart.run import execute as execute
     from rt4chart.run import exit_code as exit_code
+    from rt4chart.run_spec import RunSpec as RunSpec
     from rt4chart.tasks import ClaimJudgement as ClaimJudgement
     from rt4chart.tasks import DecomposeInput as DecomposeInput
     from rt4chart.tasks import DecomposeOutput as DecomposeOutput
@@ -102,7 +102,7 @@ _EXPORTS = {
     "AuditRecord": "rt4chart.types",
     "Report": "rt4chart.types",  # deprecated alias of AuditRecord, for one release
     "RunOutcome": "rt4chart.run",
-    "RunSpec": "rt4chart.run",
+    "RunSpec": "rt4chart.run_spec",
     "RunStatus": "rt4chart.run",
     "Sample": "rt4chart.types",
     "ScriptedBackend": "rt4chart.backends.scripted",
@@ -183,7 +183,8 @@ async def averify(
     """
     from rt4chart.budget import RunLimits
     from rt4chart.options import AuditOptions
-    from rt4chart.run import RunSpec, RunUsageError, aexecute, raise_stop
+    from rt4chart.run import RunUsageError, aexecute, raise_stop
+    from rt4chart.run_spec import RunSpec
     from rt4chart.types import Sample
 
     single = isinstance(samples, (Sample, Mapping))

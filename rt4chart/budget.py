@@ -40,14 +40,15 @@ class RunLimits(BaseModel):
     validated before any work: NaN, infinities, negative budgets and fewer than one call in flight
     are refused rather than silently disabling the cap or failing every call."""
 
-    model_config = ConfigDict(allow_inf_nan=False, frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, frozen=True, use_attribute_docstrings=True)
 
-    budget_usd: float | None = Field(default=None, ge=0.0)
-    """Hard cap on judge spend in USD; ``None``: no cap."""
+    # The docstrings are the --help text of the flags (rt4chart.run_spec).
+    budget_usd: float | None = Field(default=None, ge=0.0, json_schema_extra={"flag": "--budget"})
+    """Hard cap on judge spend in USD; exit 3 when reached."""
     concurrency: int | None = Field(default=None, ge=1)
-    """Judge calls in flight; ``None``: the judge profile's."""
-    timeout_s: float | None = Field(default=None, gt=0.0)
-    """Seconds one HTTP attempt may take; ``None``: the judge profile's."""
+    """Judge calls in flight (default: the judge profile's)."""
+    timeout_s: float | None = Field(default=None, gt=0.0, json_schema_extra={"flag": "--timeout"})
+    """Seconds one judge HTTP attempt may take (default: the judge profile's)."""
 
 
 @dataclass

@@ -6,9 +6,9 @@ budget; 2 bad input or usage (any invalid input line, unknown judge, missing key
 4 audit incomplete (judge errors left a verdict open); 1 the answers fail ``--fail-on`` (default:
 at least one answer hallucinated; with ``--max-rate R``, more than a share R of them); 0 they pass.
 
-The options of an audit are declared once, as fields of :class:`rt4chart.options.AuditOptions`;
-:func:`audit_options` gives every audit command a flag per field (``--window``, ``--batch-claims``,
-...) with the field's default and docstring, and hands the command one validated model. Modules that
+No flag of an audit or a run is declared here: they are fields of :class:`rt4chart.options.AuditOptions`
+and :class:`rt4chart.run_spec.RunSpec`, and :mod:`rt4chart.cli_flags` gives a command a flag per field
+(``--window``, ``--budget``, ...) with the field's default and docstring. Modules that
 pull in heavy dependencies (nltk, torch, litellm) are imported inside the commands that need them,
 so ``rt4 --help``, ``rt4 judges`` and ``rt4 cache`` start quickly (asyncio included: the commands
 that run an event loop import it themselves).
@@ -18,39 +18,35 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import inspect
 import json
 import math
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
+from rt4chart.cli_flags import RUN_FLAGS, audit_options, fail, run_options, stderr
 from rt4chart.datasets import DATA_LOCATION_HELP, DATASET_NAMES
 from rt4chart.options import HELP_PANELS, AuditOptions
 from rt4chart.outputs import FailOn, OutputFormat, ShowOnly
-from rt4chart.pipeline import EngineOptions
+from rt4chart.run_spec import RunSpec
 
 if TYPE_CHECKING:
     from rt4chart.audited import AuditedSample
     from rt4chart.cache import JudgeCache
     from rt4chart.io import InputLine
     from rt4chart.repair import RepairSummary
-    from rt4chart.run import RunOutcome, RunSpec
+    from rt4chart.run import RunOutcome
     from rt4chart.signals.aggtruth import AttentionRecord, AttentionSetup
     from rt4chart.signals.csr import SignalRecord
     from rt4chart.types import AuditRecord
 
-EXIT_USAGE = 2
-"""Bad input or usage (README "Exit codes"); every other exit code comes from :func:`rt4chart.run.exit_code`."""
 
 def _hide_flag_types(command: Any, ctx: Any) -> None:
     """No type beside a flag in ``--help``: typer 0.29 prints ``<bool>`` for options that take no value."""
@@ -81,7 +77,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-stderr = Console(stderr=True)
 
 
 class _PanelledCommand(TyperCommand):
@@ -109,13 +104,6 @@ def _commands(
     ] = False,
 ) -> None:
     """Audit RAG answers against their context: claim-level verdicts with evidence."""
-
-
-def fail(message: str) -> typer.Exit:
-    """Report a usage error and return the exit to raise. ``message`` is plain text, never markup:
-    paths, ids and pip extras hold brackets (``x[/]y.jsonl``) that rich would parse."""
-    stderr.print(Text.assemble(("error:", "red"), " ", message), highlight=False, soft_wrap=True)
-    return typer.Exit(EXIT_USAGE)
 
 
 @contextlib.contextmanager
@@ -164,64 +152,6 @@ def _print_stop(
                           f"verdicts left open by judge errors; the first: {error}"),
             highlight=False, soft_wrap=True,
         )
-
-
-def _flag(name: str) -> str:
-    """The CLI flag of an :class:`AuditOptions` field (``--window``, ``--global/--no-global``)."""
-    info = AuditOptions.model_fields[name]
-    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-    flag = str(extra.get("flag") or "--" + name.replace("_", "-"))
-    if info.annotation is bool and "/" not in flag:
-        flag = f"{flag}/--no-{flag.removeprefix('--')}"
-    return flag
-
-
-def _option_parameter(name: str) -> inspect.Parameter:
-    info = AuditOptions.model_fields[name]
-    annotation: Any = info.annotation
-    help_text = info.description or ""
-    if get_origin(annotation) is Literal:
-        # Checked by the model (one place, one message), offered here as text.
-        help_text = f"{help_text} One of: {', '.join(get_args(annotation))}."
-        annotation = str
-    return inspect.Parameter(
-        name,
-        inspect.Parameter.KEYWORD_ONLY,
-        default=info.default,
-        annotation=Annotated[annotation, typer.Option(_flag(name), help=help_text)],
-    )
-
-
-def _options_error(error: ValidationError) -> str:
-    problems = []
-    for item in error.errors():
-        where = _flag(str(item["loc"][0])).split("/")[0] if item["loc"] else "options"
-        problems.append(f"{where}: {item['msg']}")
-    return "; ".join(problems)
-
-
-Command = TypeVar("Command", bound=Callable[..., None])
-
-
-def audit_options(command: Command) -> Command:
-    """Give ``command`` a flag for every :class:`AuditOptions` field and call it with ``options=``
-    the validated model; an invalid value is a usage error (exit 2) naming its flag."""
-    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "options"]
-    parameters = own + [_option_parameter(name) for name in AuditOptions.model_fields]
-
-    @functools.wraps(command)
-    def with_options(*args: Any, **kwargs: Any) -> None:
-        values = {name: kwargs.pop(name) for name in AuditOptions.model_fields if name in kwargs}
-        try:
-            options = AuditOptions(**values)
-        except ValidationError as error:
-            raise fail(_options_error(error)) from None
-        command(*args, options=options, **kwargs)
-
-    del with_options.__wrapped__  # typer reads the signature below, not the command's own
-    with_options.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
-    with_options.__annotations__ = {p.name: p.annotation for p in parameters}
-    return with_options  # type: ignore[return-value]
 
 
 def _guard_outputs(outputs: dict[str, Path | None], inputs: Sequence[Path | None]) -> dict[str, Path]:
@@ -276,17 +206,15 @@ def _cache_at(cache_dir: Path | None, cache_url: str | None) -> Path | str | Non
         raise fail(str(error)) from None
 
 
-def _engine_help(name: str) -> str:
-    return EngineOptions.model_fields[name].description or ""
+def _run_cache(run: dict[str, Any]) -> Path | str | None:
+    """``RunSpec.cache`` from the three flags of :class:`CacheChoice` (``None`` with ``--no-cache``); a
+    :class:`~rt4chart.run.RunUsageError` when they disagree."""
+    from rt4chart.run import cache_location
+
+    return None if run["no_cache"] else cache_location(run["cache_dir"], run["cache_url"])
 
 
 InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin).")]
-TimeoutOption = Annotated[float | None, typer.Option("--timeout", help="Seconds one judge HTTP attempt may take (default: the judge profile's).")]
-JudgeOption = Annotated[str | None, typer.Option(help="Judge: a profile name (rt4 judges), a profile FILE.toml (e.g. a fleet), a litellm model (openai/NAME with --api-base), cascade:A@0.8,B, vote:A,B,C or scripted:RULES.json (default: the embedded offline verifier).")]
-ApiBaseOption = Annotated[str | None, typer.Option(help="Base URL of an OpenAI-compatible or vLLM server.")]
-ConcurrencyOption = Annotated[int | None, typer.Option(help="Judge calls in flight (default: the judge profile's).")]
-CacheDirOption = Annotated[Path | None, typer.Option(help="Judge-call cache directory (default: per-user cache).")]
-CacheUrlOption = Annotated[str | None, typer.Option(help="Cache judge calls on this Redis server (redis://HOST:PORT/DB) instead of --cache-dir; needs the redis extra.")]
 HtmlReportOption = Annotated[Path | None, typer.Option("--report", help="Also write a self-contained HTML report here.")]
 JunitOption = Annotated[Path | None, typer.Option(help="Also write JUnit XML here (one test case per sample).")]
 GithubOption = Annotated[bool, typer.Option("--github", help="Print GitHub Actions annotations on the offending input lines.")]
@@ -297,15 +225,10 @@ BaselineOption = Annotated[Path | None, typer.Option(help="An earlier audit of t
 
 @app.command(cls=_PanelledCommand)
 @audit_options
+@run_options(*RUN_FLAGS)
 def verify(
     input_path: InputArgument,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
-    judge: JudgeOption = None,
-    api_base: ApiBaseOption = None,
-    concurrency: ConcurrencyOption = None,
-    budget: Annotated[float | None, typer.Option(help="Hard cap on judge spend in USD; exit 3 when reached.")] = None,
-    cache_dir: CacheDirOption = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Keep records already complete in --out; audit the rest.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary on stderr.")] = False,
     output_format: Annotated[OutputFormat, typer.Option("--format", help="stdout without --out: auto = readable on a terminal, JSONL elsewhere.")] = OutputFormat.AUTO,
@@ -315,35 +238,27 @@ def verify(
     fail_on: FailOnOption = FailOn.HALLUCINATED,
     max_rate: MaxRateOption = 0.0,
     baseline: BaselineOption = None,
-    signals: Annotated[str | None, typer.Option(help="Add white-box token signals to each record before it is written: csr, or attention (needs --signal-probe); both need --signal-model.")] = None,
-    signal_model: Annotated[Path | None, typer.Option(help="Model directory or GGUF file for --signals.")] = None,
-    signal_probe: Annotated[Path | None, typer.Option(help="Probe file from `rt4 signals train`, for --signals attention.")] = None,
-    signal_server: Annotated[str | None, typer.Option(help="Base URL of a vLLM server for --signals (prompt_logprobs).")] = None,
-    signal_delta: Annotated[float, typer.Option(help="CSR threshold for --signals csr.")] = 0.2,
-    timeout: TimeoutOption = None,
-    cache_url: CacheUrlOption = None,
-    engine: Annotated[str, typer.Option(help=_engine_help("engine"))] = "local",
-    address: Annotated[str | None, typer.Option(help=_engine_help("address"))] = None,
-    workers: Annotated[int, typer.Option(help=_engine_help("workers"))] = 2,
-    worker_cpus: Annotated[float, typer.Option(help=_engine_help("worker_cpus"))] = 1.0,
     *,
     options: AuditOptions,
+    run: dict[str, Any],
 ) -> None:
     """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
     from rt4chart.outputs import PublishOptions, readable_stdout
-    from rt4chart.run import RunSpec, cache_location, engine_options, run_limits, signal_spec
+    from rt4chart.run import engine_options, run_limits, signal_spec
 
     with _usage_errors():
         spec = RunSpec(
-            judge=judge, api_base=api_base, limits=run_limits(budget, concurrency, timeout),
-            cache=None if no_cache else cache_location(cache_dir, cache_url), options=options,
-            engine=engine_options(engine, address, workers, worker_cpus), input_file=input_path, out=out, resume=resume,
+            judge=run["judge"], api_base=run["api_base"],
+            limits=run_limits(run["budget"], run["concurrency"], run["timeout"]),
+            cache=_run_cache(run), options=options,
+            engine=engine_options(run["engine"], run["address"], run["workers"], run["worker_cpus"]),
+            input_file=input_path, out=out, resume=resume,
             outputs=PublishOptions(html=html_report, junit=junit, github=github, input_file=str(input_path),
                                    text_view=readable_stdout(output_format, out, sys.stdout.isatty()),
                                    title=f"rt4chart audit of {input_path.name}", fail_on=fail_on, max_rate=max_rate,
                                    baseline=baseline),
-            signals=signal_spec(signals, signal_model, probe=signal_probe, server=signal_server, delta=signal_delta,
-                                use_cache=not no_cache),
+            signals=signal_spec(run["signals"], run["signal_model"], probe=run["signal_probe"],
+                                server=run["signal_server"], delta=run["signal_delta"], use_cache=not run["no_cache"]),
         )
     outcome = _execute(spec, _stream_input(input_path), quiet)
     if not quiet:
@@ -356,24 +271,23 @@ def verify(
 
 @app.command(cls=_PanelledCommand)
 @audit_options
+@run_options("judge", "api_base", "cache.cache_dir", "cache.cache_url")
 def estimate(
     input_path: InputArgument,
-    judge: JudgeOption = None,
-    api_base: ApiBaseOption = None,
-    cache_dir: CacheDirOption = None,
-    cache_url: CacheUrlOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON on stdout.")] = False,
     *,
     options: AuditOptions,
+    run: dict[str, Any],
 ) -> None:
     """Calls, tokens and USD an audit of INPUT.jsonl would need (expected and worst case); calls no judge."""
     from rt4chart.progress import print_estimate
-    from rt4chart.run import RunSpec
     from rt4chart.run import estimate as estimate_run
 
     items = _read_input(input_path)
     with _usage_errors():
-        plan = estimate_run(RunSpec(judge=judge, api_base=api_base, options=options, cache=_cache_at(cache_dir, cache_url)), items)
+        spec = RunSpec(judge=run["judge"], api_base=run["api_base"], options=options,
+                       cache=_cache_at(run["cache_dir"], run["cache_url"]))
+        plan = estimate_run(spec, items)
     if as_json:
         print(json.dumps(dataclasses.asdict(plan), indent=2))
     else:
@@ -385,24 +299,26 @@ app.add_typer(cache_app, name="cache")
 
 
 @cache_app.command("stats")
-def cache_stats(cache_dir: CacheDirOption = None, cache_url: CacheUrlOption = None) -> None:
+@run_options("cache.cache_dir", "cache.cache_url")
+def cache_stats(*, run: dict[str, Any]) -> None:
     """Entries and size of the cache."""
     from rt4chart.cache import CacheError
     from rt4chart.cache import cache_stats as stats_of
 
     try:
-        stats = stats_of(_cache_at(cache_dir, cache_url))
+        stats = stats_of(_cache_at(run["cache_dir"], run["cache_url"]))
     except CacheError as error:
         raise fail(str(error)) from None
     stderr.print(f"{stats.directory}: {stats.entries} entries, {stats.size_bytes / 1e6:.2f} MB", highlight=False, markup=False)
 
 
 @cache_app.command("clear")
-def cache_clear(cache_dir: CacheDirOption = None, cache_url: CacheUrlOption = None) -> None:
+@run_options("cache.cache_dir", "cache.cache_url")
+def cache_clear(*, run: dict[str, Any]) -> None:
     """Remove every cached judge reply."""
     from rt4chart.cache import CacheError
 
-    cache = _open_cache(_cache_at(cache_dir, cache_url))
+    cache = _open_cache(_cache_at(run["cache_dir"], run["cache_url"]))
     try:
         removed = cache.clear()
     except CacheError as error:
@@ -439,45 +355,44 @@ SeedOption = Annotated[int, typer.Option(help="Bootstrap seed.")]
 
 @app.command("eval", cls=_PanelledCommand)
 @audit_options
+@run_options("judge", "api_base", "limits.concurrency", "cache.cache_url")
 def eval_command(
     dataset: DatasetArgument,
     path: DatasetPathOption = None,
     split: SplitOption = None,
     limit: LimitOption = None,
-    judge: JudgeOption = None,
-    api_base: ApiBaseOption = None,
-    concurrency: ConcurrencyOption = None,
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
     tag: Annotated[str | None, typer.Option(help="Label added to the result file names (e.g. run-2).")] = None,
     # Not the checkout's tracked evals/results by default: a rerun of a split would overwrite its files.
     results_dir: Annotated[Path, typer.Option(help="Where the JSON and Markdown results go (the project's own figures: evals/results).")] = Path("rt4-results"),
     save_predictions: Annotated[bool, typer.Option(help="Also write every output record.")] = False,
+    # Not the run flag: rt4 eval has no per-user default cache, so that runs are independent.
     cache_dir: Annotated[Path | None, typer.Option(help="Cache judge calls here (default: no cache, so runs are independent).")] = None,
-    cache_url: CacheUrlOption = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
     *,
     options: AuditOptions,
+    run: dict[str, Any],
 ) -> None:
     """Audit a labelled dataset, print every metric with 95% CIs, and record the result."""
     from rt4chart.datasets import DatasetError
     from rt4chart.evaluation import EvalConfig, load_samples, result_details, write_result
     from rt4chart.progress import ProgressObserver, print_metrics
-    from rt4chart.run import RunSpec, cache_location, evaluate, run_limits
+    from rt4chart.run import cache_location, evaluate, run_limits
 
     if (limit is not None and limit < 0) or resamples < 0:
         raise fail("--limit and --resamples must not be negative")
     config = EvalConfig(
-        dataset=dataset, path=str(path) if path else None, split=split, limit=limit, judge=judge,
-        api_base=api_base, options=options, resamples=resamples, seed=seed, tag=tag,
+        dataset=dataset, path=str(path) if path else None, split=split, limit=limit, judge=run["judge"],
+        api_base=run["api_base"], options=options, resamples=resamples, seed=seed, tag=tag,
     )
     try:
         samples = load_samples(config)
     except DatasetError as error:
         raise fail(str(error)) from None
     with _usage_errors():
-        spec = RunSpec(judge=judge, api_base=api_base, limits=run_limits(None, concurrency, None), options=options,
-                       cache=cache_location(cache_dir, cache_url, per_user_default=False))
+        spec = RunSpec(judge=run["judge"], api_base=run["api_base"], limits=run_limits(None, run["concurrency"], None),
+                       options=options, cache=cache_location(cache_dir, run["cache_url"], per_user_default=False))
         outcome = evaluate(spec, config, samples, observer=ProgressObserver(stderr, enabled=not quiet))
     if outcome.result is None:
         _print_stop(outcome.run, note="an incomplete evaluation is not a result: none was written")
@@ -748,32 +663,29 @@ def review_plan(
 
 @app.command()
 @audit_options
+@run_options("api_base", "limits.concurrency", "cache.cache_dir", "cache.cache_url", "cache.no_cache")
 def compare(
     input_path: InputArgument,
     judges_spec: Annotated[str, typer.Option("--judges", help="Judges to compare, comma-separated (profile, litellm model, scripted:RULES.json).")],
     out_dir: Annotated[Path, typer.Option(help="One output JSONL per judge goes here.")],
     decompose_with: Annotated[str | None, typer.Option(help="Judge that decomposes every answer once (default: the rule decomposer).")] = None,
-    api_base: ApiBaseOption = None,
-    concurrency: ConcurrencyOption = None,
-    cache_dir: CacheDirOption = None,
-    cache_url: CacheUrlOption = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     resamples: ResamplesOption = 1000,
     seed: SeedOption = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
     *,
     options: AuditOptions,
+    run: dict[str, Any],
 ) -> None:
     """Decompose each answer once, have every judge verify that same claim set, then report agreement."""
     from rt4chart.agreement_view import print_agreement
     from rt4chart.progress import ProgressObserver
-    from rt4chart.run import RunSpec, cache_location, compare, run_limits
+    from rt4chart.run import compare, run_limits
 
     names = [name.strip() for name in judges_spec.split(",") if name.strip()]
     items = _read_input(input_path)
     with _usage_errors():
-        spec = RunSpec(api_base=api_base, limits=run_limits(None, concurrency, None), options=options,
-                       cache=None if no_cache else cache_location(cache_dir, cache_url), input_file=input_path)
+        spec = RunSpec(api_base=run["api_base"], limits=run_limits(None, run["concurrency"], None), options=options,
+                       cache=_run_cache(run), input_file=input_path)
         outcome = compare(spec, names, items, out_dir, decompose_with=decompose_with, resamples=resamples, seed=seed,
                           observer=ProgressObserver(stderr, enabled=not quiet))
     stderr.print("wrote " + ", ".join(str(p) for p in outcome.paths), highlight=False, markup=False)
@@ -920,22 +832,19 @@ def _print_repair_summary(summary: RepairSummary, verify_judge: str | None) -> N
 
 @app.command()
 @audit_options
+@run_options("api_base", "limits.concurrency", "cache.cache_dir", "cache.cache_url", "cache.no_cache")
 def repair(
     verified: Annotated[Path, typer.Argument(metavar="VERIFIED.jsonl", help="Output records of rt4 verify.")],
     strategy: Annotated[str, typer.Option(help="remove, extract or rewrite (rewrite needs --judge).")] = "remove",
     input_path: Annotated[Path | None, typer.Option("--input", help="The samples JSONL that was verified: verify records hold neither the answer nor the context.")] = None,
     judge: Annotated[str | None, typer.Option(help="Judge that rewrites sentences (rewrite; remove/extract: sentences whose claims are not clauses). Must write text: not the embedded verifier.")] = None,
-    api_base: ApiBaseOption = None,
-    concurrency: ConcurrencyOption = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
     verify_after: Annotated[bool, typer.Option("--verify-after", help="Re-audit the repaired answers (with the audit options) and report the residual hallucination rate.")] = False,
     verify_judge: Annotated[str | None, typer.Option(help="Judge of the re-audit (default: --judge, else the embedded verifier).")] = None,
-    cache_dir: CacheDirOption = None,
-    cache_url: CacheUrlOption = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Neither read nor write the cache.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
     *,
     options: AuditOptions,
+    run: dict[str, Any],
 ) -> None:
     """Repair the flagged answers of VERIFIED.jsonl; one record per verify record: original, repaired, edits.
 
@@ -943,8 +852,8 @@ def repair(
     3 stopped by the budget; 4 the repairing or re-auditing judge could not be reached or left verdicts open.
     """
     from rt4chart.repair import STRATEGIES
-    from rt4chart.run import RunSpec, cache_location, run_limits
     from rt4chart.run import repair as run_repair
+    from rt4chart.run import run_limits
 
     if strategy not in STRATEGIES:
         raise fail(f"--strategy must be one of {', '.join(STRATEGIES)} (got {strategy!r})")
@@ -961,8 +870,8 @@ def repair(
     if not records:
         raise fail(f"the verify records {verified} hold no record (the file is empty or blank)")
     with _usage_errors():
-        spec = RunSpec(judge=judge, api_base=api_base, limits=run_limits(None, concurrency, None), options=options,
-                       cache=None if no_cache else cache_location(cache_dir, cache_url))
+        spec = RunSpec(judge=judge, api_base=run["api_base"], limits=run_limits(None, run["concurrency"], None),
+                       options=options, cache=_run_cache(run))
         outcome = run_repair(spec, records, items, chosen, input_name=input_path.name, verify_after=verify_after,
                              verify_judge=verify_judge)
     lines = "".join(r.model_dump_json() + "\n" for r in outcome.records)

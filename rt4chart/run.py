@@ -27,9 +27,9 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 
 from rt4chart.agreement import AgreementReport
@@ -51,7 +51,6 @@ from rt4chart.io import (
 )
 from rt4chart.judges import JudgeConfigError, JudgeStack, check_judge_serves
 from rt4chart.manifest import write_manifest
-from rt4chart.options import AuditOptions
 from rt4chart.outputs import PublishOptions, baseline_problem, publish
 from rt4chart.pipeline import (
     AuditEngine,
@@ -66,6 +65,7 @@ from rt4chart.pipeline import (
 from rt4chart.progress import RunSummary
 from rt4chart.ray_engine import RayUnavailable
 from rt4chart.repair import RepairRecord, RepairStrategy, RepairSummary
+from rt4chart.run_spec import RunSpec, SignalSpec
 from rt4chart.types import AuditRecord, Sample
 
 if TYPE_CHECKING:
@@ -116,32 +116,6 @@ def exit_code(status: RunStatus) -> int:
     return _EXIT_CODES[status]
 
 
-class SignalSpec(BaseModel):
-    """White-box token signals added to each record before it is written (``--signals``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    kind: Literal["csr", "attention"]
-    """csr (REFIND's context sensitivity ratio) or attention (a trained AggTruth probe)."""
-    model: Path
-    """Model directory or GGUF file that scores the answers."""
-    probe: Path | None = None
-    """Probe file from ``rt4 signals train`` (attention only)."""
-    server: str | None = None
-    """Base URL of a vLLM server that scores instead of the in-process model (csr only)."""
-    delta: float = 0.2
-    """CSR threshold: answer tokens with CSR >= delta are flagged (csr only)."""
-    use_cache: bool = True
-    """Read and write the per-user signal cache."""
-
-    @field_validator("delta")
-    @classmethod
-    def _finite(cls, delta: float) -> float:
-        if not math.isfinite(delta):
-            raise ValueError("must be a finite number")
-        return delta
-
-
 def signal_spec(
     kind: str | None,
     model: Path | None,
@@ -163,37 +137,6 @@ def signal_spec(
     return SignalSpec.model_validate(
         {"kind": kind, "model": model, "probe": probe, "server": server, "delta": delta, "use_cache": use_cache}
     )
-
-
-class RunSpec(BaseModel):
-    """Everything that shapes one run besides its input: declared once, used by every entry point."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, arbitrary_types_allowed=True)
-
-    judge: str | Backend | None = None
-    """A judge spec as ``--judge`` takes it, or a backend of the caller's (left open); default: the
-    embedded offline verifier."""
-    api_base: str | None = None
-    """Base URL of an OpenAI-compatible or vLLM server for the judge."""
-    limits: RunLimits = Field(default_factory=RunLimits)
-    """Budget in USD, judge calls in flight, seconds per HTTP attempt."""
-    cache: Path | str | None = None
-    """Judge-call cache: a directory, a ``redis://`` URL, or ``None`` for no cache."""
-    options: AuditOptions = Field(default_factory=AuditOptions)
-    """The audit's options (they bind records for ``--resume``)."""
-    engine: EngineOptions = Field(default_factory=EngineOptions)
-    """Where the audit runs (this process or a Ray cluster); changes no record."""
-    input_file: Path | None = None
-    """The input file, when there is one: outputs may never overwrite it."""
-    out: Path | None = None
-    """Write the records here (atomically, under the file's lock); ``None``: the caller's stream, if any."""
-    resume: bool = False
-    """Keep the records already complete in ``out`` for the same input and configuration; audit the rest."""
-    outputs: PublishOptions = Field(default_factory=PublishOptions)
-    """What a finished run writes besides its records (view, HTML, JUnit, annotations) and how it
-    decides failure."""
-    signals: SignalSpec | None = None
-    """White-box signals added to each record before it is written; ``None``: none."""
 
 
 class RunCounts(BaseModel):

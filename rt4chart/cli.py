@@ -228,8 +228,6 @@ BaselineOption = Annotated[Path | None, typer.Option(help="An earlier audit of t
 @run_options(*RUN_FLAGS)
 def verify(
     input_path: InputArgument,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Keep records already complete in --out; audit the rest.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary on stderr.")] = False,
     output_format: Annotated[OutputFormat, typer.Option("--format", help="stdout without --out: auto = readable on a terminal, JSONL elsewhere.")] = OutputFormat.AUTO,
     html_report: HtmlReportOption = None,
@@ -252,9 +250,9 @@ def verify(
             limits=run_limits(run["budget"], run["concurrency"], run["timeout"]),
             cache=_run_cache(run), options=options,
             engine=engine_options(run["engine"], run["address"], run["workers"], run["worker_cpus"]),
-            input_file=input_path, out=out, resume=resume,
+            input_file=input_path, out=run["out"], resume=run["resume"],
             outputs=PublishOptions(html=html_report, junit=junit, github=github, input_file=str(input_path),
-                                   text_view=readable_stdout(output_format, out, sys.stdout.isatty()),
+                                   text_view=readable_stdout(output_format, run["out"], sys.stdout.isatty()),
                                    title=f"rt4chart audit of {input_path.name}", fail_on=fail_on, max_rate=max_rate,
                                    baseline=baseline),
             signals=signal_spec(run["signals"], run["signal_model"], probe=run["signal_probe"],

@@ -147,7 +147,9 @@ def run_options(*paths: str) -> Callable[[Command], Command]:
     return lambda command: _with_flags(command, "run", added, dict)
 
 
-RUN_FLAGS = ("judge", "api_base", "limits.concurrency", "limits.budget_usd", "limits.timeout_s", "cache.cache_dir",
-             "cache.cache_url", "cache.no_cache", "engine.engine", "engine.address", "engine.workers",
-             "engine.worker_cpus", "signals.kind", "signals.model", "signals.probe", "signals.server", "signals.delta")
+RUN_FLAGS = (
+    "out", "resume", "judge", "api_base", "limits.concurrency", "limits.budget_usd", "limits.timeout_s",
+    "cache.cache_dir", "cache.cache_url", "cache.no_cache", "engine.engine", "engine.address", "engine.workers",
+    "engine.worker_cpus", "signals.kind", "signals.model", "signals.probe", "signals.server", "signals.delta",
+)
 """The run flags of ``rt4 verify``, in the order of its ``--help``."""

@@ -89,10 +89,10 @@ class RunSpec(BaseModel):
     """Where the audit runs (this process or a Ray cluster); changes no record."""
     input_file: Path | None = None
     """The input file, when there is one: outputs may never overwrite it."""
-    out: Path | None = None
-    """Write the records here (atomically, under the file's lock); ``None``: the caller's stream, if any."""
-    resume: bool = False
-    """Keep the records already complete in ``out`` for the same input and configuration; audit the rest."""
+    out: Path | None = Field(default=None, json_schema_extra={"flag": "--out,-o"})
+    """Output JSONL (default: stdout), written atomically under the file's lock."""
+    resume: bool = Field(default=False, json_schema_extra={"flag": "--resume"})
+    """Keep records already complete in --out (same input and configuration); audit the rest."""
     outputs: PublishOptions = Field(default_factory=PublishOptions)
     """What a finished run writes besides its records (view, HTML, JUnit, annotations) and how it
     decides failure."""

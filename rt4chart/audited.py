@@ -15,8 +15,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic_core import PydanticSerializationError
+
 from rt4chart.io import InputLine, read_records
-from rt4chart.text import displayable, join_passages
+from rt4chart.text import displayable, join_passages, json_displayable
 from rt4chart.types import AuditRecord, Label, Sample
 
 
@@ -69,6 +71,11 @@ _Model = TypeVar("_Model", AuditRecord, Sample)
 
 def _displayable(model: _Model) -> _Model:
     """``model`` with every string made :func:`~rt4chart.text.displayable` (itself when none changes)."""
+    try:  # the common case, without a walk over every string
+        if json_displayable(model.model_dump_json()):
+            return model
+    except PydanticSerializationError:  # a lone surrogate, which no JSON text holds: the walk handles it
+        pass
     dumped = model.model_dump(mode="json")
     shown = _displayable_value(dumped)
     return model if shown == dumped else type(model).model_validate(shown)

@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -146,7 +147,11 @@ def json_lines(lines: Iterable[str | bytes]) -> Iterator[JsonLine]:
             limit = sys.get_int_max_str_digits()
             yield JsonLine(number, text, problem=f"not valid JSON (an integer of more than {limit} digits)")
             continue
-        if problem := _unreadable_value(value):
+        # Records and samples hold thousands of strings: when the line's bytes can yield no lone
+        # surrogate (strict UTF-8 holds none, and it has no \uD8xx-\uDFxx escape), only the
+        # depth is left to check, over the containers alone.
+        holds_no_surrogate = isinstance(raw, bytes) and not _SURROGATE_ESCAPE.search(text)
+        if problem := (_too_deep(value) if holds_no_surrogate else _unreadable_value(value)):
             yield JsonLine(number, text, problem=problem)
             continue
         yield JsonLine(number, text, value=value, digest=line_digest(raw))
@@ -157,6 +162,24 @@ MAX_LINE_CHARS = 64 * 1024 * 1024
 
 MAX_JSON_DEPTH = 64
 """Nesting depth one JSONL line may reach (samples and records need fewer than ten levels)."""
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""The start of a JSON escape of a surrogate code point, the only way a UTF-8 line decodes to one."""
+
+
+def _too_deep(value: Any) -> str | None:
+    """:func:`_unreadable_value` for a value that holds no lone surrogate: the depth problem, or ``None``."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if not isinstance(item, (dict, list)):
+            continue
+        if depth > MAX_JSON_DEPTH:
+            return f"not valid JSON (nested deeper than {MAX_JSON_DEPTH} levels)"
+        members = item.values() if isinstance(item, dict) else item
+        pending.extend((member, depth + 1) for member in members if isinstance(member, (dict, list)))
+    return None
 
 
 def _unreadable_value(value: Any) -> str | None:

@@ -82,8 +82,8 @@ def _reads_as_english(text: str) -> bool:
     # The detector reads bytes, so a few words of a three-byte script outweigh an English paragraph
     # ("The owner is Ana Müller. 店は駅の近くにあります。" scores as Japanese): English words that
     # make most of the letters decide first.
-    letters = [char for char in text if char.isalpha()]
-    if sum(char.isascii() for char in letters) < 0.5 * len(letters):
+    letters = "".join(filter(str.isalpha, text))
+    if len(letters.encode("ascii", "ignore")) < 0.5 * len(letters):  # ASCII letters: one byte each
         return False
     words = [word.lower() for word in _ASCII_WORD.findall(text)]
     markers = sum(word in _ENGLISH_MARKERS for word in words)

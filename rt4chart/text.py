@@ -408,6 +408,18 @@ def _picture(match: re.Match[str]) -> str:
     return "\u2421" if code == 0x7F else "\ufffd"
 
 
+_ESCAPED_CONTROL = re.compile(r"\\[bfru]")
+"""A JSON escape that may stand for an undisplayable character: JSON writes C0 controls as ``\\b``,
+``\\f``, ``\\r`` or ``\\u00XX`` (an escaped backslash before such a letter matches too: harmless)."""
+
+
+def json_displayable(json_text: str) -> bool:
+    """Whether every string in ``json_text`` (JSON with non-ASCII characters written as themselves,
+    as pydantic writes it) is already :func:`displayable`: a check over one string that spares a
+    walk over every string of a record; ``False`` only means it may not be."""
+    return not _UNDISPLAYABLE.search(json_text) and not _ESCAPED_CONTROL.search(json_text)
+
+
 def displayable(text: str) -> str:
     """``text`` with every character that would act rather than show replaced by one visible
     character (a control picture, or U+FFFD), so offsets into it stay those of the original."""

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from rt4chart.backends.base import Backend
 from rt4chart.backends.litellm import LiteLLMBackend
+from rt4chart.backends.openai_compat import OpenAICompatBackend, OpenAICompatSender
 from rt4chart.backends.scripted import ScriptedBackend
 from rt4chart.cli import app
 from rt4chart.ensembles.cascade import CascadeBackend
@@ -93,18 +94,22 @@ def test_missing_configuration_fails_fast_naming_it(spec: str, variable: str) ->
 
 def test_vllm_profile_takes_its_base_url_from_env_or_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RT4_VLLM_BASE_URL", "http://127.0.0.1:9/v1")
+    # A hosted_vllm/ model at a base URL speaks the OpenAI protocol: the lean transport carries it.
     from_env = resolve_judge("qwen-vllm")
-    assert isinstance(from_env, LiteLLMBackend) and from_env.sender.api_base == "http://127.0.0.1:9/v1"
+    assert isinstance(from_env, OpenAICompatBackend) and isinstance(from_env.sender, OpenAICompatSender)
+    assert from_env.sender.api_base == "http://127.0.0.1:9/v1"
     from_flag = resolve_judge("qwen-vllm", api_base="http://127.0.0.1:10/v1")
-    assert isinstance(from_flag, LiteLLMBackend) and from_flag.sender.api_base == "http://127.0.0.1:10/v1"
+    assert isinstance(from_flag, OpenAICompatBackend) and isinstance(from_flag.sender, OpenAICompatSender)
+    assert from_flag.sender.api_base == "http://127.0.0.1:10/v1"
 
 
 def test_raw_model_on_own_server_sends_no_environment_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     backend = resolve_judge("openai/my-model", api_base="http://127.0.0.1:9/v1")
-    assert isinstance(backend, LiteLLMBackend)
-    assert backend.sender.provider == "openai" and backend.sender.structured_output == "json_schema"
-    assert backend.sender._api_key == NO_KEY  # the user's OpenAI key never goes to an arbitrary server
+    assert isinstance(backend, OpenAICompatBackend) and isinstance(backend.sender, OpenAICompatSender)
+    assert backend.sender.model == "my-model" and backend.sender.structured_output == "json_schema"
+    assert SECRET not in backend.sender.secrets  # the user's OpenAI key never goes to an arbitrary server
+    assert backend.sender._api_key == NO_KEY
 
 
 def test_unknown_judge_is_a_config_error() -> None:

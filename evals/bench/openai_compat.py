@@ -54,6 +54,9 @@ result = shard({"line": [item.line], "sample": [item.sample.model_dump_json()]})
 assert result["record"][0], result
 """
 
+DETECTOR_IMPORT = "from rt4chart import languages"
+DETECTOR = DETECTOR_IMPORT + "; languages._identifier()"
+
 
 def timed(argv: list[str], ok: tuple[int, ...] = (0, 1)) -> tuple[float, float, int]:
     """Wall seconds, CPU seconds (its own rusage: user + system) and exit status of one process,
@@ -136,6 +139,13 @@ def main() -> None:
                             for _ in range(3)]
                     cpu[f"{transport}{size}"] = runs
                     calls[f"{transport}{size}"] = record_calls(folder / f"{transport}{size}.jsonl")
+            # A one-time cost inside the marginal: an answer that the English-word shortcut does not settle
+            # loads the language detector's model (5 of the first 200 RAGTruth QA dev answers, none of the 40).
+            detector_cpu = statistics.median(
+                timed([sys.executable, "-c", DETECTOR], ok=(0,))[1]
+                - timed([sys.executable, "-c", DETECTOR_IMPORT], ok=(0,))[1]
+                for _ in range(3)
+            )
             workers = paired({
                 transport: [sys.executable, "-c", WORKER, judge, base_url, str(SAMPLE)]
                 for transport, judge in judges.items()
@@ -179,7 +189,10 @@ def main() -> None:
         "parsing, grounding, records), not the transport's alone: the scripted judge, which sends nothing, "
         f"costs {marginal['scripted']:.2f} ms per call of it, so the transport's own share is "
         f"{marginal['openai-compatible'] - marginal['scripted']:.2f} ms over aiohttp and "
-        f"{marginal['litellm'] - marginal['scripted']:.2f} ms over litellm.",
+        f"{marginal['litellm'] - marginal['scripted']:.2f} ms over litellm. Not all of the floor is per-call work: "
+        f"loading the language detector's model, which only the large set needs, costs {detector_cpu:.2f} CPU s "
+        f"once ({detector_cpu / (calls[f'scripted{args.large}'] - calls[f'scripted{args.small}']) * 1000:.2f} ms "
+        "of the marginal per call).",
         "",
         "| worker set-up (fresh process: AuditShard + 1 sample) | median wall s | / OpenAI-compatible |",
         "|---|---:|---:|",

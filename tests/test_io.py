@@ -138,6 +138,15 @@ def test_one_poisoned_line_is_one_error_and_every_other_line_is_read(tmp_path: P
     dump_report(error_report(items[1])).encode("utf-8")
 
 
+def test_a_line_that_only_looks_like_a_surrogate_escape_is_read(tmp_path: Path) -> None:
+    # An escaped backslash before "ud800" is a backslash and five letters, and json.dumps writes an emoji as
+    # a surrogate pair escape: both take the full check, which must pass them.
+    backslash = {**VALID, "answer": "It lasts 14 days, see C:\\ud800."}
+    emoji = {**VALID, "answer": "It lasts 14 days \U0001f600."}
+    items = _read(tmp_path, [json.dumps(backslash), json.dumps(emoji)])
+    assert [item.sample.answer for item in items if item.sample] == [backslash["answer"], emoji["answer"]]
+
+
 def test_an_oversized_line_is_refused_with_its_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import rt4chart.io
 

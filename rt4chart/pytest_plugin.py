@@ -35,7 +35,7 @@ import pytest
 if TYPE_CHECKING:
     from rt4chart.io import InputLine
     from rt4chart.judges import JudgeStack
-    from rt4chart.testing import AuditRecord, AuditSession
+    from rt4chart.testing import AuditSession, SessionAudit
     from rt4chart.types import Sample
 
 MARKER = "rt4_samples"
@@ -128,13 +128,13 @@ def pytest_configure_node(node: Any) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
     """pytest-xdist, controller: take in a finished worker's audit records."""
-    from rt4chart.testing import AuditRecord
+    from rt4chart.testing import SessionAudit
 
     output = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT)
     if output:
         session = _session(node.config)
         payload = json.loads(output)
-        session.records.extend(AuditRecord.model_validate(record) for record in payload["records"])
+        session.records.extend(SessionAudit.model_validate(record) for record in payload["records"])
         session.skipped += payload["skipped"]
         session.stopped = session.stopped or payload["stopped"]
 
@@ -216,7 +216,7 @@ def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, tuple
     return None
 
 
-def _numbered(records: list[AuditRecord]) -> list[AuditRecord]:
+def _numbered(records: list[SessionAudit]) -> list[SessionAudit]:
     """Records in test order, each named by its test (``#2`` for a test's second audit), numbered
     1..N as the lines of one run."""
     ordered = sorted(records, key=lambda record: record.test)

@@ -31,7 +31,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
-from rt4chart.cli_flags import RUN_FLAGS, audit_options, fail, run_options, stderr
+from rt4chart.cli_flags import OUTPUT_FLAGS, RUN_FLAGS, audit_options, fail, run_options, stderr
 from rt4chart.datasets import DATA_LOCATION_HELP, DATASET_NAMES
 from rt4chart.options import HELP_PANELS, AuditOptions
 from rt4chart.outputs import FailOn, OutputFormat, ShowOnly
@@ -215,27 +215,15 @@ def _run_cache(run: dict[str, Any]) -> Path | str | None:
 
 
 InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin).")]
-HtmlReportOption = Annotated[Path | None, typer.Option("--report", help="Also write a self-contained HTML report here.")]
-JunitOption = Annotated[Path | None, typer.Option(help="Also write JUnit XML here (one test case per sample).")]
-GithubOption = Annotated[bool, typer.Option("--github", help="Print GitHub Actions annotations on the offending input lines.")]
-FailOnOption = Annotated[FailOn, typer.Option(help="Which answers fail the run (exit 1).")]
-MaxRateOption = Annotated[float, typer.Option(min=0.0, max=1.0, help="Fail only when the share of failing answers exceeds R.")]
-BaselineOption = Annotated[Path | None, typer.Option(help="An earlier audit of these answers (its --out): --fail-on new|worse gate against it, and unchanged lines reuse its records without a judge call.")]
 
 
 @app.command(cls=_PanelledCommand)
 @audit_options
-@run_options(*RUN_FLAGS)
+@run_options(*RUN_FLAGS, *OUTPUT_FLAGS)
 def verify(
     input_path: InputArgument,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary on stderr.")] = False,
     output_format: Annotated[OutputFormat, typer.Option("--format", help="stdout without --out: auto = readable on a terminal, JSONL elsewhere.")] = OutputFormat.AUTO,
-    html_report: HtmlReportOption = None,
-    junit: JunitOption = None,
-    github: GithubOption = False,
-    fail_on: FailOnOption = FailOn.HALLUCINATED,
-    max_rate: MaxRateOption = 0.0,
-    baseline: BaselineOption = None,
     *,
     options: AuditOptions,
     run: dict[str, Any],
@@ -251,10 +239,11 @@ def verify(
             cache=_run_cache(run), options=options,
             engine=engine_options(run["engine"], run["address"], run["workers"], run["worker_cpus"]),
             input_file=input_path, out=run["out"], resume=run["resume"],
-            outputs=PublishOptions(html=html_report, junit=junit, github=github, input_file=str(input_path),
+            outputs=PublishOptions(html=run["report"], junit=run["junit"], github=run["github"],
+                                   input_file=str(input_path),
                                    text_view=readable_stdout(output_format, run["out"], sys.stdout.isatty()),
-                                   title=f"rt4chart audit of {input_path.name}", fail_on=fail_on, max_rate=max_rate,
-                                   baseline=baseline),
+                                   title=f"rt4chart audit of {input_path.name}", fail_on=run["fail_on"],
+                                   max_rate=run["max_rate"], baseline=run["baseline"]),
             signals=signal_spec(run["signals"], run["signal_model"], probe=run["signal_probe"],
                                 server=run["signal_server"], delta=run["signal_delta"], use_cache=not run["no_cache"]),
         )
@@ -713,27 +702,26 @@ def _read_audited(results: Path, input_path: Path | None) -> list[AuditedSample]
 
 
 @app.command()
+@run_options(*OUTPUT_FLAGS[1:])
 def report(
     results: ResultsArgument,
     input_path: ResultsInputOption = None,
     html: Annotated[Path | None, typer.Option(help="Write the self-contained HTML report here.")] = None,
-    junit: JunitOption = None,
-    github: GithubOption = False,
-    fail_on: FailOnOption = FailOn.HALLUCINATED,
-    max_rate: MaxRateOption = 0.0,
-    baseline: BaselineOption = None,
+    *,
+    run: dict[str, Any],
 ) -> None:
     """Turn existing results into an HTML report, JUnit XML or GitHub annotations; exit as rt4 verify would."""
     from rt4chart.outputs import PublishOptions, baseline_problem, publish
 
+    junit, github = run["junit"], run["github"]
     if html is None and junit is None and not github:
         raise fail("nothing to write: give --html FILE, --junit FILE or --github")
     guarded = _guard_outputs({"--html": html, "--junit": junit}, [results, input_path])
     html, junit = guarded.get("--html"), guarded.get("--junit")
     audited = _read_audited(results, input_path)
     outputs = PublishOptions(html=html, junit=junit, github=github, input_file=str(input_path) if input_path else None,
-                             title=f"rt4chart audit of {(input_path or results).name}", fail_on=fail_on, max_rate=max_rate,
-                             baseline=baseline)
+                             title=f"rt4chart audit of {(input_path or results).name}", fail_on=run["fail_on"],
+                             max_rate=run["max_rate"], baseline=run["baseline"])
     if problem := baseline_problem(outputs):
         raise fail(problem)
     fails = publish(outputs, audited, Console())

@@ -55,7 +55,7 @@ def _flag(name: str) -> str:
 _CLI_TYPES = (str, int, float, bool, Path, type(None))
 
 
-def _field_parameter(name: str, info: FieldInfo, flag: str) -> inspect.Parameter:
+def _field_parameter(name: str, info: FieldInfo, flag: str, *, bounded: bool = False) -> inspect.Parameter:
     """A typer option for a model field: its default and docstring, a Literal offered as text (the model
     checks it: one place, one message), members the CLI cannot parse (a Backend) left out, and a
     required field optional on the CLI (the command decides what its absence means)."""
@@ -69,9 +69,15 @@ def _field_parameter(name: str, info: FieldInfo, flag: str) -> inspect.Parameter
     default = info.default
     if info.is_required():
         annotation, default = annotation | None, None
+    # ``bounded``: the model's ge/le bounds are the flag's too, checked by typer, which names the flag (run
+    # flags; audit options are checked by AuditOptions itself, one message per flag).
+    constraints = info.metadata if bounded else []
+    bounds = {key: getattr(item, key) for item in constraints for key in ("ge", "le") if hasattr(item, key)}
+    limits = {"min": bounds["ge"]} if "ge" in bounds else {}
+    limits |= {"max": bounds["le"]} if "le" in bounds else {}
     return inspect.Parameter(
         name, inspect.Parameter.KEYWORD_ONLY, default=default,
-        annotation=Annotated[annotation, typer.Option(*flag.split(","), help=help_text)],
+        annotation=Annotated[annotation, typer.Option(*flag.split(","), help=help_text, **limits)],
     )
 
 
@@ -136,7 +142,8 @@ def _run_parameter(path: str) -> inspect.Parameter:
     """The flag of a run field, its parameter named after the flag (``--signal-model``: ``signal_model``)."""
     info = _run_field(path)
     flag = _field_flag(path.rsplit(".", 1)[-1], info)
-    return _field_parameter(flag.split(",")[0].split("/")[0].removeprefix("--").replace("-", "_"), info, flag)
+    return _field_parameter(flag.split(",")[0].split("/")[0].removeprefix("--").replace("-", "_"), info, flag,
+                            bounded=True)
 
 
 def run_options(*paths: str) -> Callable[[Command], Command]:
@@ -153,3 +160,7 @@ RUN_FLAGS = (
     "engine.worker_cpus", "signals.kind", "signals.model", "signals.probe", "signals.server", "signals.delta",
 )
 """The run flags of ``rt4 verify``, in the order of its ``--help``."""
+
+OUTPUT_FLAGS = ("outputs.html", "outputs.junit", "outputs.github", "outputs.fail_on", "outputs.max_rate",
+                "outputs.baseline")
+"""The output and CI flags of ``rt4 verify`` (``rt4 report`` takes all but ``--report``, its ``--html``)."""

@@ -43,7 +43,7 @@ HELP_PANELS: dict[str, str] = {
          "citation_pattern", "language"],
         _METHOD),
     **dict.fromkeys(
-        ["out", "quiet", "output_format", "html_report", "junit", "github", "fail_on", "max_rate", "baseline"],
+        ["out", "quiet", "output_format", "report", "junit", "github", "fail_on", "max_rate", "baseline"],
         _OUTPUTS),
     "resume": _RESUME,
     **dict.fromkeys(["engine", "address", "workers", "worker_cpus", "samples_in_flight"], _SCALE),

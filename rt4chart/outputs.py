@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.text import Text
 
@@ -44,14 +44,18 @@ def readable_stdout(output_format: OutputFormat, out: Path | None, stdout_is_ter
 
 
 class PublishOptions(BaseModel):
-    """The outputs a run asked for, and how it decides failure."""
+    """The outputs a run asked for, and how it decides failure. The fields a user sets are flags of
+    ``rt4 verify`` and ``rt4 report`` (:func:`rt4chart.cli_flags.run_options`: ``outputs.junit``, ...),
+    their docstrings the flags' help."""
 
-    html: Path | None = None
-    """Write the self-contained HTML report here."""
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    html: Path | None = Field(default=None, json_schema_extra={"flag": "--report"})
+    """Also write a self-contained HTML report here."""
     junit: Path | None = None
-    """Write JUnit XML here."""
-    github: bool = False
-    """Print GitHub Actions annotations (workflow commands) on stdout."""
+    """Also write JUnit XML here (one test case per sample)."""
+    github: bool = Field(default=False, json_schema_extra={"flag": "--github"})
+    """Print GitHub Actions annotations on the offending input lines."""
     text_view: bool = False
     """Print the readable view of every sample on stdout."""
     input_file: str | None = None
@@ -59,12 +63,13 @@ class PublishOptions(BaseModel):
     title: str = "rt4chart audit"
     """Title of the HTML report and name of the JUnit test suite."""
     fail_on: FailOn = FailOn.HALLUCINATED
-    """Which answers fail the run."""
+    """Which answers fail the run (exit 1)."""
     max_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    """The run fails only when the share of failing answers exceeds this (0: any one)."""
+    """Fail only when the share of failing answers exceeds R (0: any one)."""
     baseline: Path | None = None
-    """An earlier audit of these answers (``--baseline``): ``--fail-on new|worse`` gate against it,
-    JUnit skips and annotations warn (rather than fail) the hallucinations it had too."""
+    """An earlier audit of these answers (its --out): --fail-on new|worse gate against it, unchanged lines
+    reuse its records without a judge call, and JUnit and annotations warn (rather than fail) on the
+    hallucinations it had too."""
 
 
 def baseline_problem(options: PublishOptions) -> str | None:

@@ -1,4 +1,5 @@
-"""Soak: N samples through the real ``rt4 verify`` CLI with the litellm backend against the project's
+"""Soak: N samples through the real ``rt4 verify`` CLI with an OpenAI-compatible judge (``openai/fault``
+at the server's base URL: the OpenAI-compatible transport, on the transport policy) against the project's
 fault server (tests/faults.py) injecting 10% 429s, 5% 5xx, 2% hangs past a short --timeout and 3%
 malformed replies, compared with a fault-free run of the same inputs on the same server.
 
@@ -178,7 +179,10 @@ def soak(samples: int, baseline: int, workdir: Path, seed: int = 0) -> dict[str,
             if fault.behaviour in injected:
                 injected[fault.behaviour] += 1
         server.script = fault_script(clean_requests * 3, seed + 1)
-        _, baseline_kib, _ = run_cli(server, small, workdir / "small_out.jsonl")
+        baseline_code, baseline_kib, _ = run_cli(server, small, workdir / "small_out.jsonl")
+    # A crashed baseline run would make its peak RSS meaningless: it must be a finished audit.
+    assert baseline_code in (0, 1, 4), f"the {baseline}-sample baseline run exited {baseline_code}"
+    assert len(records(workdir / "small_out.jsonl")) == baseline, "the baseline run lost records"
     clean, faulty = records(workdir / "clean.jsonl"), records(workdir / "faulty.jsonl")
     lines = [record["line"] for record in faulty]
     succeeded = [record for record in faulty if judged(record)]
@@ -262,7 +266,7 @@ def main() -> None:
     else:
         from results import record
 
-        record("Soak: faults injected into a long litellm run", lines)
+        record("Soak: faults injected into a long run", lines)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ import litellm
 from litellm.exceptions import APIConnectionError, Timeout
 
 from rt4chart.backends.base import JudgeRequest, output_json_schema
-from rt4chart.backends.policy import CallSettings, PolicyBackend, Reply, Sender
+from rt4chart.backends.policy import EndpointSender, EndpointSettings, PolicyBackend, Reply
 from rt4chart.backends.replies import parse_reply
-from rt4chart.backends.scrubbing import redact_url, scrub, scrub_value, secrets_in_environment
+from rt4chart.backends.scrubbing import scrub, scrub_value, secrets_in_environment
 
 __all__ = [
     "LiteLLMBackend",
@@ -61,17 +61,15 @@ def missing_key_variables(model: str) -> list[str]:
     return list(litellm.validate_environment(model=model).get("missing_keys", []))
 
 
-class LiteLLMSettings(CallSettings):
+class LiteLLMSettings(EndpointSettings):
     """How one model is called through litellm. The judge registry (:mod:`rt4chart.judges`) builds
     these from a profile; this backend knows no profile."""
 
-    name: str
-    """The judge's name, recorded in outputs and cache keys (the server is appended to it)."""
     model: str
     """litellm model string (``gpt-4o-mini``, ``zai/glm-4.7``, ``hosted_vllm/<model>``)."""
 
 
-class LiteLLMSender(Sender):
+class LiteLLMSender(EndpointSender):
     """One attempt through ``litellm.acompletion``."""
 
     def __init__(self, settings: LiteLLMSettings, *, api_key: str | None = None, api_base: str | None = None) -> None:
@@ -85,23 +83,9 @@ class LiteLLMSender(Sender):
         """The ``response_format`` mode used: json_schema, json_object or none."""
         self._table_prices = self._litellm_prices()
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(model={self.model!r}, api_base={self.api_base!r})"
-
-    @property
-    def name(self) -> str:
-        # The server is part of the judge's identity (and so of every cache key): two servers
-        # answering to one model name are two judges.
-        # Credentials in the URL (user:password@, ?api_key=) stay out of it: records, reports, errors.
-        return f"{self.settings.name}@{redact_url(self.api_base)}" if self.api_base else self.settings.name
-
     @property
     def endpoint(self) -> str:
         return self.name if self.api_base else f"{self.name} (the default endpoint of provider {self.provider})"
-
-    @property
-    def secrets(self) -> frozenset[str]:
-        return frozenset({self._api_key} if self._api_key else ())
 
     def is_transient(self, error: BaseException) -> bool:
         return isinstance(error, Timeout | APIConnectionError) or super().is_transient(error)

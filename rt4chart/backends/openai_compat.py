@@ -28,8 +28,14 @@ from typing import Any
 import aiohttp
 
 from rt4chart.backends.base import JudgeRequest, output_json_schema
-from rt4chart.backends.policy import CallSettings, InvalidReply, PolicyBackend, Reply, Sender, reply_cap_chars
-from rt4chart.backends.scrubbing import redact_url
+from rt4chart.backends.policy import (
+    EndpointSender,
+    EndpointSettings,
+    InvalidReply,
+    PolicyBackend,
+    Reply,
+    reply_cap_chars,
+)
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 """Where a profile with ``api = "openai-compatible"`` and no base URL is served."""
@@ -58,12 +64,10 @@ def served_model(model: str) -> str:
     return model
 
 
-class OpenAICompatSettings(CallSettings):
+class OpenAICompatSettings(EndpointSettings):
     """How one model is called on an OpenAI-compatible server. The judge registry
     (:mod:`rt4chart.judges`) builds these from a profile; this backend knows no profile."""
 
-    name: str
-    """The judge's name, recorded in outputs and cache keys (the server is appended to it)."""
     model: str
     """Model string (``openai/<name>``, ``hosted_vllm/<name>`` or the bare name the server knows)."""
 
@@ -91,7 +95,7 @@ class MalformedResponse(Exception):
     """A 2xx answer that is not a chat completion (a proxy's page, a truncated body)."""
 
 
-class OpenAICompatSender(Sender):
+class OpenAICompatSender(EndpointSender):
     """One attempt as one aiohttp POST of ``{api_base}/chat/completions``."""
 
     # One session per event loop: its connections belong to the loop that opened them, and a
@@ -113,22 +117,9 @@ class OpenAICompatSender(Sender):
         self._mode_key = (self._url, self.model)
         self._configured_mode = mode
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(model={self.model!r}, api_base={self.api_base!r})"
-
-    @property
-    def name(self) -> str:
-        # As the litellm sender's, so records and cache keys do not depend on the transport: the
-        # server is part of the identity, its credentials never.
-        return f"{self.settings.name}@{redact_url(self.api_base)}" if self.api_base else self.settings.name
-
     @property
     def endpoint(self) -> str:
         return self.name if self.api_base else f"{self.name} (at {OPENAI_BASE_URL})"
-
-    @property
-    def secrets(self) -> frozenset[str]:
-        return frozenset({self._api_key} if self._api_key else ())
 
     @property
     def structured_output(self) -> str:

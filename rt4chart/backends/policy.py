@@ -45,7 +45,7 @@ from rt4chart.backends.circuit import (
     JudgeUnavailable,
 )
 from rt4chart.backends.replies import REASK_TOKENS, REPLY_LIMIT, parse_reply, prompt_token_bound, reask_messages
-from rt4chart.backends.scrubbing import scrub, scrub_value, secrets_in_environment
+from rt4chart.backends.scrubbing import redact_url, scrub, scrub_value, secrets_in_environment
 from rt4chart.types import Usage
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -277,6 +277,39 @@ class Sender:
     async def aclose(self) -> None:
         """Release connections."""
         return None
+
+
+class EndpointSettings(CallSettings):
+    """How one model at one endpoint is called: the settings of the litellm and OpenAI-compatible senders."""
+
+    name: str
+    """The judge's name, recorded in outputs and cache keys (the server is appended to it)."""
+    model: str
+    """The model string the sender resolves."""
+
+
+class EndpointSender(Sender):
+    """A sender to one model at one endpoint with at most one key. Its identity is the judge's name at the
+    server, whatever the transport, so records and cache keys do not depend on it; credentials in the URL
+    (``user:password@``, ``?api_key=``) stay out of it: records, reports, errors."""
+
+    settings: EndpointSettings
+    model: str
+    api_base: str | None
+    _api_key: str | None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, api_base={self.api_base!r})"
+
+    @property
+    def name(self) -> str:
+        # The server is part of the judge's identity (and so of every cache key): two servers
+        # answering to one model name are two judges.
+        return f"{self.settings.name}@{redact_url(self.api_base)}" if self.api_base else self.settings.name
+
+    @property
+    def secrets(self) -> frozenset[str]:
+        return frozenset({self._api_key} if self._api_key else ())
 
 
 class PolicyBackend:

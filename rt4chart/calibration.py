@@ -9,14 +9,20 @@ is unsupported when its answer span overlaps a gold hallucination span, aligned 
 Scores: the judge's belief that a claim is not entailed, as the metrics read it
 (:func:`rt4chart.metrics.claim_unsupported_score`):
 
-- the embedded verifier's calibrated ``JudgeScore.p_unsupported`` (supported, and applied: the
-  written profile's ``claim_thresholds`` moves the head's threshold). Claims a guard decided
-  (``decided_by`` other than ``head``) keep their verdict whatever the threshold, as the verifier
-  does, so the figures below are what the profile will do;
-- an LLM judge's stated ``confidence`` and a vote's share of members (``vote:``): the operating point
-  and its held-out figures are reported, but no profile can apply a threshold to those judges yet;
+- the embedded verifier's calibrated ``JudgeScore.p_unsupported``: the written profile's
+  ``claim_thresholds`` moves the head's threshold. Claims a guard decided (``decided_by`` other than
+  ``head``) keep their verdict whatever the threshold, as the verifier does;
+- an LLM judge's stated ``confidence`` of its final claim verdict (``1 -`` it for an entailed claim),
+  and a vote's (``vote:A,B,C``): its confidence is the winning label's share of members, so a
+  claim's score is that share when the vote called it contradicted or baseless, and ``1 -`` the
+  entailed share when it called it entailed. The written profile is a calibrated one (``kind =
+  "calibrated"``, ``judge = "<the --judge value>"``, ``claim_threshold``): the pipeline settles each
+  final claim verdict at the threshold (:func:`rt4chart.settlement.settle_at_threshold`, then the
+  AND-join), flagging exactly the claims counted flagged here;
 - a cascade's stage confidence: not supported (a record holds only the verdict of the stage that
   settled each claim, not what the next stage would have said).
+
+Either way the figures below are what the written profile does on the same answers.
 
 Held-out figures: the answers are split into ``folds`` folds (answers sharing a context, when the
 gold file gives contexts, stay in one fold); each fold's threshold is chosen on the other folds'
@@ -28,6 +34,7 @@ variability too). The threshold written to the profile is the one chosen on all 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import re
@@ -42,7 +49,7 @@ from pydantic import BaseModel
 from rt4chart.backends.embedded_model import HeadName, load_model
 from rt4chart.datasets import DatasetError, load_dataset, source_key
 from rt4chart.io import PredictionsError, read_predictions, write_lines_atomically
-from rt4chart.judges import JudgeProfile, load_profiles
+from rt4chart.judges import CALIBRATED_MARK, JudgeConfigError, JudgeProfile, load_profiles, resolve_judge_for_pricing
 from rt4chart.metrics import (
     ClaimValidation,
     Estimate,
@@ -55,6 +62,7 @@ from rt4chart.metrics import (
     format_estimate,
 )
 from rt4chart.review import ReviewFileError, claim_text, read_reviews, record_id, run_key
+from rt4chart.settlement import guard_decided
 from rt4chart.types import AuditRecord, ClaimVerdict, Gold, Label
 
 if TYPE_CHECKING:
@@ -201,9 +209,7 @@ class Calibration(BaseModel):
 
 
 def _fixed(claim: ClaimVerdict) -> bool | None:
-    if claim.score is not None and claim.score.decided_by != "head":
-        return claim.label != Label.ENTAILED
-    return None
+    return claim.label != Label.ENTAILED if guard_decided(claim) else None
 
 
 def _effective(claim: LabelledClaim) -> float:
@@ -541,12 +547,12 @@ def refit_head(
 def calibrate(
     records_path: Path, target_text: str, *, gold: Path | None = None, reviews: Path | None = None,
     folds: int = 5, resamples: int = 1000, seed: int = 0, profile: Path | None = None,
-    refit: Path | None = None,
+    refit: Path | None = None, judge_spec: str | None = None,
 ) -> Calibration:
     """Choose the operating point for ``target_text`` on the records' labelled claims, measure it on
-    held-out folds, and write the judge profile that applies it to ``profile`` (embedded judge only).
-    ``refit`` (the audited input, for its contexts) also refits the embedded head on these labels
-    (:func:`refit_head`).
+    held-out folds, and write the judge profile that applies it to ``profile`` (:func:`write_profile`;
+    ``judge_spec``: the ``--judge`` value of the records, for a calibrated profile). ``refit`` (the
+    audited input, for its contexts) also refits the embedded head on these labels (:func:`refit_head`).
 
     Raises :class:`CalibrationError` for unusable records, labels, target or judge.
     """
@@ -566,6 +572,10 @@ def calibrate(
     judges = sorted({r.judge for r in records if r.judge})
     if len(judges) != 1:
         raise CalibrationError(f"the records must name one judge (they name {judges or 'none'})")
+    judge = judges[0]
+    if CALIBRATED_MARK in judge or (judge.startswith("embedded#") and "+" in judge):
+        raise CalibrationError(f"the records were written by a calibrated profile ({judge}): calibrate records of "
+                               "the judge's own verdicts (--judge embedded, or the judge the profile names)")
     unsure = 0
     if reviews is not None:
         labelled, unsure = reviewed_claims(records, reviews)
@@ -573,7 +583,6 @@ def calibrate(
     else:
         labelled = gold_claims(records, gold)
         source = f"gold of {gold}" if gold is not None else "the gold inside the records"
-    judge = judges[0]
     if judge.startswith("cascade:"):
         raise CalibrationError("a cascade's stage confidence cannot be calibrated from records: they hold only the "
                                "verdict of the stage that settled each claim")
@@ -614,7 +623,7 @@ def calibrate(
                                    "judge, all of one kind (with or without a question)")
         result.refit = refit_head(records, labelled, refit, fold_of, target, folds, resamples, seed, result.held_out)
     if profile is not None:
-        write_profile(result, profile)
+        write_profile(result, profile, judge_spec)
         result.profile = str(profile)
     return result
 
@@ -627,28 +636,38 @@ def _toml_value(value: object) -> str:
     return json.dumps(value)
 
 
-def write_profile(result: Calibration, path: Path) -> None:
-    """Write the embedded judge's profile at ``result``'s threshold (checked by reading it back)."""
+def write_profile(result: Calibration, path: Path, judge: str | None = None) -> None:
+    """Write the judge profile that applies ``result``'s threshold (checked by reading it back): the
+    embedded judge's own profile with ``claim_thresholds``, or for any other judge a calibrated
+    profile naming ``judge`` (the ``--judge`` value of the records; default: read from their judge's
+    name, :func:`judge_of_records`)."""
+    if result.score == "p_unsupported":
+        calibrated, lines = _embedded_profile(result, path)
+    else:
+        calibrated, lines = _calibrated_profile(result, path, judge)
+    text = "\n".join(lines) + "\n"
+    if JudgeProfile.model_validate(tomllib.loads(text)) != calibrated:
+        raise AssertionError("the written profile does not read back as the calibrated one")
+    write_lines_atomically(path, lines)
+
+
+def _held_out_words(result: Calibration) -> str:
+    held = result.held_out
+    return (f"{result.target} on {result.labelled} labelled claims; held-out precision "
+            f"{format_estimate(held['precision'])}, recall {format_estimate(held['recall'])}")
+
+
+def _embedded_profile(result: Calibration, path: Path) -> tuple[JudgeProfile, list[str]]:
     from rt4chart.backends.embedded import VERSION
 
-    if result.score != "p_unsupported":
-        raise CalibrationError(
-            f"only the embedded judge applies a threshold from a profile; {result.judge} does not (the operating "
-            "point is reported, not written)"
-        )
-    if "+" in result.judge:
-        raise CalibrationError(f"the records were written by a calibrated profile ({result.judge}): calibrate "
-                               "records of the shipped judge (--judge embedded)")
     if result.head is None:
         raise CalibrationError("the records mix answers with and without a question (both heads of the embedded "
                                "verifier): calibrate each kind from its own records")
-    held = result.held_out
     shipped = load_profiles()["embedded"]
     calibrated = shipped.model_copy(update={
         "name": path.stem,
         "description": f"embedded verifier at P(not entailed) >= {result.threshold:g} ({result.head} head), "
-                       f"{result.target} on {result.labelled} labelled claims; held-out precision "
-                       f"{format_estimate(held['precision'])}, recall {format_estimate(held['recall'])}",
+                       + _held_out_words(result),
         "claim_thresholds": {result.head: result.threshold},
     })
     fields = calibrated.model_dump(mode="json", exclude_defaults=True, exclude={"claim_thresholds"})
@@ -658,10 +677,45 @@ def write_profile(result: Calibration, path: Path) -> None:
              f"(this installation: embedded#{VERSION}).",
              *(f"{name} = {_toml_value(value)}" for name, value in fields.items()),
              "", "[claim_thresholds]", f"{result.head} = {result.threshold!r}"]
-    text = "\n".join(lines) + "\n"
-    if JudgeProfile.model_validate(tomllib.loads(text)) != calibrated:
-        raise AssertionError("the written profile does not read back as the calibrated one")
-    write_lines_atomically(path, lines)
+    return calibrated, lines
+
+
+def _calibrated_profile(result: Calibration, path: Path, judge: str | None) -> tuple[JudgeProfile, list[str]]:
+    spec, base = judge_of_records(result.judge, judge)
+    fields = {
+        "name": path.stem, "kind": "calibrated",
+        "description": f"{spec} at unsupported score >= {result.threshold:g}, " + _held_out_words(result),
+        "judge": spec, "api_base": base, "claim_threshold": result.threshold,
+    }
+    calibrated = JudgeProfile.model_validate(fields)
+    lines = [f"# Written by rt4 calibrate from {result.labels}, records of {result.judge}.",
+             *(f"{name} = {_toml_value(value)}" for name, value in fields.items() if value is not None)]
+    return calibrated, lines
+
+
+def judge_of_records(recorded: str, judge: str | None = None) -> tuple[str, str | None]:
+    """The ``--judge`` value and base URL that name the judge the records name (``recorded``).
+
+    ``judge`` when given, else read from the name: a scripted judge's rules file loses its hash (so it
+    is found from the working directory), and a server's ``@URL`` becomes the base URL. Checked: it
+    must resolve (no API key needed) to a judge of exactly that name, or :class:`CalibrationError`
+    asks for the ``--judge`` value the records were written with.
+    """
+    urls = set(re.findall(r"@(https?://[^,]*)", recorded))
+    base = urls.pop() if len(urls) == 1 else None
+    served = recorded.replace(f"@{base}", "") if base else recorded
+    spec = judge or re.sub(r"(scripted:[^,#]*)#[0-9a-f]+", r"\1", served)
+    try:
+        backend = resolve_judge_for_pricing(spec, api_base=base)
+    except JudgeConfigError as error:
+        problem = str(error)
+    else:
+        asyncio.run(backend.aclose())
+        if backend.name == recorded:
+            return spec, base
+        problem = f"--judge {spec} is the judge {backend.name}"
+    raise CalibrationError(f"the profile must name the judge the records name ({recorded}), and {problem}: give the "
+                           "--judge value they were written with (rt4 calibrate --judge SPEC)")
 
 
 # --- presentation -----------------------------------------------------------------------------

@@ -443,7 +443,8 @@ def calibrate(
     target: Annotated[str, typer.Option(help="best-f1, precision>=P (the most recall at that precision) or recall>=R (the most precision at that recall).")] = "best-f1",
     gold: Annotated[Path | None, typer.Option(help="Labelled dataset (rt4 convert output), matched by id; default: the gold inside the records.")] = None,
     reviews: Annotated[Path | None, typer.Option(help="Review file exported from the HTML report (rt4chart.review/1) instead of gold.")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the judge profile that applies the point (use with --judge FILE.toml; embedded judge only).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the judge profile that applies the point (use with rt4 verify --judge FILE.toml): the embedded judge's with claim_thresholds; for an LLM judge or a vote, a calibrated profile (kind = \"calibrated\") that settles each final claim verdict at the threshold. Not for a cascade.")] = None,
+    judge: Annotated[str | None, typer.Option(help="With --out, for a judge other than the embedded one: the --judge value the records were written with (default: read from their judge's name).")] = None,
     folds: Annotated[int, typer.Option(min=2, help="Cross-validation folds: each fold's point is chosen on the others.")] = 5,
     refit: Annotated[Path | None, typer.Option(metavar="INPUT.jsonl", help="Also refit the embedded verifier's head on these labels (cross-validated, against the shipped head); INPUT.jsonl: the audited answers, for their contexts (the --gold file holds them). Needs scikit-learn.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the calibration as JSON instead of tables.")] = False,
@@ -457,7 +458,7 @@ def calibrate(
     out = _guard_outputs({"--out": out}, [records, gold, reviews, refit]).get("--out")
     try:
         result = calibrate_judge(records, target, gold=gold, reviews=reviews, folds=folds, resamples=resamples,
-                                 seed=seed, profile=out, refit=refit)
+                                 seed=seed, profile=out, refit=refit, judge_spec=judge)
     except CalibrationError as error:
         raise fail(str(error)) from None
     typer.echo(result.model_dump_json(indent=2) if as_json else calibration_markdown(result), nl=not as_json)

@@ -10,7 +10,10 @@ Accepted forms of ``--judge``:
 - ``cascade:A[@CONFIDENCE],B[@CONFIDENCE],C`` — each stage settles the claims it judges with at
   least that confidence (default :data:`DEFAULT_CASCADE_CONFIDENCE`), the rest go to the next stage;
 - ``vote:A,B,C`` — every member judges every claim, the majority label stands (ties:
-  contradicted > baseless > entailed), see :mod:`rt4chart.ensembles.vote`.
+  contradicted > baseless > entailed), see :mod:`rt4chart.ensembles.vote`;
+- a calibrated profile (``kind = "calibrated"``, written by ``rt4 calibrate``): another judge
+  (``judge = "vote:A,B,C"``, a profile name, a model string, ``scripted:RULES.json``) whose final claim
+  verdicts are settled by a threshold on their unsupported score (:class:`CalibratedJudge`).
 
 Every check that can fail (unknown name, missing API key or base URL, unreadable file) runs here,
 before any work, and raises :class:`JudgeConfigError`; messages name environment variables, never
@@ -29,7 +32,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rt4chart.backends.base import Backend, BackendWrapper
+from rt4chart.backends.base import Backend, BackendWrapper, JudgeRequest, prompt_tokens
 from rt4chart.backends.embedded_model import HeadName, load_model
 from rt4chart.backends.policy import CallSettings
 from rt4chart.backends.scripted import ScriptedBackend
@@ -88,8 +91,9 @@ class JudgeProfile(CallSettings):
     """Name used with ``--judge`` and recorded in outputs."""
     description: str = ""
     """One line for ``rt4 judges``."""
-    kind: Literal["litellm", "embedded"] = "litellm"
-    """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier."""
+    kind: Literal["litellm", "embedded", "calibrated"] = "litellm"
+    """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier;
+    ``calibrated`` for the judge named by :attr:`judge` at the operating point :attr:`claim_threshold`."""
     api: Literal["auto", "openai-compatible", "litellm"] = "auto"
     """How the model is called. ``openai-compatible``: OpenAI's chat-completions protocol over aiohttp
     (:mod:`rt4chart.backends.openai_compat`; no litellm import), at the base URL or OpenAI's own;
@@ -125,6 +129,17 @@ class JudgeProfile(CallSettings):
     """Embedded judge only: per head of the verifier (``question``: answers with a question;
     ``no_question``: the others), the P(not entailed) at or above which the head calls a claim not
     entailed, in place of its trained threshold (what ``rt4 calibrate`` writes; empty: the trained ones)."""
+    judge: str | None = None
+    """Calibrated profile only: the judge whose verdicts :attr:`claim_threshold` settles, as ``--judge``
+    takes it (a profile name or file, a model string, ``scripted:RULES.json``, ``vote:A,B,C``; files are
+    read from the working directory, as ``--judge`` reads them). Not a cascade (its records hold only the
+    settling stage's verdict), not the embedded judge (:attr:`claim_thresholds` moves its head), not
+    another calibrated profile. With ``api_base``, the judge is called at that base URL (``--api-base``)."""
+    claim_threshold: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    """Calibrated profile only: the unsupported score (:func:`rt4chart.metrics.claim_unsupported_score`
+    of a claim's final verdict: the judge's confidence when it is not entailed, 1 - its confidence when
+    entailed; a vote's is its winning label's share of members) at or above which a claim is not
+    entailed (:func:`rt4chart.settlement.settle_at_threshold`); what ``rt4 calibrate`` writes."""
 
     @model_validator(mode="after")
     def _litellm_needs_model(self) -> JudgeProfile:
@@ -132,6 +147,12 @@ class JudgeProfile(CallSettings):
             raise ValueError(f"judge profile {self.name!r} needs a litellm model string")
         if self.kind != "embedded" and self.claim_thresholds:
             raise ValueError(f"judge profile {self.name!r}: claim_thresholds apply to the embedded judge only")
+        calibrated = (self.judge is not None, self.claim_threshold is not None)
+        if self.kind == "calibrated" and not all(calibrated):
+            raise ValueError(f"judge profile {self.name!r}: a calibrated profile names a judge and a claim_threshold")
+        if self.kind != "calibrated" and any(calibrated):
+            raise ValueError(f"judge profile {self.name!r}: judge and claim_threshold belong to calibrated profiles "
+                             '(kind = "calibrated")')
         return self
 
     def litellm_settings(self, concurrency: int | None = None) -> LiteLLMSettings:
@@ -228,6 +249,9 @@ def resolve_judge(
     spec = spec or DEFAULT_JUDGE
     if concurrency is not None and concurrency < 1:
         raise JudgeConfigError(f"concurrency must be at least 1 (got {concurrency})")
+    calibrated = _calibrated_profile(spec)
+    if calibrated is not None:
+        return _calibrated_judge(calibrated, api_base, concurrency, wrap, timeout_s)
     if spec.startswith("cascade:"):
         from rt4chart.ensembles.cascade import CascadeBackend, CascadeStage
 
@@ -310,6 +334,9 @@ def _build_leaf(spec: str, api_base: str | None, concurrency: int | None, timeou
     profile = profiles.get(spec) or _profile_file(spec) or _profile_for_model(spec, profiles, api_base)
     if profile.kind == "embedded":
         return _embedded_backend(profile.claim_thresholds)
+    if profile.kind == "calibrated":
+        raise JudgeConfigError(f"the calibrated profile {spec!r} cannot be a stage of a cascade or a member of a "
+                               "vote (it settles a whole judge's final verdicts): name the judge it calibrates")
     if timeout_s is not None:
         profile = profile.model_copy(update={"timeout_s": timeout_s})
     return _litellm_backend(profile, api_base, concurrency)
@@ -324,6 +351,71 @@ def _profile_file(spec: str) -> JudgeProfile | None:
         return JudgeProfile.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
     except (OSError, tomllib.TOMLDecodeError, ValidationError) as error:
         raise JudgeConfigError(f"cannot use judge profile {spec!r}: {error}") from error
+
+
+def _calibrated_profile(spec: str) -> JudgeProfile | None:
+    """The calibrated profile ``spec`` names (a shipped name or a profile file), else ``None``."""
+    if spec.startswith(("cascade:", "vote:", "scripted:")):
+        return None
+    profile = load_profiles().get(spec) or _profile_file(spec)
+    return profile if profile is not None and profile.kind == "calibrated" else None
+
+
+CALIBRATED_MARK = "+unsupported>="
+"""What a calibrated judge's name adds to its judge's name, before the threshold."""
+
+
+class CalibratedJudge(BackendWrapper):
+    """A judge at a calibrated operating point (a ``kind = "calibrated"`` profile): its calls, replies
+    and cache keys are the judge's own (the threshold acts after them), and the method settles each
+    claim's final verdict by :attr:`claim_threshold` (:func:`rt4chart.settlement.settle_at_threshold`,
+    before the AND-join). The threshold is in its name, so records and ``--resume``/``--baseline``
+    fingerprints tell a calibrated run apart from the judge's own."""
+
+    def __init__(self, inner: Backend, claim_threshold: float) -> None:
+        super().__init__(inner)
+        self.claim_threshold = claim_threshold
+        """The unsupported score at or above which a claim's final verdict is not entailed."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.inner.name}{CALIBRATED_MARK}{self.claim_threshold:g}"
+
+    def count_prompt_tokens(self, request: JudgeRequest) -> int:
+        """The judge's own count (``rt4 estimate`` prices the calibrated judge as the judge)."""
+        return prompt_tokens(self.inner, request)
+
+
+def claim_threshold_of(backend: object) -> float | None:
+    """The calibrated threshold of ``backend`` (the first :class:`CalibratedJudge` in its wrapping
+    chain); ``None`` for a judge at its own operating point."""
+    layer: object | None = backend
+    while layer is not None:
+        if isinstance(layer, CalibratedJudge):
+            return layer.claim_threshold
+        layer = getattr(layer, "inner", None)
+    return None
+
+
+def _calibrated_judge(
+    profile: JudgeProfile, api_base: str | None, concurrency: int | None,
+    wrap: Callable[[Backend], Backend] | None, timeout_s: float | None,
+) -> Backend:
+    assert profile.judge is not None and profile.claim_threshold is not None, "validated by the profile"
+    judge = profile.judge.strip()
+
+    def refused(why: str) -> JudgeConfigError:
+        return JudgeConfigError(f"the calibrated profile {profile.name!r} cannot settle judge {judge!r}: {why}")
+
+    if judge.startswith("cascade:"):
+        raise refused("a cascade's records hold only the verdict of the stage that settled each claim")
+    if _calibrated_profile(judge) is not None:
+        raise refused("it is itself a calibrated profile: name the judge it calibrates")
+    inner = resolve_judge(judge, api_base=api_base or profile.api_base, concurrency=concurrency, wrap=wrap,
+                          timeout_s=timeout_s)
+    if inner.name.startswith("embedded#"):
+        raise refused("the embedded judge applies its threshold inside its head: give its profile claim_thresholds")
+    return CalibratedJudge(inner, profile.claim_threshold)
 
 
 def _embedded_backend(thresholds: dict[HeadName, float]) -> Backend:
@@ -530,6 +622,9 @@ def check_judge_serves(backend: Backend, options: AuditOptions) -> None:
     """
     if options.language is not None and (refusal := language_refusal(backend, options.language)) is not None:
         raise JudgeConfigError(refusal)
+    if options.method == "direct" and claim_threshold_of(backend) is not None:
+        raise JudgeConfigError(f"judge {backend.name!r} settles claim verdicts at a calibrated threshold; --method "
+                               "direct judges no claim: use --method rt4chart, or the judge it calibrates")
     if backend.can_write_text:
         return
     if options.method == "direct":

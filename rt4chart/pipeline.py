@@ -45,11 +45,12 @@ from rt4chart.io import (
     unaudited_report,
     write_reports_atomically,
 )
-from rt4chart.judges import JudgeStack, language_refusal
+from rt4chart.judges import JudgeStack, claim_threshold_of, language_refusal
 from rt4chart.languages import ENGLISH, audit_language
 from rt4chart.options import AuditOptions
 from rt4chart.prompts import PromptTemplate
 from rt4chart.session import JudgeSession
+from rt4chart.settlement import settle_at_threshold
 from rt4chart.tasks import load_prompts, prompt_set_version
 from rt4chart.text import chunk_sentences, segment_context, split_sentences
 from rt4chart.types import AuditRecord, Claim, DecompositionStats, Label, Sample, Sentence, answer_sha256
@@ -302,6 +303,9 @@ class Pipeline:
             "full" if run_global else "off" if not options.global_verification else "skipped: one chunk"
         )
         verdicts = await verify_claims(judge, decomposition.claims, chunks, options, run_global)
+        if (threshold := claim_threshold_of(self.backend)) is not None:
+            # A calibrated profile's point acts on the final verdicts, where rt4 calibrate measured it.
+            settle_at_threshold(verdicts, threshold, self.backend.name)
         labels = [v.label for v in verdicts]
         report.label = and_join(labels)
         report.hallucinated = answer_hallucinated(labels)

@@ -416,6 +416,10 @@ class ClaimVerdict(Verdict):
     A new signal adds keys here, never a field."""
     citation: ClaimCitation | None = Field(default=None, exclude_if=lambda value: value is None)
     """Its citations checked (an answer with citation markers only; left out of the record otherwise)."""
+    judge_verdict: Verdict | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The judge's own final verdict (label, confidence, evidence, rationale) when a calibrated profile's
+    ``claim_threshold`` changed its label (:func:`rt4chart.settlement.settle_at_threshold`); the fields
+    above are then the threshold's. Left out of the record when the threshold did not act."""
 
     @model_validator(mode="before")
     @classmethod

@@ -1,10 +1,10 @@
 """``rt4 calibrate``: operating points for a target, held-out folds that never see their own labels,
-and a written profile that changes the embedded judge's verdicts exactly as the calibration predicts."""
+and a written profile that changes the verdicts of the embedded judge, of a judge's stated confidence
+and of a vote's member share exactly as the calibration predicts."""
 
 from __future__ import annotations
 
 import json
-import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,9 @@ from rt4chart.calibration import (
 )
 from rt4chart.cli import app
 from rt4chart.io import read_predictions
+from rt4chart.joins import and_join, answer_hallucinated
 from rt4chart.judges import JudgeConfigError, JudgeProfile, resolve_judge
+from rt4chart.metrics import claim_unsupported_score
 from rt4chart.review import ClaimReview, ReviewLabel, run_key, write_reviews
 from rt4chart.types import AuditRecord, Label
 
@@ -266,32 +268,151 @@ def test_refit_is_cross_validated_against_the_shipped_head(audited: tuple[Path, 
     assert too_few.exit_code == EXIT_USAGE and "--folds 3" in too_few.output
 
 
-def test_a_judges_stated_confidence_is_calibrated_but_not_written(tmp_path: Path) -> None:
-    # A scripted judge that calls every claim baseless, surer of the unsupported ones: its own verdicts
-    # flag everything; a threshold on its confidence separates the classes.
-    rules = {"verify": [
-        {"claim": sentence, "label": "baseless", "confidence": 0.9 if sentence in item["unsupported"] else 0.3}
-        for item in ANSWERS for sentence in re.split(r"(?<=\.) ", item["answer"])
-    ]}
-    rules_path, inputs = tmp_path / "rules.json", tmp_path / "gold.jsonl"
-    rules_path.write_text(json.dumps(rules), encoding="utf-8")
+# Answers for judges that state a confidence: two supported and two unsupported sentences each, every
+# supported one quoted verbatim in the context (a scripted judge's entailed evidence must be found there).
+FACTS = ["The museum opens at 9 am.", "Entry costs 12 euros.", "It has three floors."]
+
+
+def stated_answers(folder: Path) -> Path:
+    """Six answers with gold spans on their unsupported sentences (founded..., gardens...)."""
     lines = []
-    for item in ANSWERS:
-        starts = [item["answer"].index(sentence) for sentence in item["unsupported"]]
-        spans = [{"start": start, "end": start + len(s)} for start, s in zip(starts, item["unsupported"], strict=True)]
-        sample = {key: item[key] for key in ("id", "question", "context", "answer")}
+    for number in range(6):
+        unsupported = [f"It was founded in 18{number}0.", f"It has {number + 4} gardens."]
+        answer = " ".join(FACTS[:2] + unsupported)
+        spans = [{"start": answer.index(s), "end": answer.index(s) + len(s)} for s in unsupported]
+        sample = {"id": f"museum-{number}", "question": "What should visitors know?",
+                  "context": " ".join(FACTS) + f" Exhibit {number} is new.", "answer": answer}
         lines.append(json.dumps(sample | {"gold": {"hallucinated": True, "spans": spans}}))
-    inputs.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    records = tmp_path / "records.jsonl"
-    verified = CliRunner().invoke(app, ["verify", str(inputs), "--judge", f"scripted:{rules_path}", "--no-cache",
-                                        "--out", str(records)])
-    assert verified.exit_code == 1, verified.output
-    result = CliRunner().invoke(app, ["calibrate", str(records), "--folds", "3", "--resamples", "20", "--json"])
+    path = folder / "answers.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def write_rules(path: Path, verdicts: dict[str, tuple[str, float]]) -> Path:
+    """A scripted judge's rules: per claim word, its label and stated confidence (entailed ones quote their fact)."""
+    evidence = {"opens": FACTS[0], "Entry": FACTS[1], "gardens": FACTS[2], "founded": FACTS[2]}
+    rules = [{"claim": word, "label": label, "confidence": confidence,
+              "evidence": [evidence[word]] if label != "baseless" else []}
+             for word, (label, confidence) in verdicts.items()]
+    path.write_text(json.dumps({"verify": rules}), encoding="utf-8")
+    return path
+
+
+def calibrate_and_reverify(
+    inputs: Path, judge: str, folder: Path, *calibrate_options: str
+) -> tuple[dict[str, Any], list[AuditRecord], list[AuditRecord], Path]:
+    """Audit with ``judge``, calibrate on the gold inside the records writing a profile, audit again
+    with the profile: (the calibration, the first records, the calibrated records, the profile)."""
+    records, calibrated, profile = folder / "records.jsonl", folder / "calibrated.jsonl", folder / "calibrated.toml"
+    first = CliRunner().invoke(app, ["verify", str(inputs), "--judge", judge, "--no-cache", "--out", str(records)])
+    assert first.exit_code == 1, first.output
+    result = CliRunner().invoke(app, ["calibrate", str(records), "--folds", "3", "--resamples", "20",
+                                      "--out", str(profile), "--json", *calibrate_options])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
-    assert report["score"] == "confidence" and report["head"] is None
-    assert 0.3 < report["threshold"] < 0.9
+    again = CliRunner().invoke(app, ["verify", str(inputs), "--judge", str(profile), "--no-cache", "--out",
+                                     str(calibrated)])
+    assert again.exit_code in (0, 1), again.output
+    return json.loads(result.output), read_predictions(records), read_predictions(calibrated), profile
+
+
+def assert_flags_as_calibrated(
+    report: dict[str, Any], before: list[AuditRecord], after: list[AuditRecord]
+) -> int:
+    """Every claim verdict of ``after`` is not entailed exactly where the calibration flags the claim of
+    ``before`` (score >= threshold); the claims it flips keep the judge's verdict; answers follow the
+    AND-join. Returns the claims flipped."""
+    threshold, flipped = report["threshold"], 0
+    for old_record, new_record in zip(before, after, strict=True):
+        assert new_record.judge == f"{old_record.judge}+unsupported>={threshold:g}"
+        for old, new in zip(old_record.claims, new_record.claims, strict=True):
+            score = claim_unsupported_score(old)
+            assert score is not None and claim_unsupported_score(new) == pytest.approx(score, abs=1e-6)
+            assert (new.label != Label.ENTAILED) == (score >= threshold), new.text
+            if new.label == old.label:
+                assert new.judge_verdict is None and new.evidence == old.evidence
+                continue
+            flipped += 1
+            assert new.judge_verdict is not None and new.judge_verdict.label == old.label
+            assert new.judge_verdict.confidence == old.confidence and new.judge_verdict.evidence == old.evidence
+            assert new.label == (Label.BASELESS if old.label == Label.ENTAILED else Label.ENTAILED)
+            assert new.evidence == [] and "calibrated threshold" in new.rationale
+        assert new_record.label == and_join(c.label for c in new_record.claims)
+        assert new_record.hallucinated == answer_hallucinated(c.label for c in new_record.claims)
+    assert flipped == report["changed"] > 0
+    return flipped
+
+
+UNSURE_BOTH_WAYS = {"founded": ("baseless", 0.9), "gardens": ("entailed", 0.2), "opens": ("entailed", 0.9),
+                    "Entry": ("baseless", 0.3)}
+"""Unsupported sentences: baseless and sure (score 0.9), or entailed and unsure (score 0.8); supported
+ones: entailed and sure (0.1), or baseless and unsure (0.3)."""
+
+
+def test_a_judges_stated_confidence_is_written_and_applied(tmp_path: Path) -> None:
+    # The point falls between 0.3 and 0.8, so it flips both unsure verdicts, each way.
+    rules = write_rules(tmp_path / "rules.json", UNSURE_BOTH_WAYS)
+    report, before, after, profile = calibrate_and_reverify(
+        stated_answers(tmp_path), f"scripted:{rules}", tmp_path, "--judge", f"scripted:{rules}"
+    )
+    assert report["score"] == "confidence" and 0.3 < report["threshold"] < 0.8
     assert report["held_out"]["f1"]["value"] == 1.0 > report["current"]["f1"]["value"]
-    refused = CliRunner().invoke(app, ["calibrate", str(records), "--out", str(tmp_path / "p.toml")])
-    assert refused.exit_code == EXIT_USAGE and "only the embedded judge" in refused.output
-    assert not (tmp_path / "p.toml").exists()
+    read_back = JudgeProfile.model_validate(tomllib.loads(profile.read_text(encoding="utf-8")))
+    assert (read_back.kind, read_back.judge, read_back.claim_threshold) == ("calibrated", f"scripted:{rules}",
+                                                                            report["threshold"])
+    flipped = assert_flags_as_calibrated(report, before, after)
+    assert {c.judge_verdict.label for r in after for c in r.claims if c.judge_verdict} == {Label.ENTAILED,
+                                                                                          Label.BASELESS}
+    assert flipped == 12  # the unsure verdicts: two of the four claims of each of the six answers
+
+    refused = CliRunner().invoke(app, ["calibrate", str(tmp_path / "calibrated.jsonl"), "--out",
+                                       str(tmp_path / "again.toml")])
+    assert refused.exit_code == EXIT_USAGE and "written by a calibrated profile" in refused.output
+    assert "Traceback" not in refused.output and not (tmp_path / "again.toml").exists()
+
+
+def test_a_votes_member_share_is_written_and_applied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Three members; the vote's recorded confidence is the winning label's share. founded: two of three say
+    # baseless (score 2/3); gardens: one of three (score 1/3, entailed by the majority); opens and Entry:
+    # all entailed (score 0). Best F1 flags every claim a member doubted: the point is below 1/3.
+    monkeypatch.chdir(tmp_path)  # the vote's name keeps only the rules files' names: read from here
+    members = [
+        write_rules(tmp_path / "a.json", {"founded": ("baseless", 1.0), "gardens": ("baseless", 1.0),
+                                          "opens": ("entailed", 1.0), "Entry": ("entailed", 1.0)}),
+        write_rules(tmp_path / "b.json", {"founded": ("baseless", 1.0), "gardens": ("entailed", 1.0),
+                                          "opens": ("entailed", 1.0), "Entry": ("entailed", 1.0)}),
+        write_rules(tmp_path / "c.json", {"founded": ("entailed", 1.0), "gardens": ("entailed", 1.0),
+                                          "opens": ("entailed", 1.0), "Entry": ("entailed", 1.0)}),
+    ]
+    vote = "vote:" + ",".join(f"scripted:{member.name}" for member in members)
+    report, before, after, profile = calibrate_and_reverify(stated_answers(tmp_path), vote, tmp_path)
+    shares = {round(c.confidence or 0.0, 4) for r in before for c in r.claims}
+    assert shares == {0.6667, 1.0}  # what a vote records: its winning label's share of members
+    assert 0.0 < report["threshold"] < 1 / 3
+    read_back = JudgeProfile.model_validate(tomllib.loads(profile.read_text(encoding="utf-8")))
+    assert read_back.judge == vote and read_back.claim_threshold == report["threshold"]
+    assert resolve_judge(str(profile)).name == f"{before[0].judge}+unsupported>={report['threshold']:g}"
+    assert assert_flags_as_calibrated(report, before, after) == 6  # every "gardens" claim becomes baseless
+    assert all(r.label == Label.BASELESS for r in after)
+
+
+def test_a_profile_is_refused_for_a_cascade_or_a_judge_it_cannot_name(tmp_path: Path) -> None:
+    rules = write_rules(tmp_path / "rules.json", UNSURE_BOTH_WAYS)
+    inputs = stated_answers(tmp_path)
+    for name, judge in (("cascade", f"cascade:scripted:{rules}@0.5,scripted:{rules}"), ("one", f"scripted:{rules}")):
+        records = tmp_path / f"{name}.jsonl"
+        verified = CliRunner().invoke(app, ["verify", str(inputs), "--judge", judge, "--no-cache", "--out",
+                                            str(records)])
+        assert verified.exit_code == 1, verified.output
+        refused = CliRunner().invoke(app, ["calibrate", str(records), "--folds", "3", "--out",
+                                           str(tmp_path / f"{name}.toml")])
+        assert refused.exit_code == EXIT_USAGE, refused.output
+        assert "Traceback" not in refused.output and not (tmp_path / f"{name}.toml").exists()
+        # A cascade: its records hold only the settling stage. One judge whose rules file is not in the
+        # working directory: the profile must name the --judge value the records were written with.
+        why = "only the verdict of the stage" if name == "cascade" else "rt4 calibrate --judge SPEC"
+        assert why in refused.output
+    cascade = tmp_path / "cascade.toml"
+    cascade.write_text(f'name = "c"\nkind = "calibrated"\njudge = "cascade:scripted:{rules}@0.5,scripted:{rules}"\n'
+                       "claim_threshold = 0.5\n", encoding="utf-8")
+    run = CliRunner().invoke(app, ["verify", str(inputs), "--judge", str(cascade), "--no-cache"])
+    assert run.exit_code == EXIT_USAGE and "cannot settle judge" in run.output and "Traceback" not in run.output

@@ -19,10 +19,15 @@ from rt4chart.judges import (
     DEFAULT_CASCADE_CONFIDENCE,
     NO_KEY,
     JudgeConfigError,
+    JudgeProfile,
+    check_judge_serves,
+    claim_threshold_of,
+    judge_stack,
     load_profiles,
     parse_cascade,
     resolve_judge,
 )
+from rt4chart.options import AuditOptions
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RULES = str(EXAMPLES / "free_trial.rules.json")
@@ -167,3 +172,47 @@ def test_rt4_judges_says_which_keys_are_set_and_never_prints_one(monkeypatch: py
     assert "RT4_VLLM_BASE_URL not set" in lines["qwen-vllm"]
     assert {"gpt-4o", "embedded"} <= set(lines)
     assert SECRET not in result.output and SECRET[:10] not in result.output
+
+
+def calibrated_profile(folder: Path, judge: str, name: str = "calibrated", threshold: float = 0.4) -> Path:
+    path = folder / f"{name}.toml"
+    path.write_text(f'name = "{name}"\nkind = "calibrated"\njudge = "{judge}"\nclaim_threshold = {threshold}\n',
+                    encoding="utf-8")
+    return path
+
+
+def test_a_calibrated_profile_is_its_judge_at_a_threshold_with_the_judges_own_cache_keys(tmp_path: Path) -> None:
+    profile = calibrated_profile(tmp_path, f"vote:scripted:{RULES},scripted:{RULES}")
+    seen: list[str] = []
+
+    def wrap(leaf: Backend) -> Backend:
+        seen.append(leaf.name)
+        return leaf
+
+    judge = resolve_judge(str(profile), wrap=wrap)
+    member = ScriptedBackend.from_file(RULES).name
+    assert judge.name == f"vote:{member},{member}+unsupported>=0.4" and claim_threshold_of(judge) == 0.4
+    assert seen == [member, member]  # the cache and the budget wrap the members, whose calls are unchanged
+    assert claim_threshold_of(judge_stack(str(profile))) == 0.4  # read through the stack's wrappers
+    assert claim_threshold_of(resolve_judge(f"scripted:{RULES}")) is None
+
+
+def test_a_calibrated_profile_is_refused_where_it_cannot_act(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="names a judge and a claim_threshold"):
+        JudgeProfile(name="x", kind="calibrated", judge="gpt-4o-mini")
+    with pytest.raises(ValueError, match="belong to calibrated profiles"):
+        JudgeProfile(name="x", model="gpt-4o-mini", claim_threshold=0.5)
+    with pytest.raises(ValueError):
+        JudgeProfile(name="x", kind="calibrated", judge="gpt-4o-mini", claim_threshold=1.5)
+    inner = calibrated_profile(tmp_path, f"scripted:{RULES}", name="inner")
+    for judge, why in (
+        ("embedded", "claim_thresholds"),
+        (f"cascade:scripted:{RULES}@0.9,scripted:{RULES}", "stage that settled each claim"),
+        (str(inner), "itself a calibrated profile"),
+    ):
+        with pytest.raises(JudgeConfigError, match=why):
+            resolve_judge(str(calibrated_profile(tmp_path, judge, name="outer")))
+    with pytest.raises(JudgeConfigError, match="cannot be a stage of a cascade or a member of a vote"):
+        resolve_judge(f"vote:{inner},scripted:{RULES}")
+    with pytest.raises(JudgeConfigError, match="--method direct judges no claim"):
+        check_judge_serves(resolve_judge(str(inner)), AuditOptions(method="direct"))

@@ -9,10 +9,12 @@ The winning judgement is the first member's (in the order given) that voted for 
 so its evidence and rationale come from a judge that holds that label; its rationale is prefixed
 with every member's vote (``votes: a=contradicted, b=entailed, c=contradicted``), so each
 member's vote is in the output record, and its confidence is the share of members that voted for
-it. A member that fails or leaves a claim out abstains on it (named in the rationale as
-``abstained``); a claim no member judged is left out of the reply, which the pipeline re-asks.
-Usage is reported per member (``JudgeResponse.usage_by_judge``). Decomposition and the other
-single-judge tasks go to the first member that can decompose.
+it (abstaining members count in the denominator). It carries no member's ``score`` (the embedded
+verifier's probability): the vote decided, so its share is its score (what ``rt4 calibrate`` reads,
+:func:`rt4chart.metrics.claim_unsupported_score`). A member that fails or leaves a claim out
+abstains on it (named in the rationale as ``abstained``); a claim no member judged is left out of
+the reply, which the pipeline re-asks. Usage is reported per member (``JudgeResponse.usage_by_judge``).
+Decomposition and the other single-judge tasks go to the first member that can decompose.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ class VoteBackend:
         )
         share = sum(judgement.label == winner for judgement in cast) / len(self.members)
         rationale = f"votes: {votes}" + (f"; {chosen.rationale}" if chosen.rationale else "")
-        return chosen.model_copy(update={"claim": claim, "rationale": rationale, "confidence": share})
+        return chosen.model_copy(update={"claim": claim, "rationale": rationale, "confidence": share, "score": None})
 
     def max_cost_usd(self, request: JudgeRequest) -> float:
         """Every member sees every request: the sum of the members' worst cases."""

@@ -87,6 +87,23 @@ def test_every_claim_is_decided_by_its_majority_and_every_vote_is_recorded(
     assert response.usage.calls == 3
 
 
+def test_a_votes_judgement_carries_its_share_and_no_members_score(verify_request: VerifyRequestFactory) -> None:
+    pytest.importorskip("tokenizers", reason="the embedded verifier (the embedded extra)")
+    embedded = resolve_judge("embedded")
+    alone = asyncio.run(embedded.complete(verify_request(CLAIMS)))
+    assert isinstance(alone.parsed, VerifyOutput) and all(j.score is not None for j in alone.parsed.judgements)
+    agreeing = [j.label.value for j in sorted(alone.parsed.judgements, key=lambda j: j.claim)]
+    vote = VoteBackend([embedded, member("a", agreeing), member("b", ["entailed"] * len(CLAIMS))])
+    response = asyncio.run(vote.complete(verify_request(CLAIMS)))
+    assert isinstance(response.parsed, VerifyOutput)
+    for judgement in response.parsed.judgements:
+        # The embedded member speaks first wherever it holds the winning label, yet the vote decided:
+        # what rt4 calibrate reads is the vote's share, not the member's probability.
+        assert judgement.score is None
+        ballots = [agreeing[judgement.claim], agreeing[judgement.claim], "entailed"]
+        assert judgement.confidence == pytest.approx(ballots.count(judgement.label.value) / 3)
+
+
 def test_a_failing_member_abstains(verify_request: VerifyRequestFactory) -> None:
     with fault_server("{}", default=Fault("server_error")) as server:
         failing = LiteLLMBackend(

@@ -586,6 +586,9 @@ def calibrate(
     if judge.startswith("cascade:"):
         raise CalibrationError("a cascade's stage confidence cannot be calibrated from records: they hold only the "
                                "verdict of the stage that settled each claim")
+    if judge.startswith("vote:") and any(c.score is not None for r in records for c in r.claims):
+        raise CalibrationError("these vote records carry a member's score where the vote's share belongs (written "
+                               "before votes recorded their share alone): audit again, then calibrate")
     if not labelled:
         raise CalibrationError(f"no claim of {records_path} has both a label ({source}) and a score from its judge")
     columns = _columns(labelled)

@@ -28,7 +28,7 @@ from rt4chart.joins import and_join, answer_hallucinated
 from rt4chart.judges import JudgeConfigError, JudgeProfile, resolve_judge
 from rt4chart.metrics import claim_unsupported_score
 from rt4chart.review import ClaimReview, ReviewLabel, run_key, write_reviews
-from rt4chart.types import AuditRecord, Label
+from rt4chart.types import AuditRecord, JudgeScore, Label
 
 EXIT_USAGE = 2
 
@@ -393,6 +393,15 @@ def test_a_votes_member_share_is_written_and_applied(tmp_path: Path, monkeypatch
     assert resolve_judge(str(profile)).name == f"{before[0].judge}+unsupported>={report['threshold']:g}"
     assert assert_flags_as_calibrated(report, before, after) == 6  # every "gardens" claim becomes baseless
     assert all(r.label == Label.BASELESS for r in after)
+
+    # Records of a vote from before it recorded its share alone: a member's score sits on a claim.
+    score = JudgeScore(p_unsupported=0.9, threshold=0.5, decided_by="head")
+    older = [r.model_copy(update={"claims": [r.claims[0].model_copy(update={"score": score}), *r.claims[1:]]})
+             for r in before]
+    old_records = tmp_path / "older.jsonl"
+    old_records.write_text("".join(r.model_dump_json() + "\n" for r in older), encoding="utf-8")
+    refused = CliRunner().invoke(app, ["calibrate", str(old_records), "--folds", "3"])
+    assert refused.exit_code == EXIT_USAGE and "audit again" in refused.output and "Traceback" not in refused.output
 
 
 def test_a_profile_is_refused_for_a_cascade_or_a_judge_it_cannot_name(tmp_path: Path) -> None:

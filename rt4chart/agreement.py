@@ -32,7 +32,6 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, Field
-from scipy import stats
 
 from rt4chart.joins import and_join
 from rt4chart.metrics import (
@@ -668,6 +667,9 @@ def welch_test(first: Sequence[float], second: Sequence[float]) -> tuple[float |
         return None, None, ["Welch's t-test needs at least two runs per judge"]
     if np.var(first) == 0.0 and np.var(second) == 0.0:
         return None, None, ["no run-to-run variation in either judge: Welch's t-test undefined"]
+    # scipy.stats takes most of a second to import: every `rt4 verify` imports this module, few test runs.
+    from scipy import stats
+
     result = stats.ttest_ind(first, second, equal_var=False)
     return float(result.statistic), float(result.pvalue), []
 

@@ -45,7 +45,13 @@ from rt4chart.backends.circuit import (
     JudgeUnavailable,
 )
 from rt4chart.backends.replies import REASK_TOKENS, REPLY_LIMIT, parse_reply, prompt_token_bound, reask_messages
-from rt4chart.backends.scrubbing import redact_url, scrub, scrub_value, secrets_in_environment
+from rt4chart.backends.scrubbing import (
+    might_hold_secret,
+    redact_url,
+    scrub,
+    scrub_value,
+    secrets_in_environment,
+)
 from rt4chart.types import Usage
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -327,7 +333,7 @@ class PolicyBackend:
         self._backoff = wait_exponential_jitter(
             multiplier=settings.backoff_s, max=settings.backoff_max_s, jitter=settings.backoff_s
         )
-        self._secrets = secrets_in_environment() | set(sender.secrets)
+        self._secrets = frozenset(secrets_in_environment() | set(sender.secrets))
         self.circuit = sender.circuit()
         """Opens after consecutive non-transient failures; then every call raises."""
 
@@ -497,18 +503,25 @@ class PolicyBackend:
         deployment: str | None,
     ) -> JudgeResponse:
         secrets = self._secrets
-        if parsed is not None:
-            # A key can come back inside the verdict itself (a server or model echoing it into a
-            # rationale or a quote); every string that leaves the backend is scrubbed.
-            parsed = type(parsed).model_validate(scrub_value(parsed.model_dump(mode="json"), secrets))
+        # A key can come back inside the verdict itself (a server or model echoing it into a
+        # rationale or a quote): every string that leaves the backend is scrubbed. The reply and
+        # the verdict's JSON are searched once together first; most hold nothing to remove.
+        verdict = parsed.model_dump_json() if parsed is not None else ""
+        if might_hold_secret(f"{raw}\n{verdict}\n{error or ''}", secrets):
+            raw, error = scrub(raw, secrets), scrub(error, secrets) if error else None
+            if parsed is not None:
+                fields = parsed.model_dump(mode="json")
+                scrubbed = scrub_value(fields, secrets)
+                if scrubbed != fields:
+                    parsed = type(parsed).model_validate(scrubbed)
         return JudgeResponse(
             parsed=parsed,
-            raw=scrub(raw, secrets),
+            raw=raw,
             usage=sum(usage, Usage()),
             latency_s=time.perf_counter() - started,
             judge=self.name,
             deployment=deployment,
-            error=scrub(error, secrets) if error else None,
+            error=error,
         )
 
     async def aclose(self) -> None:

@@ -76,7 +76,7 @@ def parse_reply(
         except ValidationError as error:
             errors.append(str(error))
             continue
-        if _canonical(candidate) in quoted:
+        if quoted and _canonical(candidate) in quoted:
             copied += 1
             continue
         return parsed, None

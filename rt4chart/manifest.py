@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterable
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -121,32 +120,41 @@ def rt4chart_version() -> str:
         return "unknown"
 
 
-def count_records(reports: Iterable[AuditRecord]) -> RunCounts:
-    """Counts per answer label and per claim label over a run's records."""
-    counts = RunCounts()
-    labels: Counter[str] = Counter()
-    claims: Counter[str] = Counter()
-    citations = RunCitations()
-    for report in reports:
+class RecordCounter:
+    """:class:`RunCounts` tallied one record at a time, as a run finishes them (the run layer feeds it
+    every record its output holds, so the manifest never reads the records back)."""
+
+    def __init__(self) -> None:
+        self._counts = RunCounts()
+        self._labels: Counter[str] = Counter()
+        self._claims: Counter[str] = Counter()
+        self._citations = RunCitations()
+
+    def add(self, report: AuditRecord) -> None:
+        counts = self._counts
         counts.records += 1
         counts.incomplete += report.incomplete
         if report.label is None:
             counts.invalid += not report.incomplete
-            continue
-        labels[report.label] += 1
+            return
+        self._labels[report.label] += 1
         counts.hallucinated += report.label in (Label.CONTRADICTED, Label.BASELESS)
-        claims.update(str(claim.label or "unjudged") for claim in report.claims)
+        self._claims.update(str(claim.label or "unjudged") for claim in report.claims)
         if report.citations is not None:
-            citations.add(report.citations)
-    counts.labels = {str(label): labels[label] for label in Label}
-    counts.citations = citations if citations.answers else None
-    counts.claims = dict(sorted(claims.items()))
-    return counts
+            self._citations.add(report.citations)
+
+    def counts(self) -> RunCounts:
+        """Counts per answer label and per claim label over the records added so far."""
+        return self._counts.model_copy(update={
+            "labels": {str(label): self._labels[label] for label in Label},
+            "citations": self._citations.model_copy(deep=True) if self._citations.answers else None,
+            "claims": dict(sorted(self._claims.items())),
+        })
 
 
 def write_manifest(
     out: Path,
-    reports: Iterable[AuditRecord],
+    counts: RunCounts,
     *,
     judge: str,
     prompt_version: str,
@@ -178,7 +186,7 @@ def write_manifest(
             lines=input_lines,
         ),
         records_sha256=file_sha256(out),
-        counts=count_records(reports),
+        counts=counts,
         usage=usage,
         resumed=resumed,
         reused_from_baseline=reused_from_baseline,

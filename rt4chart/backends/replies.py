@@ -22,19 +22,27 @@ REPLY_LIMIT = 500
 """Characters of a validation error quoted back to a model (and into errors)."""
 
 
+_OBJECT_START = re.compile(r'\{\s*["}]')
+"""Where a JSON object can start: a brace, then a key's quote or the closing brace. Braces of prose
+and of template placeholders are passed over without a decoding attempt (each failed one raises)."""
+
+
 def _json_objects(text: str, *, nested: bool) -> list[str]:
     """Complete JSON objects in ``text`` in order: top-level ones, or with ``nested`` every one."""
     decoder = json.JSONDecoder()
     found: list[str] = []
-    position = text.find("{")
-    while position != -1:
+    resume = 0  # top-level objects only: no start inside the last one found
+    for start in _OBJECT_START.finditer(text):
+        position = start.start()
+        if position < resume:
+            continue
         try:
             _, end = decoder.raw_decode(text, position)
         except json.JSONDecodeError:
-            position = text.find("{", position + 1)
             continue
         found.append(text[position:end])
-        position = text.find("{", position + 1 if nested else end)
+        if not nested:
+            resume = end
     return found
 
 

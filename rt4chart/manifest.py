@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -24,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from rt4chart.io import STDIN, audit_fingerprint, file_sha256, write_lines_atomically
 from rt4chart.options import AuditOptions
-from rt4chart.types import AuditRecord, Label, RunCitations, Usage
+from rt4chart.types import RunCitations, Usage
 
 MANIFEST_SUFFIX = ".manifest.json"
 """What is appended to the records file's name: ``audit.jsonl`` -> ``audit.jsonl.manifest.json``."""
@@ -118,38 +117,6 @@ def rt4chart_version() -> str:
         return version("rt4chart")
     except PackageNotFoundError:  # run from a checkout that is not installed
         return "unknown"
-
-
-class RecordCounter:
-    """:class:`RunCounts` tallied one record at a time, as a run finishes them (the run layer feeds it
-    every record its output holds, so the manifest never reads the records back)."""
-
-    def __init__(self) -> None:
-        self._counts = RunCounts()
-        self._labels: Counter[str] = Counter()
-        self._claims: Counter[str] = Counter()
-        self._citations = RunCitations()
-
-    def add(self, report: AuditRecord) -> None:
-        counts = self._counts
-        counts.records += 1
-        counts.incomplete += report.incomplete
-        if report.label is None:
-            counts.invalid += not report.incomplete
-            return
-        self._labels[report.label] += 1
-        counts.hallucinated += report.label in (Label.CONTRADICTED, Label.BASELESS)
-        self._claims.update(str(claim.label or "unjudged") for claim in report.claims)
-        if report.citations is not None:
-            self._citations.add(report.citations)
-
-    def counts(self) -> RunCounts:
-        """Counts per answer label and per claim label over the records added so far."""
-        return self._counts.model_copy(update={
-            "labels": {str(label): self._labels[label] for label in Label},
-            "citations": self._citations.model_copy(deep=True) if self._citations.answers else None,
-            "claims": dict(sorted(self._claims.items())),
-        })
 
 
 def write_manifest(

@@ -23,6 +23,7 @@ from rich.text import Text
 from rt4chart.audited import FailOn, failing_labels
 from rt4chart.budget import Ledger
 from rt4chart.citations import describe_run
+from rt4chart.manifest import RunCounts
 from rt4chart.metrics import EvaluationMetrics, metric_rows
 from rt4chart.types import AuditRecord, Label, RunCitations, Usage
 
@@ -88,6 +89,16 @@ class RunSummary:
         self.usage = self.usage + report.usage
         for judge, usage in report.usage_by_judge.items():
             self.usage_by_judge[judge] = self.usage_by_judge.get(judge, Usage()) + usage
+
+    def record_counts(self) -> RunCounts:
+        """The manifest's counts (:class:`rt4chart.manifest.RunCounts`) of the records added: the run
+        layer adds every record its output holds (resumed, reused and new), so none is read back."""
+        return RunCounts(
+            records=self.records, labels={str(label): self.labels[label] for label in Label},
+            hallucinated=self.hallucinated, claims=dict(sorted((str(label), n) for label, n in self.claims.items())),
+            incomplete=self.incomplete, invalid=self.invalid,
+            citations=self.citations.model_copy(deep=True) if self.citations.answers else None,
+        )
 
     @property
     def hallucinated(self) -> int:

@@ -51,7 +51,7 @@ from rt4chart.io import (
     write_lines_atomically,
 )
 from rt4chart.judges import JudgeConfigError, JudgeStack, check_judge_serves
-from rt4chart.manifest import RecordCounter, write_manifest
+from rt4chart.manifest import write_manifest
 from rt4chart.outputs import PublishOptions, baseline_problem, publish
 from rt4chart.pipeline import (
     AuditEngine,
@@ -466,7 +466,6 @@ async def aexecute(
     stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)
     summary = RunSummary(fail_on=spec.outputs.fail_on, max_rate=spec.outputs.max_rate)
     tally = FailureTally(spec.outputs.fail_on)
-    in_out = RecordCounter()  # every record the output holds passes on_report: the manifest's counts
     reports: list[AuditRecord] = []
     rereads = out is not None and not keep_records  # outputs that need every record read them from out
     try:
@@ -478,7 +477,6 @@ async def aexecute(
         def on_report(report: AuditRecord) -> None:
             summary.add(report)
             tally.add(AuditedSample(report))
-            in_out.add(report)
             if not rereads and (keep_records or _publishes_records(spec.outputs)):
                 reports.append(report)
             if observer is not None:
@@ -506,10 +504,10 @@ async def aexecute(
     if out is not None:
         # This run's calls are the ledger's: resumed and reused records cost nothing now.
         write_manifest(
-            out, in_out.counts(), judge=engine.judge_name, prompt_version=engine.prompt_version, options=spec.options,
-            input_path=spec.input_file, input_lines=len(items), usage=stack.ledger.usage, started_at=started_at,
-            ended_at=datetime.now(UTC), resumed=result.resumed, reused_from_baseline=result.reused,
-            baseline=spec.outputs.baseline,
+            out, summary.record_counts(), judge=engine.judge_name, prompt_version=engine.prompt_version,
+            options=spec.options, input_path=spec.input_file, input_lines=len(items), usage=stack.ledger.usage,
+            started_at=started_at, ended_at=datetime.now(UTC), resumed=result.resumed,
+            reused_from_baseline=result.reused, baseline=spec.outputs.baseline,
         )
     outcome = outcome_of(reports, result, summary, fails, stack.ledger, stack.name)
     return outcome.model_copy(update={"prompt_version": engine.prompt_version})

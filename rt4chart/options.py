@@ -6,7 +6,7 @@ the evaluation harness and the benchmarks all build this model; validation happe
 
 Adding an option: add a field here (with a docstring and bounds), read it where the method needs
 it; ``rt4 verify``, ``estimate``, ``eval``, ``compare`` and ``repair`` get the flag
-``--<field-name>`` from :func:`rt4chart.cli.audit_options` automatically, and an evaluation
+``--<field-name>`` from :func:`rt4chart.cli_flags.audit_options` automatically, and an evaluation
 records it in its result.
 """
 

@@ -1,8 +1,8 @@
 """What a run is, declared once and light to import: :class:`RunSpec` and the models nested in it that
 only a run has (:class:`SignalSpec`, :class:`CacheChoice`).
 
-Every field's docstring is its ``--help`` text: :func:`rt4chart.cli.run_options` gives a command a flag
-per field it names (``limits.budget_usd`` -> ``--budget``), as :func:`rt4chart.cli.audit_options` does
+Every field's docstring is its ``--help`` text: :func:`rt4chart.cli_flags.run_options` gives a command a flag
+per field it names (``limits.budget_usd`` -> ``--budget``), as :func:`rt4chart.cli_flags.audit_options` does
 for :class:`~rt4chart.options.AuditOptions`. A field whose flag is not its name says so in
 ``json_schema_extra={"flag": ...}`` (spellings separated by commas: ``"--out,-o"``; a bool written
 as one switch, ``"--no-cache"``, is that switch alone). This module imports

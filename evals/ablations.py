@@ -20,8 +20,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from rt4chart.evaluation import EvalConfig, EvaluationResult, evaluate, load_samples, write_result
-from rt4chart.metrics import format_estimate
+from rt4chart.analysis.metrics import format_estimate
+from rt4chart.runs.evaluation import EvalConfig, EvaluationResult, evaluate, load_samples, write_result
 from rt4chart.types import AuditRecord, Sample
 
 GRID = ((10, 3), (15, 5), (25, 10), (35, 15))

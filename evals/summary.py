@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rt4chart.evaluation import EvaluationResult
-from rt4chart.metrics import format_estimate
+from rt4chart.analysis.metrics import format_estimate
+from rt4chart.runs.evaluation import EvaluationResult
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -97,7 +97,7 @@ def main() -> None:
     text = MAIN_README.read_text(encoding="utf-8")
     block = re.compile(re.escape(HEADLINE_START) + ".*?" + re.escape(HEADLINE_END), re.DOTALL)
     if block.search(text):
-        from rt4chart.backends.embedded import VERSION  # the judge that ships (needs the embedded extra)
+        from rt4chart.judges.embedded.verifier import VERSION  # the judge that ships (needs the embedded extra)
 
         headline = embedded_headline(f"embedded#{VERSION}")
         replaced = block.sub(lambda _: f"{HEADLINE_START}\n{headline}{HEADLINE_END}", text)

@@ -17,42 +17,42 @@ from typing import TYPE_CHECKING, Any, Unpack, cast, overload
 
 if TYPE_CHECKING:
     # ``X as X``: an explicit re-export, for type checkers that do not read a computed ``__all__``.
-    from rt4chart.backends.base import Backend as Backend
-    from rt4chart.backends.base import BackendWrapper as BackendWrapper
-    from rt4chart.backends.base import CostEstimator as CostEstimator
-    from rt4chart.backends.base import GenerationParams as GenerationParams
-    from rt4chart.backends.base import JudgeRequest as JudgeRequest
-    from rt4chart.backends.base import JudgeResponse as JudgeResponse
-    from rt4chart.backends.base import Message as Message
-    from rt4chart.backends.base import TokenCounter as TokenCounter
-    from rt4chart.backends.circuit import JudgeUnavailable as JudgeUnavailable
-    from rt4chart.backends.policy import CallSettings as CallSettings
-    from rt4chart.backends.policy import PolicyBackend as PolicyBackend
-    from rt4chart.backends.policy import Reply as Reply
-    from rt4chart.backends.policy import Sender as Sender
-    from rt4chart.backends.scripted import ScriptedBackend as ScriptedBackend
-    from rt4chart.budget import BudgetExhausted as BudgetExhausted
-    from rt4chart.cache import JudgeCache as JudgeCache
-    from rt4chart.joins import and_join as and_join
-    from rt4chart.joins import or_join as or_join
-    from rt4chart.judges import JudgeConfigError as JudgeConfigError
-    from rt4chart.judges import JudgeStack as JudgeStack
-    from rt4chart.judges import judge_stack as judge_stack
-    from rt4chart.judges import resolve_judge as resolve_judge
+    from rt4chart.judges.budget import BudgetExhausted as BudgetExhausted
+    from rt4chart.judges.cache import JudgeCache as JudgeCache
+    from rt4chart.judges.circuit import JudgeUnavailable as JudgeUnavailable
+    from rt4chart.judges.policy import CallSettings as CallSettings
+    from rt4chart.judges.policy import PolicyBackend as PolicyBackend
+    from rt4chart.judges.policy import Reply as Reply
+    from rt4chart.judges.policy import Sender as Sender
+    from rt4chart.judges.registry import JudgeConfigError as JudgeConfigError
+    from rt4chart.judges.registry import JudgeStack as JudgeStack
+    from rt4chart.judges.registry import judge_stack as judge_stack
+    from rt4chart.judges.registry import resolve_judge as resolve_judge
+    from rt4chart.judges.scripted import ScriptedBackend as ScriptedBackend
+    from rt4chart.method.joins import and_join as and_join
+    from rt4chart.method.joins import or_join as or_join
+    from rt4chart.method.tasks import ClaimJudgement as ClaimJudgement
+    from rt4chart.method.tasks import DecomposeInput as DecomposeInput
+    from rt4chart.method.tasks import DecomposeOutput as DecomposeOutput
+    from rt4chart.method.tasks import VerifyInput as VerifyInput
+    from rt4chart.method.tasks import VerifyOutput as VerifyOutput
     from rt4chart.options import AuditOptionKeywords as AuditOptionKeywords
     from rt4chart.options import AuditOptions as AuditOptions
-    from rt4chart.pipeline import Pipeline as Pipeline
-    from rt4chart.run import RunOutcome as RunOutcome
-    from rt4chart.run import RunStatus as RunStatus
-    from rt4chart.run import aexecute as aexecute
-    from rt4chart.run import execute as execute
-    from rt4chart.run import exit_code as exit_code
-    from rt4chart.run_spec import RunSpec as RunSpec
-    from rt4chart.tasks import ClaimJudgement as ClaimJudgement
-    from rt4chart.tasks import DecomposeInput as DecomposeInput
-    from rt4chart.tasks import DecomposeOutput as DecomposeOutput
-    from rt4chart.tasks import VerifyInput as VerifyInput
-    from rt4chart.tasks import VerifyOutput as VerifyOutput
+    from rt4chart.protocol import Backend as Backend
+    from rt4chart.protocol import BackendWrapper as BackendWrapper
+    from rt4chart.protocol import CostEstimator as CostEstimator
+    from rt4chart.protocol import GenerationParams as GenerationParams
+    from rt4chart.protocol import JudgeRequest as JudgeRequest
+    from rt4chart.protocol import JudgeResponse as JudgeResponse
+    from rt4chart.protocol import Message as Message
+    from rt4chart.protocol import TokenCounter as TokenCounter
+    from rt4chart.runs.engine import Pipeline as Pipeline
+    from rt4chart.runs.run import RunOutcome as RunOutcome
+    from rt4chart.runs.run import RunStatus as RunStatus
+    from rt4chart.runs.run import aexecute as aexecute
+    from rt4chart.runs.run import execute as execute
+    from rt4chart.runs.run import exit_code as exit_code
+    from rt4chart.runs.spec import RunSpec as RunSpec
     from rt4chart.types import AuditRecord as AuditRecord
     from rt4chart.types import Chunk as Chunk
     from rt4chart.types import Claim as Claim
@@ -74,54 +74,54 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "AuditOptionKeywords": "rt4chart.options",
     "AuditOptions": "rt4chart.options",
-    "Backend": "rt4chart.backends.base",
-    "BackendWrapper": "rt4chart.backends.base",
-    "BudgetExhausted": "rt4chart.budget",
-    "CallSettings": "rt4chart.backends.policy",
+    "Backend": "rt4chart.protocol",
+    "BackendWrapper": "rt4chart.protocol",
+    "BudgetExhausted": "rt4chart.judges.budget",
+    "CallSettings": "rt4chart.judges.policy",
     "Chunk": "rt4chart.types",
     "Claim": "rt4chart.types",
-    "ClaimJudgement": "rt4chart.tasks",
+    "ClaimJudgement": "rt4chart.method.tasks",
     "ClaimVerdict": "rt4chart.types",
-    "CostEstimator": "rt4chart.backends.base",
-    "DecomposeInput": "rt4chart.tasks",
-    "DecomposeOutput": "rt4chart.tasks",
+    "CostEstimator": "rt4chart.protocol",
+    "DecomposeInput": "rt4chart.method.tasks",
+    "DecomposeOutput": "rt4chart.method.tasks",
     "Evidence": "rt4chart.types",
-    "GenerationParams": "rt4chart.backends.base",
+    "GenerationParams": "rt4chart.protocol",
     "Gold": "rt4chart.types",
-    "JudgeCache": "rt4chart.cache",
-    "JudgeConfigError": "rt4chart.judges",
-    "JudgeRequest": "rt4chart.backends.base",
-    "JudgeResponse": "rt4chart.backends.base",
-    "JudgeStack": "rt4chart.judges",
-    "JudgeUnavailable": "rt4chart.backends.circuit",
+    "JudgeCache": "rt4chart.judges.cache",
+    "JudgeConfigError": "rt4chart.judges.registry",
+    "JudgeRequest": "rt4chart.protocol",
+    "JudgeResponse": "rt4chart.protocol",
+    "JudgeStack": "rt4chart.judges.registry",
+    "JudgeUnavailable": "rt4chart.judges.circuit",
     "Label": "rt4chart.types",
-    "Message": "rt4chart.backends.base",
-    "Pipeline": "rt4chart.pipeline",
-    "PolicyBackend": "rt4chart.backends.policy",
-    "Reply": "rt4chart.backends.policy",
+    "Message": "rt4chart.protocol",
+    "Pipeline": "rt4chart.runs.engine",
+    "PolicyBackend": "rt4chart.judges.policy",
+    "Reply": "rt4chart.judges.policy",
     "AuditRecord": "rt4chart.types",
     "Report": "rt4chart.types",  # deprecated alias of AuditRecord, for one release
-    "RunOutcome": "rt4chart.run",
-    "RunSpec": "rt4chart.run_spec",
-    "RunStatus": "rt4chart.run",
+    "RunOutcome": "rt4chart.runs.run",
+    "RunSpec": "rt4chart.runs.spec",
+    "RunStatus": "rt4chart.runs.run",
     "Sample": "rt4chart.types",
-    "ScriptedBackend": "rt4chart.backends.scripted",
-    "Sender": "rt4chart.backends.policy",
+    "ScriptedBackend": "rt4chart.judges.scripted",
+    "Sender": "rt4chart.judges.policy",
     "Sentence": "rt4chart.types",
     "Span": "rt4chart.types",
-    "TokenCounter": "rt4chart.backends.base",
+    "TokenCounter": "rt4chart.protocol",
     "Usage": "rt4chart.types",
     "Verdict": "rt4chart.types",
-    "VerifyInput": "rt4chart.tasks",
-    "VerifyOutput": "rt4chart.tasks",
+    "VerifyInput": "rt4chart.method.tasks",
+    "VerifyOutput": "rt4chart.method.tasks",
     "Vote": "rt4chart.types",
-    "aexecute": "rt4chart.run",
-    "and_join": "rt4chart.joins",
-    "execute": "rt4chart.run",
-    "exit_code": "rt4chart.run",
-    "judge_stack": "rt4chart.judges",
-    "or_join": "rt4chart.joins",
-    "resolve_judge": "rt4chart.judges",
+    "aexecute": "rt4chart.runs.run",
+    "and_join": "rt4chart.method.joins",
+    "execute": "rt4chart.runs.run",
+    "exit_code": "rt4chart.runs.run",
+    "judge_stack": "rt4chart.judges.registry",
+    "or_join": "rt4chart.method.joins",
+    "resolve_judge": "rt4chart.judges.registry",
 }
 
 __all__ = sorted([*_EXPORTS, "averify", "verify"])
@@ -181,10 +181,10 @@ async def averify(
     layer: :func:`rt4chart.execute` with a :class:`RunSpec` does what ``rt4 verify`` does (``--out``,
     ``--resume``, the published outputs) and returns the outcome instead of raising on a stop.
     """
-    from rt4chart.budget import RunLimits
+    from rt4chart.judges.budget import RunLimits
     from rt4chart.options import AuditOptions
-    from rt4chart.run import RunUsageError, aexecute, raise_stop
-    from rt4chart.run_spec import RunSpec
+    from rt4chart.runs.run import RunUsageError, aexecute, raise_stop
+    from rt4chart.runs.spec import RunSpec
     from rt4chart.types import Sample
 
     single = isinstance(samples, (Sample, Mapping))

@@ -1,5 +1,5 @@
 """``python -m rt4chart`` runs the ``rt4`` command."""
 
-from rt4chart.cli import main
+from rt4chart.cli.app import main
 
 main()

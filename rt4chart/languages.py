@@ -5,8 +5,8 @@ n-grams for 97 languages, numpy only, no network, about 0.1 ms a text once loade
 a few seconds to load, so it is loaded on the first text that needs it, and a text that reads as
 English by its function words never loads it: English runs cost what they did before.
 
-What a language changes downstream: which sentence splitter :mod:`rt4chart.text` uses, the line
-prompts add for the judge (:mod:`rt4chart.prompts`), and whether the embedded verifier, an English
+What a language changes downstream: which sentence splitter :mod:`rt4chart.method.text` uses, the line
+prompts add for the judge (:mod:`rt4chart.method.prompts`), and whether the embedded verifier, an English
 model, may judge the sample.
 """
 

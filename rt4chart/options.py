@@ -6,19 +6,21 @@ the evaluation harness and the benchmarks all build this model; validation happe
 
 Adding an option: add a field here (with a docstring and bounds), read it where the method needs
 it; ``rt4 verify``, ``estimate``, ``eval``, ``compare`` and ``repair`` get the flag
-``--<field-name>`` from :func:`rt4chart.cli_flags.audit_options` automatically, and an evaluation
+``--<field-name>`` from :func:`rt4chart.cli.flags.audit_options` automatically, and an evaluation
 records it in its result.
 """
 
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from rt4chart.backends.base import DEFAULT_MAX_TOKENS, GenerationParams
 from rt4chart.languages import normalize_language
+from rt4chart.protocol import DEFAULT_MAX_TOKENS, GenerationParams
+from rt4chart.types import Label
 
 DecomposerKind = Literal["judge", "rules", "auto", "holistic"]
 """How answers become claims."""
@@ -171,3 +173,50 @@ class AuditOptionKeywords(TypedDict, total=False):
     samples_in_flight: int
     citation_pattern: str | None
     language: str | None
+
+
+class FailOn(StrEnum):
+    """Which answers fail a run (exit code 1, JUnit failures): a policy of what a finished run
+    reports, applied to joined records by :mod:`rt4chart.report.audited` (:func:`failing_labels`)
+    and by the ``--baseline`` gate (:mod:`rt4chart.analysis.diff`)."""
+
+    CONTRADICTED = "contradicted"
+    HALLUCINATED = "hallucinated"
+    NEVER = "never"
+    NEW = "new"
+    """Only hallucinations the ``--baseline`` audit did not have (and hallucinated answers new to the input)."""
+    WORSE = "worse"
+    """Only a hallucination rate above the ``--baseline``'s beyond the paired bootstrap CI."""
+    MISATTRIBUTED = "misattributed"
+    """Answers with a claim supported only by passages it does not cite (:mod:`rt4chart.method.citations`)."""
+    MISCITED = "miscited"
+    """Answers with a claim whose citation does not hold: misattributed, unsupported (cited but not
+    entailed) or uncited (entailed, in an answer that cites elsewhere)."""
+
+
+class ShowOnly(StrEnum):
+    """Which samples ``rt4 show --only`` keeps: the :class:`FailOn` policies that select answers
+    by their own label or their claims' citation verdicts (``never``, ``new`` and ``worse`` select
+    none, or need a baseline)."""
+
+    CONTRADICTED = FailOn.CONTRADICTED.value
+    HALLUCINATED = FailOn.HALLUCINATED.value
+    MISATTRIBUTED = FailOn.MISATTRIBUTED.value
+    MISCITED = FailOn.MISCITED.value
+
+
+CITATION_POLICIES: dict[FailOn, frozenset[str]] = {
+    FailOn.MISATTRIBUTED: frozenset({"misattributed"}),
+    FailOn.MISCITED: frozenset({"misattributed", "unsupported", "uncited"}),
+}
+"""The ``--fail-on`` policies decided by claims' citation verdicts, and the verdicts that fail each."""
+
+
+def failing_labels(fail_on: FailOn) -> frozenset[Label]:
+    """The answer labels that count against a run under ``fail_on`` (none for ``never``)."""
+    if fail_on is FailOn.CONTRADICTED:
+        return frozenset({Label.CONTRADICTED})
+    if fail_on in (FailOn.HALLUCINATED, FailOn.NEW, FailOn.WORSE):
+        # Against a baseline, which of these are new is the gate's business (rt4chart.analysis.diff).
+        return frozenset({Label.CONTRADICTED, Label.BASELESS})
+    return frozenset()

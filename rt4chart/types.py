@@ -141,7 +141,7 @@ class Sentence(BaseModel):
     """Offset one past the last character."""
     text: str
     """Exactly ``source[start:end]`` (an answer sentence that carries citation markers: that text
-    with its markers taken out, :mod:`rt4chart.citations`)."""
+    with its markers taken out, :mod:`rt4chart.method.citations`)."""
     passage: int = 0
     """Index of the passage that holds the sentence (0 for a single-string context)."""
 
@@ -418,7 +418,7 @@ class ClaimVerdict(Verdict):
     """Its citations checked (an answer with citation markers only; left out of the record otherwise)."""
     judge_verdict: Verdict | None = Field(default=None, exclude_if=lambda value: value is None)
     """The judge's own final verdict (label, confidence, evidence, rationale) when a calibrated profile's
-    ``claim_threshold`` changed its label (:func:`rt4chart.settlement.settle_at_threshold`); the fields
+    ``claim_threshold`` changed its label (:func:`rt4chart.method.settlement.settle_at_threshold`); the fields
     above are then the threshold's. Left out of the record when the threshold did not act."""
 
     @model_validator(mode="before")
@@ -619,7 +619,7 @@ class AuditRecord(BaseModel):
     """Each signal's token-level scores and flagged spans, by the signal's name (``csr``:
     :class:`SignalReport`; ``aggtruth``: :class:`AttentionSignalReport`)."""
     citations: AnswerCitations | None = Field(default=None, exclude_if=lambda value: value is None)
-    """The citation audit of an answer with citation markers (:mod:`rt4chart.citations`); left out
+    """The citation audit of an answer with citation markers (:mod:`rt4chart.method.citations`); left out
     of the record for an answer without any."""
 
     @model_validator(mode="before")

@@ -24,7 +24,7 @@ def write_samples(path: Path, count: int) -> list[dict[str, Any]]:
 def write_rules(path: Path, *, cost_per_call: float = 0.0, latency_s: float = 0.0) -> Path:
     """A judge that entails the opening hours (with evidence) and finds the cakes baseless."""
     rules = {
-        # Evidence needs substance: a whole sentence or two content words (rt4chart.grounding).
+        # Evidence needs substance: a whole sentence or two content words (rt4chart.method.grounding).
         "verify": [{"claim": "opens at", "label": "entailed", "evidence": ["opens daily"]}],
         "default": "baseless",
         "cost_per_call": cost_per_call,

@@ -16,12 +16,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest
 
-from rt4chart.backends.base import GenerationParams, JudgeRequest
-from rt4chart.backends.policy import PolicyBackend
-from rt4chart.judges import JudgeProfile
-from rt4chart.serve import LocalServer, ServeError, smollm2_gguf, start_server
-from rt4chart.tasks import DecomposeInput, VerifyInput, build_request, load_prompts
-from rt4chart.text import segment_context
+from rt4chart.judges.policy import PolicyBackend
+from rt4chart.judges.registry import JudgeProfile
+from rt4chart.judges.serve import LocalServer, ServeError, smollm2_gguf, start_server
+from rt4chart.method.tasks import DecomposeInput, VerifyInput, build_request, load_prompts
+from rt4chart.method.text import segment_context
+from rt4chart.protocol import GenerationParams, JudgeRequest
 from rt4chart.types import Sample
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -174,7 +174,7 @@ def judge_over(transport: str, spec: str, directory: Path) -> str:
     the same name, so records and cache keys are the same whichever transport sends the calls."""
     if transport == "openai-compatible":
         return spec
-    from rt4chart.judges import JudgeProfile, load_profiles
+    from rt4chart.judges.registry import JudgeProfile, load_profiles
 
     profile = load_profiles().get(spec) or JudgeProfile(name=spec, model=spec)
     fields = {**profile.model_dump(exclude_defaults=True), "api": transport}
@@ -187,9 +187,9 @@ def judge_over(transport: str, spec: str, directory: Path) -> str:
 def backend_over(transport: str, profile: JudgeProfile, *, api_base: str, api_key: str = "no-key") -> PolicyBackend:
     """``profile``'s judge at ``api_base`` over ``transport``, built directly (no registry)."""
     if transport == "litellm":
-        from rt4chart.backends.litellm import LiteLLMBackend
+        from rt4chart.judges.litellm import LiteLLMBackend
 
         return LiteLLMBackend(profile.litellm_settings(), api_key=api_key, api_base=api_base)
-    from rt4chart.backends.openai_compat import OpenAICompatBackend
+    from rt4chart.judges.openai_compat import OpenAICompatBackend
 
     return OpenAICompatBackend(profile.openai_compat_settings(), api_key=api_key, api_base=api_base)

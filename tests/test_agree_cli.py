@@ -14,7 +14,7 @@ from conftest import EXAMPLES
 from sklearn.metrics import cohen_kappa_score
 from typer.testing import CliRunner
 
-from rt4chart.cli import app
+from rt4chart.cli.app import app
 from rt4chart.types import AuditRecord, ClaimVerdict, Gold, Label, Span
 
 EXIT_USAGE = 2

@@ -10,7 +10,7 @@ from sklearn.metrics import cohen_kappa_score
 from statsmodels.stats.inter_rater import aggregate_raters
 from statsmodels.stats.inter_rater import fleiss_kappa as statsmodels_fleiss
 
-from rt4chart.agreement import (
+from rt4chart.analysis.agreement import (
     THREE_WAY,
     VerdictTable,
     agreement_report,

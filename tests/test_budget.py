@@ -14,13 +14,13 @@ from conftest import judge_over
 from faults import fault_server, judge_every_claim
 from typer.testing import CliRunner
 
-from rt4chart.backends.scripted import ScriptedBackend
-from rt4chart.budget import Ledger, MeteredBackend
-from rt4chart.cli import app
-from rt4chart.io import read_jsonl
-from rt4chart.judges import resolve_judge
+from rt4chart.cli.app import app
+from rt4chart.judges.budget import Ledger, MeteredBackend
+from rt4chart.judges.registry import resolve_judge
+from rt4chart.judges.scripted import ScriptedBackend
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline, run_audit
+from rt4chart.records.io import read_jsonl
+from rt4chart.runs.engine import Pipeline, run_audit
 from rt4chart.types import Usage
 
 COST = 0.01

@@ -13,17 +13,17 @@ from typing import Any
 from audit_fixtures import read_records, write_rules, write_samples
 from typer.testing import CliRunner
 
-from rt4chart.backends.base import JudgeResponse
-from rt4chart.backends.scripted import ScriptedBackend
-from rt4chart.budget import Ledger, MeteredBackend
-from rt4chart.cache import CachedBackend, JudgeCache, request_key
-from rt4chart.cli import app
-from rt4chart.io import read_jsonl
+from rt4chart.cli.app import app
+from rt4chart.judges.budget import Ledger, MeteredBackend
+from rt4chart.judges.cache import CachedBackend, JudgeCache, request_key
+from rt4chart.judges.scripted import ScriptedBackend
+from rt4chart.method.tasks import load_prompts
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline, run_audit
-from rt4chart.planning import planned_requests
+from rt4chart.protocol import JudgeResponse
+from rt4chart.records.io import read_jsonl
 from rt4chart.resources import resource_dir
-from rt4chart.tasks import load_prompts
+from rt4chart.runs.engine import Pipeline, run_audit
+from rt4chart.runs.planning import planned_requests
 from rt4chart.types import AuditRecord
 
 runner = CliRunner()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from rt4chart.calibration import (
+from rt4chart.analysis.calibration import (
     CalibrationError,
     LabelledClaim,
     _columns,
@@ -22,12 +22,12 @@ from rt4chart.calibration import (
     fold_of_groups,
     parse_target,
 )
-from rt4chart.cli import app
-from rt4chart.io import read_predictions
-from rt4chart.joins import and_join, answer_hallucinated
-from rt4chart.judges import JudgeConfigError, JudgeProfile, resolve_judge
-from rt4chart.metrics import claim_unsupported_score
-from rt4chart.review import ClaimReview, ReviewLabel, run_key, write_reviews
+from rt4chart.analysis.review import ClaimReview, ReviewLabel, run_key, write_reviews
+from rt4chart.cli.app import app
+from rt4chart.judges.registry import JudgeConfigError, JudgeProfile, resolve_judge
+from rt4chart.method.joins import and_join, answer_hallucinated
+from rt4chart.method.settlement import claim_unsupported_score
+from rt4chart.records.io import read_predictions
 from rt4chart.types import AuditRecord, JudgeScore, Label
 
 EXIT_USAGE = 2
@@ -232,7 +232,7 @@ def test_bad_input_is_a_usage_error(audited: tuple[Path, Path, Path]) -> None:
         (["--gold", str(gold), "--target", "precision>0.9"], "--target"),
         (["--gold", str(gold), "--folds", "7"], "cannot fill 7 folds"),
         (["--gold", str(gold), "--reviews", str(gold)], "not both"),
-        (["--reviews", str(gold)], "not an rt4chart.review/1 review"),
+        (["--reviews", str(gold)], "not an rt4chart.analysis.review/1 review"),
     ):
         result = CliRunner().invoke(app, ["calibrate", str(records), *arguments])
         assert result.exit_code == EXIT_USAGE, result.output

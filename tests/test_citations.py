@@ -1,4 +1,4 @@
-"""Answers that cite their sources (rt4chart.citations), through the real ``rt4 verify``.
+"""Answers that cite their sources (rt4chart.method.citations), through the real ``rt4 verify``.
 
 ``fixtures/citations/cited_answers.jsonl`` holds 24 hand-made cited answers over one store's five
 passages (given as plain strings, or named ``{"id", "text"}``), each line with the citation verdict,
@@ -22,15 +22,15 @@ import pytest
 from conftest import require_module
 from fixtures.reports.runs import rt4
 
-from rt4chart.backends.base import BackendWrapper, JudgeRequest, JudgeResponse
-from rt4chart.backends.scripted import ScriptedBackend
-from rt4chart.citations import find_citations
-from rt4chart.io import parse_sample
+from rt4chart.judges.scripted import ScriptedBackend
+from rt4chart.method.citations import find_citations
+from rt4chart.method.tasks import VerifyInput
+from rt4chart.method.text import join_passages
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline
-from rt4chart.planning import worst_case_calls
-from rt4chart.tasks import VerifyInput
-from rt4chart.text import join_passages
+from rt4chart.protocol import BackendWrapper, JudgeRequest, JudgeResponse
+from rt4chart.records.io import parse_sample
+from rt4chart.runs.engine import Pipeline
+from rt4chart.runs.planning import worst_case_calls
 from rt4chart.types import Sample
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "citations"

@@ -13,8 +13,8 @@ import pytest
 from fixtures.spine.judges import copy_running_example, read_jsonl_records, write_jsonl
 from typer.testing import CliRunner, Result
 
-from rt4chart.cli import app
-from rt4chart.text import segment_context, split_sentences
+from rt4chart.cli.app import app
+from rt4chart.method.text import segment_context, split_sentences
 
 EXIT_OK, EXIT_HALLUCINATED, EXIT_USAGE = 0, 1, 2
 

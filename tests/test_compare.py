@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import EXAMPLES
 from typer.testing import CliRunner
 
-from rt4chart.cli import app
+from rt4chart.cli.app import app
 
 RULES = EXAMPLES / "free_trial.rules.json"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rt4chart.datasets import (
+from rt4chart.analysis.datasets import (
     DATA_DIR_ENV,
     DatasetError,
     dataset_files,
@@ -241,7 +241,7 @@ def _installed_rt4(site: Path, cwd: Path, *args: str) -> subprocess.CompletedPro
     environment = {key: value for key, value in os.environ.items() if key != DATA_DIR_ENV}
     environment["PYTHONPATH"] = str(site)
     return subprocess.run(
-        [sys.executable, "-P", "-c", "from rt4chart.cli import main; main()", *args],
+        [sys.executable, "-P", "-c", "from rt4chart.cli.app import main; main()", *args],
         cwd=cwd, env=environment, capture_output=True, text=True, timeout=600, check=False,
     )
 

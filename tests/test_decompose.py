@@ -20,17 +20,17 @@ from fixtures.spine.judges import (
 from typer.testing import CliRunner
 
 import rt4chart
-from rt4chart.backends.base import JudgeRequest, JudgeResponse
-from rt4chart.cli import app
-from rt4chart.decompose import claim_problem, decompose_by_rules
-from rt4chart.tasks import (
+from rt4chart.cli.app import app
+from rt4chart.method.decompose import claim_problem, decompose_by_rules
+from rt4chart.method.tasks import (
     DecomposedSentence,
     DecomposeInput,
     DecomposeOutput,
     DecomposeSentenceInput,
     SentenceClaims,
 )
-from rt4chart.text import split_sentences
+from rt4chart.method.text import split_sentences
+from rt4chart.protocol import JudgeRequest, JudgeResponse
 from rt4chart.types import AuditRecord, Claim, ClaimVerdict, Sample
 
 

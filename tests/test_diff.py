@@ -17,7 +17,7 @@ from fixtures.reports.runs import rt4
 from scipy.stats import bootstrap
 from statsmodels.stats.contingency_tables import mcnemar
 
-from rt4chart.diff import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, diff_files, paired_test
+from rt4chart.analysis.diff import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, diff_files, paired_test
 
 CONTEXT = ("The shop opens at 9 am. The shop closes at 5 pm. Parking is free on Sundays. "
            "Returns are accepted within 30 days.")

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rt4chart.cli import app
-from rt4chart.evaluation import EvalConfig, EvaluationResult, evaluate
-from rt4chart.io import file_sha256
+from rt4chart.cli.app import app
+from rt4chart.records.io import file_sha256
+from rt4chart.runs.evaluation import EvalConfig, EvaluationResult, evaluate
 from rt4chart.types import AuditRecord, Sample
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"

@@ -15,7 +15,7 @@ import pytest
 from audit_fixtures import write_rules, write_samples
 from typer.testing import CliRunner
 
-from rt4chart.cli import app
+from rt4chart.cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -87,8 +87,8 @@ def test_a_cache_on_a_full_disk_is_read_and_the_run_goes_on(tmp_path: Path, tiny
 def test_an_unexpected_error_is_exit_5_with_its_traceback_in_a_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import rt4chart.io
-    from rt4chart.cli import main
+    import rt4chart.records.io
+    from rt4chart.cli.app import main
 
     inputs, rules = tmp_path / "in.jsonl", write_rules(tmp_path / "rules.json")
     write_samples(inputs, 1)
@@ -96,7 +96,7 @@ def test_an_unexpected_error_is_exit_5_with_its_traceback_in_a_log(
     def broken(*_: object, **__: object) -> None:
         raise RuntimeError("a bug in the reader")
 
-    monkeypatch.setattr(rt4chart.io, "read_jsonl", broken)
+    monkeypatch.setattr(rt4chart.records.io, "read_jsonl", broken)
     monkeypatch.setattr(sys, "argv", ["rt4", "verify", str(inputs), "--judge", f"scripted:{rules}", "--no-cache"])
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
@@ -139,7 +139,7 @@ def test_brackets_in_paths_and_ids_are_text_never_markup(tmp_path: Path) -> None
 # --- the precedence table: of 3, 2, 4, 1 the first that applies, in every combination ---------------
 
 EXPECTED_ORDER = (("budget", 3), ("invalid", 2), ("unavailable", 4), ("incomplete", 4), ("fails", 1))
-"""README "Exit codes", written out independently of rt4chart.run."""
+"""README "Exit codes", written out independently of rt4chart.runs.run."""
 
 
 @pytest.mark.parametrize("stop", [None, "budget", "unavailable"])
@@ -149,10 +149,10 @@ EXPECTED_ORDER = (("budget", 3), ("invalid", 2), ("unavailable", 4), ("incomplet
 def test_every_combination_of_outcomes_exits_with_the_first_code_that_applies(
     stop: str | None, invalid: bool, incomplete: bool, fails: bool
 ) -> None:
-    from rt4chart.budget import Ledger
-    from rt4chart.pipeline import AuditResult, BudgetStop, UnavailableStop
-    from rt4chart.progress import RunSummary
-    from rt4chart.run import outcome_of
+    from rt4chart.judges.budget import Ledger
+    from rt4chart.report.progress import RunSummary
+    from rt4chart.runs.engine import AuditResult, BudgetStop, UnavailableStop
+    from rt4chart.runs.run import outcome_of
 
     summary = RunSummary(records=3, invalid=int(invalid), incomplete=int(incomplete))
     unavailable = UnavailableStop(endpoint="http://127.0.0.1:9/v1", failures=3, last_error="connection refused")

@@ -14,10 +14,10 @@ from typing import Any
 from faults import Fault, claims_in, fault_server
 from typer.testing import CliRunner
 
-from rt4chart.cli import app
-from rt4chart.judges import judge_stack
+from rt4chart.cli.app import app
+from rt4chart.judges.registry import judge_stack
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline
+from rt4chart.runs.engine import Pipeline
 from rt4chart.types import AuditRecord, Label, Sample
 
 SAMPLE = Sample(

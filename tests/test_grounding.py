@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import rt4chart
-from rt4chart.backends.base import JudgeRequest, JudgeResponse
-from rt4chart.cli import app
-from rt4chart.grounding import ContextIndex, anchor_quotes
-from rt4chart.tasks import VerifyOutput
-from rt4chart.text import segment_context
+from rt4chart.cli.app import app
+from rt4chart.method.grounding import ContextIndex, anchor_quotes
+from rt4chart.method.tasks import VerifyOutput
+from rt4chart.method.text import segment_context
+from rt4chart.protocol import JudgeRequest, JudgeResponse
 from rt4chart.types import AuditRecord, Evidence, Label
 
 PASSAGES = [

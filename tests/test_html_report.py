@@ -19,8 +19,8 @@ from conftest import require_program
 from fixtures.reports.runs import read_records, rt4, verify
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from rt4chart.audited import AuditedSample
-from rt4chart.html_report import write_html
+from rt4chart.report.audited import AuditedSample
+from rt4chart.report.html_report import write_html
 from rt4chart.types import AuditRecord, ClaimVerdict, JudgeScore, Label, Sample, Span
 
 CHROMIUM_ARGS = [

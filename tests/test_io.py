@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from rt4chart.io import InputLine, dump_report, error_report, read_completed, read_jsonl, read_predictions, read_records
+from rt4chart.records.io import (
+    InputLine,
+    dump_report,
+    error_report,
+    read_completed,
+    read_jsonl,
+    read_predictions,
+    read_records,
+)
 from rt4chart.types import AuditRecord
 
 VALID = {"id": "a", "context": "The trial lasts 14 days.", "answer": "It lasts 14 days."}
@@ -148,9 +156,9 @@ def test_a_line_that_only_looks_like_a_surrogate_escape_is_read(tmp_path: Path) 
 
 
 def test_an_oversized_line_is_refused_with_its_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import rt4chart.io
+    import rt4chart.records.io
 
-    monkeypatch.setattr(rt4chart.io, "MAX_LINE_CHARS", 100)
+    monkeypatch.setattr(rt4chart.records.io, "MAX_LINE_CHARS", 100)
     items = _read(tmp_path, [json.dumps({**VALID, "context": "x" * 200}), json.dumps(VALID)])
     assert items[0].error is not None and "over the limit of 100" in items[0].error
     assert items[1].sample is not None
@@ -178,7 +186,7 @@ def test_one_record_reader_names_every_bad_line_and_the_torn_last_one(tmp_path: 
 
 @pytest.mark.parametrize("field", ["context", "passages", "answer"])
 def test_a_sample_beyond_the_documented_input_limits_is_an_error_record(tmp_path: Path, field: str) -> None:
-    from rt4chart.io import MAX_ANSWER_CHARS, MAX_CONTEXT_CHARS
+    from rt4chart.records.io import MAX_ANSWER_CHARS, MAX_CONTEXT_CHARS
 
     record: dict[str, object] = dict(VALID)
     if field == "context":

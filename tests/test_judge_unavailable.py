@@ -22,10 +22,10 @@ from conftest import EXAMPLES, VerifyRequestFactory, backend_over, judge_over
 from faults import Fault, fault_server, judge_every_claim
 from typer.testing import CliRunner
 
-from rt4chart.backends.circuit import CIRCUIT_THRESHOLD, JudgeUnavailable
-from rt4chart.backends.policy import PolicyBackend
-from rt4chart.cli import app
-from rt4chart.judges import JudgeProfile
+from rt4chart.cli.app import app
+from rt4chart.judges.circuit import CIRCUIT_THRESHOLD, JudgeUnavailable
+from rt4chart.judges.policy import PolicyBackend
+from rt4chart.judges.registry import JudgeProfile
 
 EXIT_JUDGE_FAILED = 4
 CLAIM = ["The trial lasts 14 days."]
@@ -180,7 +180,7 @@ def test_a_reply_beyond_what_max_tokens_can_produce_is_capped_not_parsed_or_stor
     tmp_path: Path, transport: str
 ) -> None:
     """Issue 27: 20 MB replies, 16 in flight, once took 4.8 GB; such a body is an error on its call."""
-    from rt4chart.backends.policy import reply_cap_chars
+    from rt4chart.judges.policy import reply_cap_chars
 
     inputs = tmp_path / "in.jsonl"
     write_samples(inputs, 2)

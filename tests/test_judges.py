@@ -9,13 +9,11 @@ import litellm
 import pytest
 from typer.testing import CliRunner
 
-from rt4chart.backends.base import Backend
-from rt4chart.backends.litellm import LiteLLMBackend
-from rt4chart.backends.openai_compat import OpenAICompatBackend, OpenAICompatSender
-from rt4chart.backends.scripted import ScriptedBackend
-from rt4chart.cli import app
-from rt4chart.ensembles.cascade import CascadeBackend
-from rt4chart.judges import (
+from rt4chart.cli.app import app
+from rt4chart.judges.cascade import CascadeBackend
+from rt4chart.judges.litellm import LiteLLMBackend
+from rt4chart.judges.openai_compat import OpenAICompatBackend, OpenAICompatSender
+from rt4chart.judges.registry import (
     DEFAULT_CASCADE_CONFIDENCE,
     NO_KEY,
     JudgeConfigError,
@@ -27,7 +25,9 @@ from rt4chart.judges import (
     parse_cascade,
     resolve_judge,
 )
+from rt4chart.judges.scripted import ScriptedBackend
 from rt4chart.options import AuditOptions
+from rt4chart.protocol import Backend
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RULES = str(EXAMPLES / "free_trial.rules.json")

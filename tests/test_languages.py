@@ -15,16 +15,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rt4chart.backends.base import Message
-from rt4chart.decompose import claim_problem
-from rt4chart.grounding import ContextIndex
-from rt4chart.io import parse_sample
-from rt4chart.judges import judge_languages, language_refusal, resolve_judge
+from rt4chart.judges.registry import judge_languages, language_refusal, resolve_judge
 from rt4chart.languages import audit_language, detect_language, normalize_language
-from rt4chart.prompts import localize
-from rt4chart.session import JudgeSession
-from rt4chart.tasks import DecomposeInput, build_request, load_prompts
-from rt4chart.text import content_words, numbers_in, segment_context, split_sentences
+from rt4chart.method.decompose import claim_problem
+from rt4chart.method.grounding import ContextIndex
+from rt4chart.method.prompts import localize
+from rt4chart.method.session import JudgeSession
+from rt4chart.method.tasks import DecomposeInput, build_request, load_prompts
+from rt4chart.method.text import content_words, numbers_in, segment_context, split_sentences
+from rt4chart.protocol import Message
+from rt4chart.records.io import parse_sample
 from rt4chart.types import Gold, Sample, Span
 
 ROOT = Path(__file__).resolve().parent.parent

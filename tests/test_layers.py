@@ -1,5 +1,5 @@
-"""The import graph of the package: layered as ARCHITECTURE.md says, with no cycle, and a small
-public API whose names never shadow a module."""
+"""The import graph of the package: its folders are its layers, as ARCHITECTURE.md's ``layers`` block
+says, with no cycle between modules, and a small public API whose names never shadow a module."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ ARCHITECTURE = PACKAGE.parent / "ARCHITECTURE.md"
 
 
 def layers() -> dict[str, int]:
-    """Module -> layer number, from the ``layers`` block of ARCHITECTURE.md (lowest first)."""
+    """Folder or top-level module -> layer number, from the ``layers`` block of ARCHITECTURE.md
+    (lowest first)."""
     block = re.search(r"```layers\n(.*?)```", ARCHITECTURE.read_text(encoding="utf-8"), re.S)
     assert block, "ARCHITECTURE.md has no ```layers block"
     order: dict[str, int] = {}
@@ -26,6 +27,15 @@ def layers() -> dict[str, int]:
             assert module not in order, f"{module} is in two layers"
             order[module] = number
     return order
+
+
+def layer_of(module: str, order: dict[str, int]) -> int:
+    """The layer of ``module``: its own entry, else its folder's (the longest one that holds it)."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in order:
+            return order[".".join(parts[:end])]
+    raise AssertionError(f"{module} is in no layer: add its folder (or the module) to the layers block")
 
 
 def modules() -> dict[str, Path]:
@@ -74,17 +84,30 @@ def imports(path: Path, known: set[str], *, at_run_time: bool = False) -> set[st
 
 
 def test_every_module_has_a_layer() -> None:
-    assert set(modules()) - {""} <= set(layers()), "add new modules to the layers block of ARCHITECTURE.md"
-    assert set(layers()) <= set(modules()), "the layers block names a module that does not exist"
+    order, found = layers(), set(modules())
+    for module in found:
+        layer_of(module, order)
+    assert set(order) <= found, "the layers block names a folder or module that does not exist"
+    # Folders are the layers: a layer lists folders and top-level modules, never a module inside a folder.
+    assert not {entry for entry in order if "." in entry and entry.rpartition(".")[0] in order}
+
+
+def test_every_folder_is_a_package_that_says_what_it_holds() -> None:
+    for folder in {path.parent for path in PACKAGE.rglob("*.py")} - {PACKAGE}:
+        if "shipped" in folder.parts:
+            continue
+        init = folder / "__init__.py"
+        assert init.is_file(), f"{folder.relative_to(PACKAGE)} has no __init__.py"
+        assert ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))), f"{init} has no docstring"
 
 
 def test_no_module_imports_from_a_higher_layer() -> None:
     order, found = layers(), modules()
     upward = [
-        f"{module} (layer {order[module]}) imports {target} (layer {order[target]})"
+        f"{module} (layer {layer_of(module, order)}) imports {target} (layer {layer_of(target, order)})"
         for module, path in found.items()
         for target in imports(path, set(found))
-        if target != module and order[target] > order[module]
+        if target != module and layer_of(target, order) > layer_of(module, order)
     ]
     assert upward == []
 
@@ -122,4 +145,4 @@ def test_no_public_name_shadows_a_module() -> None:
     top_level = {name.split(".")[0] for name in modules()}
     assert not set(rt4chart.__all__) & top_level
     # Importing a module by its dotted path gives the module, whatever the package exports.
-    assert importlib.import_module("rt4chart.verification").__name__ == "rt4chart.verification"
+    assert importlib.import_module("rt4chart.method.verification").__name__ == "rt4chart.method.verification"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from conftest import EXAMPLES, VerifyRequestFactory, backend_over
 
-from rt4chart.judges import load_profiles
-from rt4chart.serve import LocalServer
-from rt4chart.tasks import VerifyInput, VerifyOutput
+from rt4chart.judges.registry import load_profiles
+from rt4chart.judges.serve import LocalServer
+from rt4chart.method.tasks import VerifyInput, VerifyOutput
 
 CLAIMS = ["The free trial lasts 14 days.", "The trial needs no credit card."]
 

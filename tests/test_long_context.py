@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rt4chart.text import join_passages, segment_context
+from rt4chart.method.text import join_passages, segment_context
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "datasets" / "ragtruth-qa"

@@ -11,9 +11,9 @@ from pathlib import Path
 from conftest import EXAMPLES
 from fixtures.reports.runs import rt4
 
-from rt4chart.diff import diff_files
-from rt4chart.manifest import MANIFEST_SCHEMA, manifest_path
+from rt4chart.analysis.diff import diff_files
 from rt4chart.options import AuditOptions
+from rt4chart.records.manifest import MANIFEST_SCHEMA, manifest_path
 
 RULES = EXAMPLES / "answers.rules.json"
 ANSWERS = EXAMPLES / "answers.jsonl"

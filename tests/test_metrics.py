@@ -13,8 +13,8 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
-from rt4chart.agreement import FAITHFUL, HALLUCINATED, VerdictTable, agreement_report
-from rt4chart.metrics import (
+from rt4chart.analysis.agreement import FAITHFUL, HALLUCINATED, VerdictTable, agreement_report
+from rt4chart.analysis.metrics import (
     auroc,
     balanced_accuracy,
     binary_prf,

@@ -17,7 +17,7 @@ from audit_fixtures import read_records, write_rules, write_samples
 from faults import Fault, fault_server, judge_every_claim
 from typer.testing import CliRunner
 
-from rt4chart.cli import app
+from rt4chart.cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -258,7 +258,7 @@ def test_signals_refuse_an_out_that_is_the_input_before_loading_any_model(audit_
 
 
 def test_an_atomic_write_through_a_symlink_keeps_the_link(tmp_path: Path) -> None:
-    from rt4chart.io import write_lines_atomically
+    from rt4chart.records.io import write_lines_atomically
 
     target, link = tmp_path / "records.jsonl", tmp_path / "latest.jsonl"
     target.write_text("old\n", encoding="utf-8")
@@ -268,8 +268,8 @@ def test_an_atomic_write_through_a_symlink_keeps_the_link(tmp_path: Path) -> Non
 
 
 def test_compare_refuses_an_out_dir_whose_judge_file_is_its_input(audit_inputs: tuple[Path, Path]) -> None:
-    from rt4chart.compare import output_name
-    from rt4chart.judges import judge_stack
+    from rt4chart.judges.registry import judge_stack
+    from rt4chart.runs.compare import output_name
 
     inputs, rules = audit_inputs
     other = write_rules(inputs.parent / "other.json", cost_per_call=0.001)
@@ -356,7 +356,7 @@ def test_a_lone_surrogate_line_gets_its_error_record_and_the_lines_after_it_are_
 
 
 def test_an_answer_with_too_many_sentences_gets_its_error_record(audit_inputs: tuple[Path, Path]) -> None:
-    from rt4chart.pipeline import MAX_ANSWER_SENTENCES
+    from rt4chart.runs.engine import MAX_ANSWER_SENTENCES
 
     inputs, rules = audit_inputs
     long_answer = " ".join(f"Store {i} opens at 9 am." for i in range(MAX_ANSWER_SENTENCES + 1))

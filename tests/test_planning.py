@@ -14,8 +14,8 @@ from audit_fixtures import write_rules, write_samples
 from fixtures.spine.judges import copy_running_example
 from typer.testing import CliRunner
 
-from rt4chart.cli import app
-from rt4chart.datasets import default_data_dir, load_dataset
+from rt4chart.analysis.datasets import default_data_dir, load_dataset
+from rt4chart.cli.app import app
 
 runner = CliRunner()
 

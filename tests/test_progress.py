@@ -16,9 +16,9 @@ from typing import Any
 
 from rich.console import Console
 
-from rt4chart.audited import FailOn
-from rt4chart.budget import Ledger
-from rt4chart.progress import (
+from rt4chart.judges.budget import Ledger
+from rt4chart.options import FailOn
+from rt4chart.report.progress import (
     HEARTBEAT_ENV,
     AuditProgress,
     RunSummary,

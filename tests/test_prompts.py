@@ -7,8 +7,8 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rt4chart.prompts import delimit
-from rt4chart.tasks import load_prompts
+from rt4chart.method.prompts import delimit
+from rt4chart.method.tasks import load_prompts
 
 CLOSING = re.compile(r"</(data-[0-9a-f]{16})>")
 

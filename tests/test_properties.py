@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from rt4chart.backends.base import JudgeRequest, JudgeResponse
-from rt4chart.cli import app
-from rt4chart.io import json_lines, parse_lines
+from rt4chart.cli.app import app
+from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput
+from rt4chart.method.text import numbers_in, segment_context
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline
-from rt4chart.tasks import ClaimJudgement, VerifyInput, VerifyOutput
-from rt4chart.text import numbers_in, segment_context
+from rt4chart.protocol import JudgeRequest, JudgeResponse
+from rt4chart.records.io import json_lines, parse_lines
+from rt4chart.runs.engine import Pipeline
 from rt4chart.types import Label, Sample
 
 # Hebrew and Arabic letters, right-to-left marks, combining accents, zero-width joiners, CJK, emoji.

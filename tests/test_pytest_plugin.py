@@ -37,7 +37,7 @@ REFUND = [
     "Refunds are issued to the original payment method within 5 business days after we receive the item.",
 ]
 REFUND_FILE = module("""
-from rt4chart.testing import assert_grounded
+from rt4chart.testing.asserts import assert_grounded
 
 def test_grounded():
     assert_grounded("You can return a laptop within 30 days of delivery, in its original packaging.", CONTEXT)
@@ -93,7 +93,7 @@ def test_the_samples_marker_runs_a_test_once_per_line_and_an_invalid_line_errors
                                               encoding="utf-8")
     suite.makepyfile(test_file="""
 import pytest
-from rt4chart.testing import assert_grounded
+from rt4chart.testing.asserts import assert_grounded
 
 @pytest.mark.rt4_samples("answers.jsonl")
 def test_answer(rt4_sample):
@@ -126,7 +126,7 @@ def test_a_budget_stop_skips_the_remaining_audits_with_the_reason(suite: pytest.
     tests = 6
     suite.makepyfile(test_many=module("""
 import pytest
-from rt4chart.testing import assert_grounded
+from rt4chart.testing.asserts import assert_grounded
 
 @pytest.mark.parametrize("attempt", range(TESTS))
 def test_refund(attempt):
@@ -141,7 +141,9 @@ def test_a_budget_of_its_own():  # not the session's: its stop fails the test li
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) >= 1 and outcomes.get("skipped", 0) >= 1 and outcomes.get("failed") == 1
     assert outcomes.get("passed", 0) + outcomes.get("skipped", 0) == tests
-    result.stdout.fnmatch_lines(["FAILED test_many.py::test_a_budget_of_its_own - rt4chart.budget.BudgetExhaust*"])
+    result.stdout.fnmatch_lines(
+        ["FAILED test_many.py::test_a_budget_of_its_own - rt4chart.judges.budget.BudgetExhaust*"]
+    )
     output = result.stdout.str()
     assert "rt4chart budget:" in output and "would cross the budget" in output
     assert f"{outcomes['skipped'] - 1} audits skipped" in output  # the first skip is the stop itself
@@ -170,7 +172,7 @@ def test_xdist_workers_share_a_warm_cache_and_make_no_judge_call(suite: pytest.P
     answers = SKY.split(". ")
     suite.makepyfile(test_sky=module("""
 import pytest
-from rt4chart.testing import assert_grounded
+from rt4chart.testing.asserts import assert_grounded
 
 @pytest.mark.parametrize("answer", ANSWERS)
 def test_sky(answer):
@@ -198,7 +200,7 @@ def test_one_budget_holds_across_xdist_workers(suite: pytest.Pytester, tmp_path:
                     encoding="utf-8")
     suite.makepyfile(test_many=module("""
 import pytest
-from rt4chart.testing import assert_grounded
+from rt4chart.testing.asserts import assert_grounded
 
 @pytest.mark.parametrize("attempt", range(8))
 def test_refund(attempt):
@@ -219,7 +221,7 @@ def test_refund(attempt):
 def test_async_tests_and_sync_assertions_inside_their_loops(suite: pytest.Pytester) -> None:
     suite.makepyfile(test_async=module("""
 import pytest
-from rt4chart.testing import aassert_grounded, assert_grounded
+from rt4chart.testing.asserts import aassert_grounded, assert_grounded
 
 @pytest.mark.asyncio
 async def test_async_assertion():
@@ -253,7 +255,7 @@ def test_a_session_that_never_audits_is_left_alone(suite: pytest.Pytester) -> No
 import sys, threading
 
 def test_plain():
-    assert "rt4chart.testing" not in sys.modules
+    assert "rt4chart.testing.asserts" not in sys.modules
     assert not [t for t in threading.enumerate() if t.name == "rt4chart-judge"]
 """)
     result = run(suite)

@@ -183,7 +183,7 @@ def test_without_ray_the_engine_is_refused_with_exit_2(tmp_path: Path) -> None:
 
 def test_workers_share_one_budget(ray_cluster: None) -> None:
     """Two workers' ledgers reserve on one keeper actor: together they never pass the cap."""
-    from rt4chart.ray_engine import BudgetKeeper, RemoteLedger
+    from rt4chart.runs.ray_engine import BudgetKeeper, RemoteLedger
     from rt4chart.types import Usage
 
     keeper = ray.remote(num_cpus=0)(BudgetKeeper).remote(1.0)
@@ -201,13 +201,13 @@ def test_progress_shows_the_workers_spend_while_the_run_goes(tmp_path: Path, ray
     it as the shards' records arrive, not only once the run is over."""
     from rich.console import Console
 
-    from rt4chart.budget import Ledger, RunLimits
-    from rt4chart.io import read_jsonl
-    from rt4chart.judges import judge_stack
+    from rt4chart.judges.budget import Ledger, RunLimits
+    from rt4chart.judges.registry import judge_stack
     from rt4chart.options import AuditOptions
-    from rt4chart.pipeline import EngineOptions, run_audit
-    from rt4chart.progress import AuditProgress, RunSummary
-    from rt4chart.ray_engine import SHARD_SAMPLES, ray_audit_engine
+    from rt4chart.records.io import read_jsonl
+    from rt4chart.report.progress import AuditProgress, RunSummary
+    from rt4chart.runs.engine import EngineOptions, run_audit
+    from rt4chart.runs.ray_engine import SHARD_SAMPLES, ray_audit_engine
 
     samples = 3 * SHARD_SAMPLES
     write_samples(tmp_path / "in.jsonl", samples)

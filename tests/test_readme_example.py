@@ -54,7 +54,7 @@ def test_the_lower_level_library_example_runs_as_written(tmp_path: Path) -> None
 
 
 def test_rt4_serve_prints_the_judge_string_the_readme_shows() -> None:
-    from rt4chart.serve import LocalServer
+    from rt4chart.judges.serve import LocalServer
 
     server = LocalServer(base_url="http://127.0.0.1:8080", alias="smollm2", model_path=Path("SmolLM2.gguf"))
     assert f"rt4 verify examples/answers.jsonl {server.judge_arguments(2)}" in README.read_text(encoding="utf-8")

@@ -22,10 +22,10 @@ from audit_fixtures import read_records, without_usage, write_samples
 from conftest import VerifyRequestFactory, require_program
 from faults import fault_server, grounded
 
-from rt4chart.backends.base import JudgeResponse
-from rt4chart.cache import CacheError, open_cache, request_key
-from rt4chart.redis_cache import KEY_PREFIX
-from rt4chart.tasks import VerifyOutput
+from rt4chart.judges.cache import CacheError, open_cache, request_key
+from rt4chart.judges.redis_cache import KEY_PREFIX
+from rt4chart.method.tasks import VerifyOutput
+from rt4chart.protocol import JudgeResponse
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -164,11 +164,11 @@ def test_a_frozen_server_blocks_neither_the_event_loop_nor_the_run(tmp_path: Pat
     import asyncio
     import signal
 
-    from rt4chart.io import read_jsonl
-    from rt4chart.judges import judge_stack
+    from rt4chart.judges.redis_cache import FAILURES_THAT_OPEN
+    from rt4chart.judges.registry import judge_stack
     from rt4chart.options import AuditOptions
-    from rt4chart.pipeline import Pipeline, run_audit
-    from rt4chart.redis_cache import FAILURES_THAT_OPEN
+    from rt4chart.records.io import read_jsonl
+    from rt4chart.runs.engine import Pipeline, run_audit
 
     server = require_program("redis-server", "a Redis server (apt-get install redis-server; .ci/run does it)")
     port = _free_port()

@@ -1,4 +1,4 @@
-"""Claim-level repair (``rt4chart.repair``, ``rt4 repair``): real audits by scripted judges, then
+"""Claim-level repair (``rt4chart.method.repair``, ``rt4 repair``): real audits by scripted judges, then
 each strategy; edits are checked against the original answer and applied back."""
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import rt4chart
-from rt4chart.backends.base import GenerationParams, JudgeRequest, JudgeResponse
-from rt4chart.backends.litellm import LiteLLMBackend
-from rt4chart.backends.scripted import ScriptedBackend
-from rt4chart.cli import app
-from rt4chart.decompose import decompose_by_rules
-from rt4chart.judges import JudgeProfile
-from rt4chart.repair import Edit, Repairer, RepairRecord, RepairStrategy, apply_edits, summarize
-from rt4chart.serve import LocalServer
-from rt4chart.tasks import RepairInput, RepairOutput, load_prompts, template_version
-from rt4chart.text import join_passages, segment_context, split_sentences
+from rt4chart.cli.app import app
+from rt4chart.judges.litellm import LiteLLMBackend
+from rt4chart.judges.registry import JudgeProfile
+from rt4chart.judges.scripted import ScriptedBackend
+from rt4chart.judges.serve import LocalServer
+from rt4chart.method.decompose import decompose_by_rules
+from rt4chart.method.repair import Edit, Repairer, RepairRecord, RepairStrategy, apply_edits, summarize
+from rt4chart.method.tasks import RepairInput, RepairOutput, load_prompts, template_version
+from rt4chart.method.text import join_passages, segment_context, split_sentences
+from rt4chart.protocol import GenerationParams, JudgeRequest, JudgeResponse
 from rt4chart.types import AuditRecord, ClaimVerdict, Evidence, Gold, Label, Sample
 
 CONTEXT = [
@@ -436,7 +436,7 @@ def test_repair_of_an_empty_records_file_is_a_usage_error(tmp_path: Path) -> Non
     from audit_fixtures import write_samples
     from typer.testing import CliRunner
 
-    from rt4chart.cli import app
+    from rt4chart.cli.app import app
 
     inputs, verified = tmp_path / "in.jsonl", tmp_path / "verified.jsonl"
     write_samples(inputs, 2)

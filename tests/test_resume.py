@@ -14,8 +14,8 @@ from pathlib import Path
 from audit_fixtures import read_records, write_rules, write_samples
 from typer.testing import CliRunner
 
-from rt4chart.cache import JudgeCache
-from rt4chart.cli import app
+from rt4chart.cli.app import app
+from rt4chart.judges.cache import JudgeCache
 
 SAMPLES = 40
 

@@ -18,11 +18,11 @@ from fixtures.reports.runs import rt4, verify
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page
 from test_html_report import debian_chromium
 
-from rt4chart.audited import AuditedSample
-from rt4chart.io import read_records
-from rt4chart.review import ClaimReview, ReviewFileError, read_reviews, run_key, write_reviews
-from rt4chart.review_agreement import review_agreement
-from rt4chart.review_plan import allocate, plan_reviews
+from rt4chart.analysis.review import ClaimReview, ReviewFileError, read_reviews, run_key, write_reviews
+from rt4chart.analysis.review_agreement import review_agreement
+from rt4chart.records.io import read_records
+from rt4chart.report.audited import AuditedSample
+from rt4chart.report.review_plan import allocate, plan_reviews
 from rt4chart.types import AuditRecord, ClaimVerdict, JudgeScore, Label
 
 COVERAGE_SCRIPT = Path(__file__).resolve().parent.parent / "evals" / "review" / "coverage.py"
@@ -206,7 +206,7 @@ def test_a_review_file_line_that_is_not_a_review_is_named(tmp_path: Path) -> Non
     assert read_reviews(path) == [good]
     lines = [good.model_dump_json(), json.dumps({**good.model_dump(), "label": "wrong"}), "{not json"]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with pytest.raises(ReviewFileError, match=r"line 2: not an rt4chart.review/1 review \(label: "):
+    with pytest.raises(ReviewFileError, match=r"line 2: not an rt4chart.analysis.review/1 review \(label: "):
         read_reviews(path)
     _audit({"entailed": 5}, tmp_path / "audit.jsonl")
     completed = rt4("agree", "audit.jsonl", "--reviews", "reviews.jsonl", cwd=tmp_path)

@@ -20,11 +20,11 @@ from faults import Fault, fault_server
 from pydantic import TypeAdapter
 from typer.testing import CliRunner
 
-from rt4chart.cli import app
-from rt4chart.io import read_jsonl
-from rt4chart.outputs import PublishOptions
-from rt4chart.pipeline import BudgetStop, RunStop, UnavailableStop
-from rt4chart.run import RunSpec, RunStatus, RunUsageError, execute, exit_code, first_status
+from rt4chart.cli.app import app
+from rt4chart.records.io import read_jsonl
+from rt4chart.report.outputs import PublishOptions
+from rt4chart.runs.engine import BudgetStop, RunStop, UnavailableStop
+from rt4chart.runs.run import RunSpec, RunStatus, RunUsageError, execute, exit_code, first_status
 
 EXIT_JUDGE_UNAVAILABLE = 4
 
@@ -162,7 +162,7 @@ def test_records_written_with_the_old_signal_fields_read_into_the_open_maps() ->
 
 
 def test_the_run_layer_decides_the_exit_of_rt4_signals_and_counts_flagged_records(tmp_path: Path) -> None:
-    from rt4chart.run import write_signal_records
+    from rt4chart.runs.run import write_signal_records
     from rt4chart.signals.csr import SignalRecord
     from rt4chart.types import SignalReport
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from rt4chart.cli import app
-from rt4chart.evaluation import EvaluationResult
+from rt4chart.cli.app import app
+from rt4chart.runs.evaluation import EvaluationResult
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
 RULES = FIXTURES / "fixtures.rules.json"

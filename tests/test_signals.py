@@ -205,7 +205,7 @@ def test_server_reply_without_prompt_logprobs_is_a_signal_error() -> None:
 
 
 def rt4(*args: str, cwd: Path | None = None, prelude: str = "") -> subprocess.CompletedProcess[str]:
-    code = f"import sys\n{prelude}\nfrom rt4chart.cli import main\nsys.argv = ['rt4', *sys.argv[1:]]\nmain()"
+    code = f"import sys\n{prelude}\nfrom rt4chart.cli.app import main\nsys.argv = ['rt4', *sys.argv[1:]]\nmain()"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd, timeout=900)
 
 

@@ -13,7 +13,7 @@ HEAVY = ("nltk", "torch", "transformers", "litellm", "sklearn", "scipy", "numpy"
 
 PROBE = """
 import json, sys
-from rt4chart.cli import app
+from rt4chart.cli.app import app
 try:
     app(sys.argv[1:], standalone_mode=False)
 except SystemExit:

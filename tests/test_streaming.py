@@ -22,7 +22,7 @@ SAMPLES = 1200
 
 COUNTING_DRIVER = """
 import gc, json, os, runpy, sys
-from rt4chart import io
+from rt4chart.records import io
 from rt4chart.types import AuditRecord
 counts, written = [], [0]
 append = io.ReportAppender.append

@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.style import Style
 from rich.text import Text
 
-from rt4chart.audited import AuditedSample
-from rt4chart.terminal_view import claim_lines
+from rt4chart.report.audited import AuditedSample
+from rt4chart.report.terminal_view import claim_lines
 from rt4chart.types import AuditRecord, ClaimVerdict, Evidence, JudgeScore, Label, Sample
 
 WIDTH = 100
@@ -160,7 +160,7 @@ def test_a_scored_verdict_names_its_probability_threshold_and_decider_and_how_it
 
 
 def test_evidence_without_colour_keeps_the_quote_boundaries_and_whole_words() -> None:
-    from rt4chart.terminal_view import evidence_in_context
+    from rt4chart.report.terminal_view import evidence_in_context
 
     before = "Alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike. "
     quote = "The trial lasts 14 days."
@@ -180,7 +180,7 @@ def test_many_samples_show_failing_ones_in_full_and_passing_ones_one_line_each(
 ) -> None:
     from audit_fixtures import write_rules, write_samples
 
-    from rt4chart.terminal_view import FULL_VIEW_SAMPLES
+    from rt4chart.report.terminal_view import FULL_VIEW_SAMPLES
 
     count = 3 * FULL_VIEW_SAMPLES
     samples = write_samples(tmp_path / "answers.jsonl", count)

@@ -1,4 +1,4 @@
-"""rt4chart.testing without pytest's plugin: assertions, their messages, event loops, judge failures
+"""rt4chart.testing.asserts without pytest's plugin: assertions, their messages, event loops, judge failures
 and the budget shared between processes. Real judges: the scripted one of examples/answers.rules.json,
 litellm against the fault server and a closed port of 127.0.0.1."""
 
@@ -14,10 +14,11 @@ from conftest import EXAMPLES
 from faults import fault_server, grounded
 from test_judge_unavailable import closed_port_url
 
-from rt4chart.backends.circuit import JudgeUnavailable
-from rt4chart.budget import BudgetExhausted
-from rt4chart.judges import JudgeConfigError
-from rt4chart.testing import (
+from rt4chart.judges.budget import BudgetExhausted
+from rt4chart.judges.circuit import JudgeUnavailable
+from rt4chart.judges.registry import JudgeConfigError
+from rt4chart.method.text import join_passages
+from rt4chart.testing.asserts import (
     AuditSession,
     GroundingError,
     JudgeFailed,
@@ -29,7 +30,6 @@ from rt4chart.testing import (
     assert_grounded,
     check_grounded,
 )
-from rt4chart.text import join_passages
 from rt4chart.types import AuditRecord, Label, Sample, Usage
 
 JUDGE = f"scripted:{EXAMPLES / 'answers.rules.json'}"

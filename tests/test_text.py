@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rt4chart.text import PASSAGE_SEPARATOR, chunk_sentences, join_passages, segment_context, split_sentences
+from rt4chart.method.text import PASSAGE_SEPARATOR, chunk_sentences, join_passages, segment_context, split_sentences
 from rt4chart.types import Sentence
 
 

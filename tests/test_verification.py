@@ -18,12 +18,12 @@ from fixtures.spine.judges import (
 )
 
 import rt4chart
-from rt4chart.backends.base import JudgeRequest, JudgeResponse
+from rt4chart.method.tasks import VerifyInput, VerifyOutput
+from rt4chart.method.text import chunk_sentences
+from rt4chart.method.verification import and_join, answer_hallucinated, deciding_chunk, hallucinated_spans, or_join
 from rt4chart.options import AuditOptions
-from rt4chart.tasks import VerifyInput, VerifyOutput
-from rt4chart.text import chunk_sentences
+from rt4chart.protocol import JudgeRequest, JudgeResponse
 from rt4chart.types import AuditRecord, ClaimVerdict, Label, Sample, Span, Vote
-from rt4chart.verification import and_join, answer_hallucinated, deciding_chunk, hallucinated_spans, or_join
 
 ENT, CON, BAS = Label.ENTAILED, Label.CONTRADICTED, Label.BASELESS
 LABELS_AND_MISSING: list[Label | None] = [ENT, CON, BAS, None]

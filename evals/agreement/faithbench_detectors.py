@@ -23,8 +23,8 @@ import json
 import re
 from pathlib import Path
 
-from rt4chart.datasets import dataset_files, faithbench_split, load_dataset
-from rt4chart.io import write_reports_atomically
+from rt4chart.analysis.datasets import dataset_files, faithbench_split, load_dataset
+from rt4chart.records.io import write_reports_atomically
 from rt4chart.types import AuditRecord, Label
 
 DETECTORS = {

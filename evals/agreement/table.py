@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rt4chart.agreement import AgreementReport, Statistic
-from rt4chart.agreement_view import kappa_matrix
+from rt4chart.analysis.agreement import AgreementReport, Statistic
+from rt4chart.report.agreement_view import kappa_matrix
 
 
 def cell(statistic: Statistic) -> str:

@@ -24,16 +24,16 @@ import litellm
 from results import record
 from workload import bench_inputs
 
-from rt4chart.backends.base import Backend, BackendWrapper, JudgeRequest, JudgeResponse
-from rt4chart.decompose import decompose_request, rule_claims
-from rt4chart.io import InputLine
-from rt4chart.judges import load_profiles, resolve_judge
-from rt4chart.metrics import binary_prf
+from rt4chart.analysis.metrics import binary_prf
+from rt4chart.judges.registry import load_profiles, resolve_judge
+from rt4chart.method.decompose import decompose_request, rule_claims
+from rt4chart.method.session import JudgeSession
+from rt4chart.method.tasks import DecomposedSentence, DecomposeOutput, load_prompts
+from rt4chart.method.text import split_sentences
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline
-from rt4chart.session import JudgeSession
-from rt4chart.tasks import DecomposedSentence, DecomposeOutput, load_prompts
-from rt4chart.text import split_sentences
+from rt4chart.protocol import Backend, BackendWrapper, JudgeRequest, JudgeResponse
+from rt4chart.records.io import InputLine
+from rt4chart.runs.engine import Pipeline
 from rt4chart.types import AuditRecord
 
 TOKENIZER_MODEL = "gpt-4o-mini"

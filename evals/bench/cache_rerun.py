@@ -18,11 +18,11 @@ from pathlib import Path
 from results import record
 from workload import bench_inputs
 
-from rt4chart.budget import Ledger
-from rt4chart.io import InputLine
-from rt4chart.judges import judge_stack
-from rt4chart.pipeline import Pipeline, run_audit
-from rt4chart.text import _split_cached
+from rt4chart.judges.budget import Ledger
+from rt4chart.judges.registry import judge_stack
+from rt4chart.method.text import _split_cached
+from rt4chart.records.io import InputLine
+from rt4chart.runs.engine import Pipeline, run_audit
 from rt4chart.types import AuditRecord
 
 

@@ -8,8 +8,9 @@ from a cold embedding cache: every context sentence is embedded during the timed
 load is timed separately. Prints the measured figures and the command that produced them.
 
 ``--baseline COMMIT`` also times the embedded verifier as it was at COMMIT (its module read with
-``git show``; 8675a1a is the hand-tuned heuristic before the learned head), in the same run and
-on the same answers, each with its own cold encoder, and prints the ratio.
+``git show``), in the same run and on the same answers, each with its own cold encoder, and prints
+the ratio. COMMIT must have the folder layout (rt4chart/judges/embedded/); for an older one (such as
+8675a1a, the hand-tuned heuristic before the learned head) run this script from a checkout of it.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-from rt4chart.backends.base import Backend
-from rt4chart.backends.embedded import EmbeddedBackend
-from rt4chart.io import InputLine, read_jsonl
+from rt4chart.judges.embedded.verifier import EmbeddedBackend
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline
+from rt4chart.protocol import Backend
+from rt4chart.records.io import InputLine, read_jsonl
+from rt4chart.runs.engine import Pipeline
 from rt4chart.types import Sample
 
 RAGTRUTH_DEV = Path("/work/shared/data/ragtruth-qa/dev.jsonl")
@@ -70,31 +71,31 @@ def _import_file(path: Path) -> ModuleType:
 
 
 def module_at(commit: str) -> ModuleType:
-    """rt4chart/backends/embedded.py as it was at ``commit``, imported under another name, with the
+    """rt4chart/judges/embedded/verifier.py as it was at ``commit``, imported under another name, with the
     learned head's module and model file of that commit where it had them."""
     directory = Path(tempfile.mkdtemp())
     files = {}
-    for name in ("embedded.py", "embedded_model.py", "embedded_model.json"):
+    for name in ("verifier.py", "model.py", "model.json"):
         shown = subprocess.run(
-            ["git", "show", f"{commit}:rt4chart/backends/{name}"], capture_output=True, text=True, check=False
+            ["git", "show", f"{commit}:rt4chart/judges/embedded/{name}"], capture_output=True, text=True, check=False
         )
         if shown.returncode == 0:
             # The head module finds its model file beside it by the file name.
-            target = name if name.endswith(".json") else name.replace("embedded", f"embedded_{commit}", 1)
+            target = name if name.endswith(".json") else f"{Path(name).stem}_{commit}.py"
             files[name] = directory / target
             files[name].write_text(shown.stdout)
-    if "embedded.py" not in files:
-        raise SystemExit(f"{commit} has no rt4chart/backends/embedded.py")
-    if "embedded_model.py" not in files:
-        return _import_file(files["embedded.py"])
+    if "verifier.py" not in files:
+        raise SystemExit(f"{commit} has no rt4chart/judges/embedded/verifier.py")
+    if "model.py" not in files:
+        return _import_file(files["verifier.py"])
     # The old verifier imports its head's module by its package name: lend it the old one.
-    head_module = _import_file(files["embedded_model.py"])
-    current = sys.modules["rt4chart.backends.embedded_model"]
-    sys.modules["rt4chart.backends.embedded_model"] = head_module
+    head_module = _import_file(files["model.py"])
+    current = sys.modules["rt4chart.judges.embedded.model"]
+    sys.modules["rt4chart.judges.embedded.model"] = head_module
     try:
-        return _import_file(files["embedded.py"])
+        return _import_file(files["verifier.py"])
     finally:
-        sys.modules["rt4chart.backends.embedded_model"] = current
+        sys.modules["rt4chart.judges.embedded.model"] = current
 
 
 def load_average() -> str:

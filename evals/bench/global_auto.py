@@ -38,11 +38,11 @@ from workload import bench_inputs
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from faults import claims_in, fault_server
 
-from rt4chart.io import InputLine
-from rt4chart.judges import judge_stack
+from rt4chart.judges.registry import judge_stack
+from rt4chart.method.text import chunk_sentences, segment_context
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline
-from rt4chart.text import chunk_sentences, segment_context
+from rt4chart.records.io import InputLine
+from rt4chart.runs.engine import Pipeline
 
 TOKENIZER_MODEL = "gpt-4o-mini"
 QUOTED = (("RAGAS Faithfulness", 2, 1900), ("DeepEval Faithfulness", 4, 2200))

@@ -36,11 +36,11 @@ from conftest import TRANSPORTS, judge_over
 from faults import fault_server, judge_every_claim
 from results import record
 
-from rt4chart.backends.base import JudgeRequest
-from rt4chart.io import read_jsonl
-from rt4chart.judges import resolve_judge
-from rt4chart.pipeline import Pipeline
-from rt4chart.planning import planned_requests
+from rt4chart.judges.registry import resolve_judge
+from rt4chart.protocol import JudgeRequest
+from rt4chart.records.io import read_jsonl
+from rt4chart.runs.engine import Pipeline
+from rt4chart.runs.planning import planned_requests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "answers.jsonl"
 

@@ -46,8 +46,8 @@ RULES = ROOT / "examples" / "free_trial.rules.json"
 EMPTY_RULES = Path(__file__).with_name("empty_rules.json")
 WORKER = """
 import sys
-from rt4chart.io import read_jsonl
-from rt4chart.ray_engine import AuditShard, WorkerJudge
+from rt4chart.records.io import read_jsonl
+from rt4chart.runs.ray_engine import AuditShard, WorkerJudge
 judge = WorkerJudge(judge=sys.argv[1], api_base=sys.argv[2] or None, options={"decomposer": "rules"})
 shard = AuditShard(judge)
 item = next(iter(read_jsonl(sys.argv[3])))

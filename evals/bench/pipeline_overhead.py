@@ -13,11 +13,11 @@ import time
 from results import record
 from workload import bench_inputs
 
-from rt4chart.backends.base import JudgeRequest, JudgeResponse
-from rt4chart.backends.scripted import ScriptedBackend, ScriptedRules
-from rt4chart.io import InputLine
-from rt4chart.pipeline import Pipeline
-from rt4chart.text import _split_cached, segment_context, split_sentences
+from rt4chart.judges.scripted import ScriptedBackend, ScriptedRules
+from rt4chart.method.text import _split_cached, segment_context, split_sentences
+from rt4chart.protocol import JudgeRequest, JudgeResponse
+from rt4chart.records.io import InputLine
+from rt4chart.runs.engine import Pipeline
 
 
 class RecordingBackend(ScriptedBackend):

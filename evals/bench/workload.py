@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rt4chart.datasets import load_dataset
-from rt4chart.io import InputLine, read_jsonl
+from rt4chart.analysis.datasets import load_dataset
+from rt4chart.records.io import InputLine, read_jsonl
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "answers.jsonl"
 

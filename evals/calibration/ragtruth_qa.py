@@ -26,10 +26,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rt4chart.calibration import Calibration
-from rt4chart.evaluation import ScoreResult
-from rt4chart.io import read_predictions
-from rt4chart.metrics import claim_gold_unsupported, format_estimate
+from rt4chart.analysis.calibration import Calibration
+from rt4chart.analysis.metrics import claim_gold_unsupported, format_estimate
+from rt4chart.records.io import read_predictions
+from rt4chart.runs.evaluation import ScoreResult
 from rt4chart.types import Label
 
 HERE = Path(__file__).resolve().parent

@@ -5,7 +5,7 @@
         evals/results/ragtruth-qa_test_embedded-<hash>_rt4chart.predictions.jsonl
 
 For every answer, the claims' P(not supported) (each claim's ``score.p_unsupported``, the
-probability the record calls calibrated: ``rt4chart.metrics.claim_unsupported_score``) gives the answer-level
+probability the record calls calibrated: ``rt4chart.method.settlement.claim_unsupported_score``) gives the answer-level
 probability of the shipped head (``Head.answer_probability``). Prints its expected calibration
 error (10 equal-width bins), Brier score and AUROC against gold, and writes a reliability plot
 (PNG) next to the predictions' result files, under evals/results/.
@@ -25,9 +25,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.metrics import brier_score_loss, roc_auc_score
 
-from rt4chart.backends.embedded_model import HeadName, load_model
-from rt4chart.io import read_predictions
-from rt4chart.metrics import claim_unsupported_score
+from rt4chart.judges.embedded.model import HeadName, load_model
+from rt4chart.method.settlement import claim_unsupported_score
+from rt4chart.records.io import read_predictions
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 BINS = 10

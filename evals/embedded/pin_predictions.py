@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rt4chart.backends.embedded import EmbeddedBackend
-from rt4chart.backends.embedded_model import artefact_sha256
-from rt4chart.tasks import VerifyInput
-from rt4chart.text import segment_context
+from rt4chart.judges.embedded.model import artefact_sha256
+from rt4chart.judges.embedded.verifier import EmbeddedBackend
+from rt4chart.method.tasks import VerifyInput
+from rt4chart.method.text import segment_context
 
 PINNED = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "embedded_pinned.json"
 

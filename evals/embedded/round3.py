@@ -27,13 +27,13 @@ from sklearn.model_selection import GroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from rt4chart.backends.embedded import load_encoder, model_dir
-from rt4chart.backends.embedded_fit import platt, regression
-from rt4chart.backends.embedded_model import features
-from rt4chart.backends.minilm import MiniLM
-from rt4chart.datasets import load_dataset
-from rt4chart.decompose import decompose_by_rules
-from rt4chart.text import segment_context, split_sentences
+from rt4chart.analysis.datasets import load_dataset
+from rt4chart.judges.embedded.fit import platt, regression
+from rt4chart.judges.embedded.minilm import MiniLM
+from rt4chart.judges.embedded.model import features
+from rt4chart.judges.embedded.verifier import load_encoder, model_dir
+from rt4chart.method.decompose import decompose_by_rules
+from rt4chart.method.text import segment_context, split_sentences
 from rt4chart.types import Sample
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from rt4chart.backends.embedded import ANTONYMS
-from rt4chart.datasets import load_dataset, source_key
-from rt4chart.text import segment_context
+from rt4chart.analysis.datasets import load_dataset, source_key
+from rt4chart.judges.embedded.verifier import ANTONYMS
+from rt4chart.method.text import segment_context
 from rt4chart.types import Sample
 
 Kind = Literal["copy", "number", "negation", "antonym", "entity", "qualifier", "elsewhere"]

@@ -1,4 +1,4 @@
-"""Train the embedded verifier's learned head on dev data and write rt4chart/backends/embedded_model.json.
+"""Train the embedded verifier's learned head on dev data and write rt4chart/judges/embedded/model.json.
 
     nice -n 10 python evals/embedded/train.py            # minutes on 2 cores (see RESULTS.md)
 
@@ -8,7 +8,7 @@ are never read.
 
 Claims: each answer is split into sentences and claims by the rule-based decomposer (what the
 pipeline does with the embedded judge), and each claim is measured against the full context (the
-global stage, whose verdict is the final label) by ``rt4chart.backends.embedded.analyse_request``.
+global stage, whose verdict is the final label) by ``rt4chart.judges.embedded.verifier.analyse_request``.
 The MiniLM embeddings (the whole cost) are cached under evals/results/tmp/ (git-ignored), keyed
 by the encoder's code and the data, so changing the lexical analysis or the head costs no forward
 pass.
@@ -19,7 +19,7 @@ names, dropped qualifiers, sentences of other sources, and the unchanged copies)
 training folds only, with the weight chosen below; the scored folds hold real dev claims only.
 
 Labels: a claim is *unsupported* when its answer span (its sentence) overlaps a gold hallucination
-span, as ``rt4chart.metrics.claim_gold_unsupported`` aligns them; claims of a gold-hallucinated
+span, as ``rt4chart.analysis.metrics.claim_gold_unsupported`` aligns them; claims of a gold-hallucinated
 answer without span offsets have no label and are left out of the claim model (they still count
 in the answer-level figures). An answer is hallucinated as gold says (``gold.hallucinated``).
 
@@ -28,7 +28,7 @@ have several answers per source: grouping by answer would let a fold see its own
 0. the synthetic claims' weight in the regression (``SYNTHETIC_WEIGHTS``, 0 = none) by the
    out-of-fold answer-level target;
 1. the logistic regression's C by out-of-fold log loss (inputs: standardised features and their
-   pairwise products, standardised again; see rt4chart/backends/embedded_model.py);
+   pairwise products, standardised again; see rt4chart/judges/embedded/model.py);
 2. a Platt map of the out-of-fold logits -> calibrated P(claim unsupported);
 3. the claim threshold maximising the answer-level target on out-of-fold probabilities (answer F1
    for QA, balanced accuracy for summaries): an answer is flagged when any claim reaches it;
@@ -62,14 +62,14 @@ from sklearn.metrics import log_loss, roc_auc_score
 from sklearn.model_selection import GroupKFold
 from sklearn.pipeline import Pipeline
 
-from rt4chart.backends.embedded import ClaimAnalysis, SentenceEncoder, analyse_request, load_encoder, model_dir
-from rt4chart.backends.embedded_fit import C_GRID, feature_names, fitted_head, platt, regression
-from rt4chart.backends.embedded_model import ARTEFACT, FEATURES, Guard, Head, HeadName, ModelArtefact, Platt, features
-from rt4chart.datasets import load_dataset, source_key
-from rt4chart.decompose import decompose_by_rules
-from rt4chart.metrics import balanced_accuracy, binary_prf
-from rt4chart.tasks import VerifyInput
-from rt4chart.text import segment_context, split_sentences
+from rt4chart.analysis.datasets import load_dataset, source_key
+from rt4chart.analysis.metrics import balanced_accuracy, binary_prf
+from rt4chart.judges.embedded.fit import C_GRID, feature_names, fitted_head, platt, regression
+from rt4chart.judges.embedded.model import ARTEFACT, FEATURES, Guard, Head, HeadName, ModelArtefact, Platt, features
+from rt4chart.judges.embedded.verifier import ClaimAnalysis, SentenceEncoder, analyse_request, load_encoder, model_dir
+from rt4chart.method.decompose import decompose_by_rules
+from rt4chart.method.tasks import VerifyInput
+from rt4chart.method.text import segment_context, split_sentences
 from rt4chart.types import Sample
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

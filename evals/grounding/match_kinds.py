@@ -25,11 +25,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from rt4chart.datasets import load_dataset
-from rt4chart.judges import judge_stack
+from rt4chart.analysis.datasets import load_dataset
+from rt4chart.judges.registry import judge_stack
+from rt4chart.method.text import content_words
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline
-from rt4chart.text import content_words
+from rt4chart.runs.engine import Pipeline
 from rt4chart.types import AuditRecord
 
 ASCII = str.maketrans({

@@ -26,10 +26,10 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from rt4chart.datasets import load_dataset
+from rt4chart.analysis.datasets import load_dataset
+from rt4chart.analysis.metrics import iou
 from rt4chart.languages import detect_language, language_name
-from rt4chart.metrics import iou
-from rt4chart.text import split_sentences
+from rt4chart.method.text import split_sentences
 from rt4chart.types import Sample, Sentence, Span
 
 HERE = Path(__file__).resolve().parent

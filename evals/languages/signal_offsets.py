@@ -1,7 +1,7 @@
 """The signals path on Mu-SHROOM answers in other scripts: do token offsets land on the answer?
 
     python evals/languages/signal_offsets.py --make-input mush.jsonl --per-language 2
-    rt4 signals csr mush.jsonl --model "$GGUF" --out csr.jsonl     # GGUF: rt4chart.serve.smollm2_gguf()
+    rt4 signals csr mush.jsonl --model "$GGUF" --out csr.jsonl     # GGUF: rt4chart.judges.serve.smollm2_gguf()
     python evals/languages/signal_offsets.py --input mush.jsonl --signals csr.jsonl
 
 The first step writes the first ``--per-language`` answers per language of Mu-SHROOM's dev split
@@ -19,7 +19,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from rt4chart.datasets import load_dataset
+from rt4chart.analysis.datasets import load_dataset
 
 HERE = Path(__file__).resolve().parent
 LANGUAGES = ("zh", "hi", "ar", "de", "fi")

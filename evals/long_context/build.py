@@ -26,12 +26,12 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from rt4chart.datasets import load_dataset
-from rt4chart.text import join_passages, segment_context
+from rt4chart.analysis.datasets import load_dataset
+from rt4chart.method.text import join_passages, segment_context
 from rt4chart.types import Sample
 
 PASSAGE_SEPARATOR = "\n\n"
-"""How rt4chart joins a list of passages (``rt4chart.text.join_passages``)."""
+"""How rt4chart joins a list of passages (``rt4chart.method.text.join_passages``)."""
 
 
 @dataclass(frozen=True)

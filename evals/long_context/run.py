@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rt4chart.evaluation import EvalConfig, evaluate, write_result
-from rt4chart.judges import resolve_judge
-from rt4chart.progress import format_estimate
+from rt4chart.judges.registry import resolve_judge
+from rt4chart.report.progress import format_estimate
+from rt4chart.runs.evaluation import EvalConfig, evaluate, write_result
 from rt4chart.types import AuditRecord
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "long_context"

@@ -26,11 +26,9 @@ from typing import Any
 from sklearn.metrics import cohen_kappa_score
 
 from rt4chart import averify
-from rt4chart.backends.base import Backend, GenerationParams
-from rt4chart.datasets import load_dataset
-from rt4chart.judges import resolve_judge
-from rt4chart.options import AuditOptions
-from rt4chart.repair import (
+from rt4chart.analysis.datasets import load_dataset
+from rt4chart.judges.registry import resolve_judge
+from rt4chart.method.repair import (
     Repairer,
     RepairRecord,
     RepairStrategy,
@@ -40,7 +38,9 @@ from rt4chart.repair import (
     repaired_samples,
     summarize,
 )
-from rt4chart.run import RunSpec, aexecute
+from rt4chart.options import AuditOptions
+from rt4chart.protocol import Backend, GenerationParams
+from rt4chart.runs.run import RunSpec, aexecute
 from rt4chart.types import AuditRecord, Sample
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,7 +166,7 @@ async def main(args: argparse.Namespace) -> None:
     out["flagged_rows"], out["flagged_agreement"] = rows, agreements
 
     if args.rewrite_limit:
-        from rt4chart.serve import start_server
+        from rt4chart.judges.serve import start_server
 
         server = start_server(n_ctx_per_slot=args.ctx_per_slot, n_parallel=1, n_threads=args.threads)
         rewriter = resolve_judge("openai/smollm2", api_base=server.api_base, concurrency=1)

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rt4chart.agreement import THREE_WAY
-from rt4chart.audited import AuditedSample
-from rt4chart.review import ClaimReview, run_key
-from rt4chart.review_agreement import review_agreement
-from rt4chart.review_plan import plan_reviews
+from rt4chart.analysis.agreement import THREE_WAY
+from rt4chart.analysis.review import ClaimReview, run_key
+from rt4chart.analysis.review_agreement import review_agreement
+from rt4chart.report.audited import AuditedSample
+from rt4chart.report.review_plan import plan_reviews
 from rt4chart.types import AuditRecord, ClaimVerdict, Label
 
 JUDGE_SHARES = {"entailed": 0.7, "contradicted": 0.1, "baseless": 0.2}

@@ -7,9 +7,9 @@ Every run audits the same generated samples (two answer sentences each, rule-bas
 global stage on) against the project's fault server
 (``tests/faults.py``) answering every call after a fixed latency, with the same judge stack
 (``openai/<model>`` on the server, ``--concurrency`` calls in flight per process or worker, no
-cache). The single-process run is :func:`rt4chart.pipeline.run_audit` with a
-:class:`~rt4chart.pipeline.Pipeline`, the Ray runs the same with ``rt4 verify --engine ray``'s
-:class:`~rt4chart.ray_engine.RayEngine`, on one local Ray cluster started once (its start is not
+cache). The single-process run is :func:`rt4chart.runs.engine.run_audit` with a
+:class:`~rt4chart.runs.engine.Pipeline`, the Ray runs the same with ``rt4 verify --engine ray``'s
+:class:`~rt4chart.runs.ray_engine.RayEngine`, on one local Ray cluster started once (its start is not
 counted; each run's worker actors start inside the run and are). Reported per run: wall seconds,
 samples/s over the whole run, steady samples/s (from the 20th record to the last: worker start-up
 excluded), the ratio to the single-process run, the driver's CPU seconds per judge call, and the
@@ -39,11 +39,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from audit_fixtures import read_records, write_samples  # noqa: E402
 from faults import FaultServer, fault_server, grounded  # noqa: E402
 
-from rt4chart.budget import RunLimits  # noqa: E402
-from rt4chart.io import read_jsonl  # noqa: E402
-from rt4chart.judges import judge_stack  # noqa: E402
+from rt4chart.judges.budget import RunLimits  # noqa: E402
+from rt4chart.judges.registry import judge_stack  # noqa: E402
 from rt4chart.options import AuditOptions  # noqa: E402
-from rt4chart.pipeline import EngineOptions, Pipeline, run_audit  # noqa: E402
+from rt4chart.records.io import read_jsonl  # noqa: E402
+from rt4chart.runs.engine import EngineOptions, Pipeline, run_audit  # noqa: E402
 from rt4chart.types import AuditRecord  # noqa: E402
 
 STEADY_FROM = 20
@@ -70,7 +70,7 @@ def audit(server: FaultServer, inputs: Path, out: Path, concurrency: int, worker
     options = AuditOptions(decomposer="rules")
     pipeline: Pipeline = Pipeline(stack, options)
     if workers is not None:
-        from rt4chart.ray_engine import ray_audit_engine
+        from rt4chart.runs.ray_engine import ray_audit_engine
 
         engine = EngineOptions(engine="ray", workers=workers)
         pipeline = ray_audit_engine(stack, options, engine, judge=judge, api_base=server.base_url,

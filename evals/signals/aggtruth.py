@@ -38,9 +38,9 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from rt4chart.datasets import load_dataset
-from rt4chart.metrics import auroc, binary_prf
-from rt4chart.serve import smollm2_gguf
+from rt4chart.analysis.datasets import load_dataset
+from rt4chart.analysis.metrics import auroc, binary_prf
+from rt4chart.judges.serve import smollm2_gguf
 from rt4chart.signals.attention import (
     AttentionExtractor,
     AttentionFeatures,
@@ -185,7 +185,7 @@ def extract(args: argparse.Namespace) -> None:
 
 MEMORY_PROBE = """
 import json, resource, sys, torch
-from rt4chart.serve import smollm2_gguf
+from rt4chart.judges.serve import smollm2_gguf
 from rt4chart.signals.attention import AttentionExtractor, AttentionPrompt
 from rt4chart.signals.csr import AnswerTokens
 from rt4chart.signals.transformers_backend import TransformersBackend

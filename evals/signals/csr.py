@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 
 import rt4chart
-from rt4chart.datasets import load_dataset
-from rt4chart.metrics import auroc, binary_prf, iou, span_prf
-from rt4chart.serve import smollm2_gguf
+from rt4chart.analysis.datasets import load_dataset
+from rt4chart.analysis.metrics import auroc, binary_prf, iou, span_prf
+from rt4chart.judges.serve import smollm2_gguf
 from rt4chart.signals import open_backend
 from rt4chart.signals.csr import SignalCache, compute_csr, flagged_spans
 from rt4chart.types import Sample, SignalReport, Span

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from rt4chart.datasets import load_dataset
-from rt4chart.serve import smollm2_gguf
+from rt4chart.analysis.datasets import load_dataset
+from rt4chart.judges.serve import smollm2_gguf
 from rt4chart.signals.base import ScoreRequest
 from rt4chart.signals.csr import compute_csr, prepare_requests
 from rt4chart.signals.template import load_csr_template

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from rt4chart.io import InputLine
+from rt4chart.records.io import InputLine
 from rt4chart.signals.attention import (
     AttentionExtractor,
     AttentionFeatures,

@@ -60,10 +60,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from rt4chart.method.text import join_passages
 from rt4chart.signals.base import SignalError, Tokenizer, missing_extra
 from rt4chart.signals.csr import AnswerTokens, SampleSignalStore, answer_tokens
 from rt4chart.signals.template import CsrTemplate, load_csr_template
-from rt4chart.text import join_passages
 from rt4chart.types import Sample, Span
 
 FEATURES = ("sum", "cossim", "entropy", "jsdiv")

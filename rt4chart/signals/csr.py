@@ -54,7 +54,7 @@ import diskcache
 import platformdirs
 from pydantic import BaseModel, Field
 
-from rt4chart.io import InputLine
+from rt4chart.records.io import InputLine
 from rt4chart.signals.base import LogprobBackend, ScoreRequest, TokenizedText
 from rt4chart.signals.template import CsrTemplate, load_csr_template
 from rt4chart.types import AttentionSignalReport, AuditRecord, ProbeTokenScore, Sample, SignalReport, Span, TokenSignal

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from rt4chart.io import write_lines_atomically
+from rt4chart.records.io import write_lines_atomically
 from rt4chart.signals.base import SignalError
 from rt4chart.signals.probe import BoolArray, FloatArray, ScaledLogistic, fit_scaled_logistic
 from rt4chart.types import ClaimVerdict, Label, Span

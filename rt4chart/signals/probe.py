@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ValidationError
 
-from rt4chart.io import write_lines_atomically
+from rt4chart.records.io import write_lines_atomically
 from rt4chart.signals.attention import FEATURES, WINDOW, AttentionFeatures, token_labels, window_average, window_labels
 from rt4chart.signals.base import SignalError
 from rt4chart.types import Span

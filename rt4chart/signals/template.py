@@ -4,7 +4,7 @@
 and a ``[without_context]`` section (q only). The answer is appended right after either prefix,
 so both prefixes end with the same text ("### Answer" and a newline): the answer then tokenizes
 identically under both, which the ratio needs (it divides per token). The sha256 of the file's
-bytes is its version, as for the judge prompts (:mod:`rt4chart.prompts`); it is part of the
+bytes is its version, as for the judge prompts (:mod:`rt4chart.method.prompts`); it is part of the
 signal cache key and of every signal record.
 """
 
@@ -16,8 +16,8 @@ from functools import cache
 from pathlib import Path
 from string import Template
 
+from rt4chart.method.text import join_passages
 from rt4chart.resources import resource_dir
-from rt4chart.text import join_passages
 
 TEMPLATE_FILE = "csr.txt"
 _WITH, _WITHOUT = "[with_context]\n", "[without_context]\n"

@@ -11,19 +11,19 @@ import pytest
 from conftest import EXAMPLES, LLAMA_MAX_TOKENS, VerifyRequestFactory, require_module
 from test_policy import HttpxSender
 
-from rt4chart.backends.base import Backend, CostEstimator, GenerationParams, JudgeRequest, JudgeResponse
-from rt4chart.backends.fleet import FleetBackend, FleetMember, FleetRouting
-from rt4chart.backends.litellm import LiteLLMBackend
-from rt4chart.backends.openai_compat import OpenAICompatBackend
-from rt4chart.backends.policy import CallSettings, PolicyBackend
-from rt4chart.backends.scripted import ScriptedBackend
-from rt4chart.ensembles.cascade import CascadeBackend, CascadeStage
-from rt4chart.ensembles.vote import VoteBackend
-from rt4chart.judges import JudgeProfile
+from rt4chart.judges.cascade import CascadeBackend, CascadeStage
+from rt4chart.judges.fleet import FleetBackend, FleetMember, FleetRouting
+from rt4chart.judges.litellm import LiteLLMBackend
+from rt4chart.judges.openai_compat import OpenAICompatBackend
+from rt4chart.judges.policy import CallSettings, PolicyBackend
+from rt4chart.judges.registry import JudgeProfile
+from rt4chart.judges.scripted import ScriptedBackend
+from rt4chart.judges.serve import LocalServer
+from rt4chart.judges.vote import VoteBackend
+from rt4chart.method.tasks import DecomposeOutput, VerifyOutput
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline
-from rt4chart.serve import LocalServer
-from rt4chart.tasks import DecomposeOutput, VerifyOutput
+from rt4chart.protocol import Backend, CostEstimator, GenerationParams, JudgeRequest, JudgeResponse
+from rt4chart.runs.engine import Pipeline
 from rt4chart.types import Label, Sample, Usage
 
 RULES = EXAMPLES / "free_trial.rules.json"
@@ -37,7 +37,7 @@ BACKENDS = [
 
 def _embedded() -> Backend:
     require_module("torch", "torch (the embedded extra)")
-    module = pytest.importorskip("rt4chart.backends.embedded", reason="the embedded verifier is not installed")
+    module = pytest.importorskip("rt4chart.judges.embedded.verifier", reason="the embedded verifier is not installed")
     backend: Backend = module.EmbeddedBackend()
     return backend
 

@@ -9,12 +9,12 @@ import pytest
 pytest.importorskip("torch", reason="needs torch (the embedded extra)")
 pytest.importorskip("transformers", reason="needs transformers (the embedded extra)")
 
-from rt4chart.backends.base import Backend, JudgeRequest
-from rt4chart.backends.embedded import VERSION, EmbeddedBackend, load_encoder
+from rt4chart.judges.embedded.verifier import VERSION, EmbeddedBackend, load_encoder
+from rt4chart.method.tasks import ClaimJudgement, DecomposeInput, DecomposeOutput, VerifyInput, VerifyOutput
+from rt4chart.method.text import segment_context
 from rt4chart.options import AuditOptions
-from rt4chart.pipeline import Pipeline
-from rt4chart.tasks import ClaimJudgement, DecomposeInput, DecomposeOutput, VerifyInput, VerifyOutput
-from rt4chart.text import segment_context
+from rt4chart.protocol import Backend, JudgeRequest
+from rt4chart.runs.engine import Pipeline
 from rt4chart.types import AuditRecord, Label, Sample
 
 CONTEXT = [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rt4chart.backends.embedded_model import (
+from rt4chart.judges.embedded.model import (
     ARTEFACT,
     FEATURES,
     Head,
@@ -90,9 +90,9 @@ def test_artefact_round_trips_as_plain_json() -> None:
 def test_pinned_predictions_are_reproduced() -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from rt4chart.backends.embedded import VERSION, EmbeddedBackend
-    from rt4chart.tasks import VerifyInput
-    from rt4chart.text import segment_context
+    from rt4chart.judges.embedded.verifier import VERSION, EmbeddedBackend
+    from rt4chart.method.tasks import VerifyInput
+    from rt4chart.method.text import segment_context
 
     backend = EmbeddedBackend()
     assert backend.name == f"embedded#{VERSION}"

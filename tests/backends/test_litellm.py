@@ -15,14 +15,14 @@ import pytest
 from conftest import LLAMA_MAX_TOKENS, VerifyRequestFactory
 from faults import DECOY, Fault, FaultServer, fault_server
 
-from rt4chart.backends.base import Backend, CostEstimator, GenerationParams, JudgeRequest, Message
-from rt4chart.backends.litellm import LiteLLMBackend
-from rt4chart.backends.policy import retry_after_s
-from rt4chart.backends.replies import parse_reply, prompt_token_bound
-from rt4chart.backends.scrubbing import scrub
-from rt4chart.judges import JudgeProfile, resolve_judge
-from rt4chart.serve import LocalServer
-from rt4chart.tasks import VerifyInput, VerifyOutput
+from rt4chart.judges.litellm import LiteLLMBackend
+from rt4chart.judges.policy import retry_after_s
+from rt4chart.judges.registry import JudgeProfile, resolve_judge
+from rt4chart.judges.replies import parse_reply, prompt_token_bound
+from rt4chart.judges.scrubbing import scrub
+from rt4chart.judges.serve import LocalServer
+from rt4chart.method.tasks import VerifyInput, VerifyOutput
+from rt4chart.protocol import Backend, CostEstimator, GenerationParams, JudgeRequest, Message
 from rt4chart.types import Label
 
 REPLY = json.dumps(
@@ -311,7 +311,7 @@ def test_import_does_no_network() -> None:
         "socket.socket.connect = refuse\n"
         "socket.create_connection = refuse\n"
         "socket.getaddrinfo = refuse\n"
-        "import rt4chart.backends.litellm, os\n"
+        "import rt4chart.judges.litellm, os\n"
         "assert os.environ['LITELLM_LOCAL_MODEL_COST_MAP'] == 'True'\n"
     )
     env = {k: v for k, v in __import__("os").environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}

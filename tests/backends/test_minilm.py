@@ -12,8 +12,8 @@ pytest.importorskip("transformers", reason="needs transformers (the embedded ext
 import torch
 import transformers
 
-from rt4chart.backends.embedded import SentenceEncoder, model_dir
-from rt4chart.backends.minilm import MiniLM
+from rt4chart.judges.embedded.minilm import MiniLM
+from rt4chart.judges.embedded.verifier import SentenceEncoder, model_dir
 
 SENTENCES = [
     "The Eiffel Tower was completed in 1889.",

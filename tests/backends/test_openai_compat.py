@@ -19,10 +19,10 @@ from conftest import EXAMPLES, TRANSPORTS, VerifyRequestFactory, judge_over
 from faults import fault_server, grounded, judge_every_claim
 from typer.testing import CliRunner
 
-from rt4chart.backends.openai_compat import OpenAICompatBackend
-from rt4chart.cli import app
-from rt4chart.judges import JudgeProfile, resolve_judge
-from rt4chart.tasks import VerifyOutput
+from rt4chart.cli.app import app
+from rt4chart.judges.openai_compat import OpenAICompatBackend
+from rt4chart.judges.registry import JudgeProfile, resolve_judge
+from rt4chart.method.tasks import VerifyOutput
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAIM = ["The trial lasts 14 days."]

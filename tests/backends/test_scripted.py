@@ -9,11 +9,11 @@ from typing import Any, Literal
 
 import pytest
 
-from rt4chart.backends.base import Backend, JudgeRequest, Message
-from rt4chart.backends.scripted import ScriptedBackend, ScriptedRules
-from rt4chart.judges import JudgeConfigError, resolve_judge
-from rt4chart.tasks import TASKS, DecomposeInput, DecomposeOutput, VerifyInput, VerifyOutput
-from rt4chart.text import segment_context
+from rt4chart.judges.registry import JudgeConfigError, resolve_judge
+from rt4chart.judges.scripted import ScriptedBackend, ScriptedRules
+from rt4chart.method.tasks import TASKS, DecomposeInput, DecomposeOutput, VerifyInput, VerifyOutput
+from rt4chart.method.text import segment_context
+from rt4chart.protocol import Backend, JudgeRequest, Message
 from rt4chart.types import Label
 
 CONTEXT = ["The trial lasts 14 days.", "Eligible users may extend it once. Support is by email."]

@@ -12,14 +12,14 @@ from conftest import EXAMPLES, VerifyRequestFactory, require_module
 from faults import Fault, claims_in, fault_server, judge_every_claim
 from typer.testing import CliRunner
 
-from rt4chart.backends.base import Backend, JudgeRequest, Message
-from rt4chart.backends.litellm import LiteLLMBackend
-from rt4chart.backends.scripted import ScriptedBackend, ScriptedRules
-from rt4chart.cli import app
-from rt4chart.ensembles.cascade import CascadeBackend, CascadeStage
-from rt4chart.judges import JudgeProfile
-from rt4chart.tasks import VerifyOutput
-from rt4chart.tasks import narrow_verify_request as narrow_request
+from rt4chart.cli.app import app
+from rt4chart.judges.cascade import CascadeBackend, CascadeStage
+from rt4chart.judges.litellm import LiteLLMBackend
+from rt4chart.judges.registry import JudgeProfile
+from rt4chart.judges.scripted import ScriptedBackend, ScriptedRules
+from rt4chart.method.tasks import VerifyOutput
+from rt4chart.method.tasks import narrow_verify_request as narrow_request
+from rt4chart.protocol import Backend, JudgeRequest, Message
 from rt4chart.types import Label
 
 CLAIMS = [
@@ -123,7 +123,7 @@ def test_all_stages_failing_is_an_error(verify_request: VerifyRequestFactory) ->
 
 def test_decompose_goes_to_the_first_stage_that_can(decompose_request: JudgeRequest) -> None:
     require_module("torch", "torch (the embedded extra)")
-    embedded = pytest.importorskip("rt4chart.backends.embedded").EmbeddedBackend()
+    embedded = pytest.importorskip("rt4chart.judges.embedded.verifier").EmbeddedBackend()
     backend = cascade(embedded, sure_about_duration())
     assert not embedded.can_write_text and backend.can_write_text
     response = asyncio.run(backend.complete(decompose_request))

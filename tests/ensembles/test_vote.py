@@ -12,12 +12,12 @@ from conftest import EXAMPLES, VerifyRequestFactory
 from faults import Fault, fault_server
 from typer.testing import CliRunner
 
-from rt4chart.backends.litellm import LiteLLMBackend
-from rt4chart.backends.scripted import ScriptedBackend, ScriptedRules
-from rt4chart.cli import app
-from rt4chart.ensembles.vote import VoteBackend, majority
-from rt4chart.judges import JudgeConfigError, JudgeProfile, resolve_judge
-from rt4chart.tasks import VerifyOutput
+from rt4chart.cli.app import app
+from rt4chart.judges.litellm import LiteLLMBackend
+from rt4chart.judges.registry import JudgeConfigError, JudgeProfile, resolve_judge
+from rt4chart.judges.scripted import ScriptedBackend, ScriptedRules
+from rt4chart.judges.vote import VoteBackend, majority
+from rt4chart.method.tasks import VerifyOutput
 from rt4chart.types import Label
 
 CLAIMS = [

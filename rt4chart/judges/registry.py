@@ -1,0 +1,667 @@
+"""Judge profiles and turning a ``--judge`` value into a backend.
+
+Accepted forms of ``--judge``:
+
+- a profile name from ``judges/*.toml`` (``gpt-4o-mini``, ``glm-4.7``, ``embedded``, ...), or the
+  path of a profile file of one's own (``my-fleet.toml``; a fleet lists its ``[[deployments]]``);
+- a raw litellm model string (``openai/gpt-4.1-nano``, ``hosted_vllm/Qwen/Qwen3-8B`` with
+  ``--api-base``, ``openai/<name>`` on any OpenAI-compatible ``--api-base``);
+- ``scripted:RULES.json``;
+- ``cascade:A[@CONFIDENCE],B[@CONFIDENCE],C`` — each stage settles the claims it judges with at
+  least that confidence (default :data:`DEFAULT_CASCADE_CONFIDENCE`), the rest go to the next stage;
+- ``vote:A,B,C`` — every member judges every claim, the majority label stands (ties:
+  contradicted > baseless > entailed), see :mod:`rt4chart.judges.vote`;
+- a calibrated profile (``kind = "calibrated"``, written by ``rt4 calibrate``): another judge
+  (``judge = "vote:A,B,C"``, a profile name, a model string, ``scripted:RULES.json``) whose final claim
+  verdicts are settled by a threshold on their unsupported score (:class:`CalibratedJudge`).
+
+Every check that can fail (unknown name, missing API key or base URL, unreadable file) runs here,
+before any work, and raises :class:`JudgeConfigError`; messages name environment variables, never
+their values. litellm (slow to import) is imported only when a litellm judge is asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable
+from contextvars import ContextVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rt4chart.judges.budget import Ledger, MeteredBackend
+from rt4chart.judges.cache import CachedBackend, JudgeCache, open_cache
+from rt4chart.judges.embedded.model import HeadName, load_model
+from rt4chart.judges.policy import CallSettings
+from rt4chart.judges.scripted import ScriptedBackend
+from rt4chart.judges.scrubbing import redact_url
+from rt4chart.languages import language_name
+from rt4chart.protocol import Backend, BackendWrapper, JudgeRequest, prompt_tokens
+from rt4chart.resources import resource_dir
+
+if TYPE_CHECKING:
+    from rt4chart.judges.litellm import LiteLLMSettings
+    from rt4chart.judges.openai_compat import OpenAICompatSettings
+    from rt4chart.options import AuditOptions
+
+DEFAULT_JUDGE = "embedded"
+"""The judge used when none is named: needs no key and no network."""
+
+DEFAULT_CASCADE_CONFIDENCE = 0.8
+"""Confidence at which a cascade stage settles a claim when the spec gives none."""
+
+NO_KEY = "no-key"
+"""Placeholder key sent to servers that need none, so litellm never falls back to a key from the
+environment (which would send, say, an OpenAI key to an arbitrary ``--api-base``)."""
+
+
+class JudgeConfigError(ValueError):
+    """The judge cannot be used as specified (unknown name, missing key, bad rules file)."""
+
+
+class JudgeDeployment(BaseModel):
+    """One deployment of a judge fleet (a ``[[deployments]]`` table of a profile): where the
+    profile's model is also served, with that server's own key and rate limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = None
+    """litellm model string of this deployment (default: the profile's ``model``); the model must be
+    the same, only its provider prefix or served name may differ."""
+    api_base: str | None = None
+    """Base URL of this deployment; ``None`` with no ``api_base_env``: the provider's default."""
+    api_base_env: str | None = None
+    """Environment variable holding the base URL."""
+    api_key_env: str | None = None
+    """Environment variable holding this deployment's key (sent to its base URL only)."""
+    rpm: int | None = Field(default=None, ge=1)
+    """Requests per minute this deployment accepts."""
+    tpm: int | None = Field(default=None, ge=1)
+    """Tokens per minute this deployment accepts."""
+
+
+class JudgeProfile(CallSettings):
+    """How to call one judge: one ``judges/<name>.toml`` file. Prices, pacing and retries are the
+    fields of :class:`~rt4chart.judges.policy.CallSettings`, declared there once."""
+
+    name: str
+    """Name used with ``--judge`` and recorded in outputs."""
+    description: str = ""
+    """One line for ``rt4 judges``."""
+    kind: Literal["litellm", "embedded", "calibrated"] = "litellm"
+    """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier;
+    ``calibrated`` for the judge named by :attr:`judge` at the operating point :attr:`claim_threshold`."""
+    api: Literal["auto", "openai-compatible", "litellm"] = "auto"
+    """How the model is called. ``openai-compatible``: OpenAI's chat-completions protocol over aiohttp
+    (:mod:`rt4chart.judges.openai_compat`; no litellm import), at the base URL or OpenAI's own;
+    ``litellm``: through litellm; ``auto``: ``openai-compatible`` for a model at a base URL
+    (``--api-base`` or the profile's) named ``openai/...``, ``hosted_vllm/...`` or with no provider
+    prefix, ``litellm`` otherwise. A fleet is always routed by litellm."""
+    model: str | None = None
+    """litellm model string (``gpt-4o-mini``, ``zai/glm-4.7``, ``hosted_vllm/<model>``)."""
+    api_base: str | None = None
+    """Base URL of the server; ``None`` means the provider's default."""
+    api_base_env: str | None = None
+    """Environment variable holding the base URL (used when ``api_base`` and ``--api-base`` are not given)."""
+    api_key_env: str | None = None
+    """Environment variable holding the API key; ``None`` when the server needs none."""
+    logprobs: bool = False
+    """Whether the model can return token log-probabilities."""
+    languages: list[str] | None = None
+    """The languages (ISO 639-1 codes) the judge serves, for ``rt4 judges``; ``None``: any the model
+    reads (its prompts name the answer's language). The embedded verifier's own ``languages``
+    decide what it refuses; this field only describes it."""
+    deployments: list[JudgeDeployment] = Field(default_factory=list)
+    """Several deployments of ``model`` (a fleet, routed by litellm's Router); empty: one endpoint
+    (``api_base``). The judge's name stays the profile's, whichever deployment answers."""
+    routing_strategy: Literal["simple-shuffle", "least-busy", "usage-based-routing", "latency-based-routing"] = (
+        "simple-shuffle"
+    )
+    """How a fleet picks a deployment for each attempt (litellm Router's strategies)."""
+    allowed_fails: int = Field(default=1, ge=0)
+    """Failures a fleet deployment may have within a minute before it is cooled down."""
+    cooldown_s: float = Field(default=30.0, ge=0.0)
+    """Seconds a failing fleet deployment gets no calls (a 429's Retry-After, when given, decides)."""
+    claim_thresholds: dict[HeadName, Annotated[float, Field(ge=0.0, le=1.0)]] = Field(default_factory=dict)
+    """Embedded judge only: per head of the verifier (``question``: answers with a question;
+    ``no_question``: the others), the P(not entailed) at or above which the head calls a claim not
+    entailed, in place of its trained threshold (what ``rt4 calibrate`` writes; empty: the trained ones)."""
+    judge: str | None = None
+    """Calibrated profile only: the judge whose verdicts :attr:`claim_threshold` settles, as ``--judge``
+    takes it (a profile name or file, a model string, ``scripted:RULES.json``, ``vote:A,B,C``; files are
+    read from the working directory, as ``--judge`` reads them). Not a cascade (its records hold only the
+    settling stage's verdict), not the embedded judge (:attr:`claim_thresholds` moves its head), not
+    another calibrated profile. With ``api_base``, the judge is called at that base URL (``--api-base``)."""
+    claim_threshold: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    """Calibrated profile only: the unsupported score (:func:`rt4chart.method.settlement.claim_unsupported_score`
+    of a claim's final verdict: the judge's confidence when it is not entailed, 1 - its confidence when
+    entailed; a vote's is its winning label's share of members) at or above which a claim is not
+    entailed (:func:`rt4chart.method.settlement.settle_at_threshold`); what ``rt4 calibrate`` writes."""
+
+    @model_validator(mode="after")
+    def _litellm_needs_model(self) -> JudgeProfile:
+        if self.kind == "litellm" and not self.model:
+            raise ValueError(f"judge profile {self.name!r} needs a litellm model string")
+        if self.kind != "embedded" and self.claim_thresholds:
+            raise ValueError(f"judge profile {self.name!r}: claim_thresholds apply to the embedded judge only")
+        calibrated = (self.judge is not None, self.claim_threshold is not None)
+        if self.kind == "calibrated" and not all(calibrated):
+            raise ValueError(f"judge profile {self.name!r}: a calibrated profile names a judge and a claim_threshold")
+        if self.kind != "calibrated" and any(calibrated):
+            raise ValueError(f"judge profile {self.name!r}: judge and claim_threshold belong to calibrated profiles "
+                             '(kind = "calibrated")')
+        return self
+
+    def litellm_settings(self, concurrency: int | None = None) -> LiteLLMSettings:
+        """The transport settings of this profile's litellm backend (``concurrency`` overrides)."""
+        from rt4chart.judges.litellm import LiteLLMSettings
+
+        return LiteLLMSettings(**self._call_settings(concurrency))
+
+    def openai_compat_settings(self, concurrency: int | None = None) -> OpenAICompatSettings:
+        """The transport settings of this profile's OpenAI-compatible backend (``concurrency`` overrides)."""
+        from rt4chart.judges.openai_compat import OpenAICompatSettings
+
+        return OpenAICompatSettings(**self._call_settings(concurrency))
+
+    def _call_settings(self, concurrency: int | None) -> dict[str, Any]:
+        assert self.model is not None, "litellm judge profiles always name a model"
+        call = self.model_dump(include=set(CallSettings.model_fields) - {"concurrency"})
+        return {"name": self.name, "model": self.model, "concurrency": concurrency or self.concurrency, **call}
+
+    def openai_compatible_at(self, base: str | None) -> bool:
+        """Whether this profile's model, served at ``base``, is called over the OpenAI-compatible
+        transport rather than litellm (see :attr:`api`)."""
+        if self.api != "auto":
+            return self.api == "openai-compatible"
+        return base is not None and model_speaks_openai(self.model or "")
+
+
+OPENAI_COMPATIBLE_PREFIXES = ("openai/", "hosted_vllm/")
+"""Model-string prefixes (litellm's provider names) of servers that speak OpenAI's protocol."""
+
+
+def model_speaks_openai(model: str) -> bool:
+    """Whether a server at a base URL given for ``model`` speaks OpenAI's protocol: an
+    ``openai/`` or ``hosted_vllm/`` model string, or a bare model name (litellm's ``gpt-4o-mini``)."""
+    return model.startswith(OPENAI_COMPATIBLE_PREFIXES) or "/" not in model
+
+
+class ProfileStatus(BaseModel):
+    """Whether a profile can be used on this machine now (for ``rt4 judges``)."""
+
+    profile: JudgeProfile
+    """The profile."""
+    key_set: bool | None
+    """Whether its API-key variable is set; ``None`` when it needs no key."""
+    base_set: bool | None
+    """Whether its base-URL variable is set; ``None`` when it needs none."""
+
+
+def load_profiles(directory: Path | None = None) -> dict[str, JudgeProfile]:
+    """Read every ``*.toml`` profile of ``directory`` (default: the shipped ``judges`` folder)."""
+    folder = directory or resource_dir("judges")
+    profiles: dict[str, JudgeProfile] = {}
+    for path in sorted(folder.glob("*.toml")):
+        try:
+            profile = JudgeProfile.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+        except (OSError, tomllib.TOMLDecodeError, ValidationError) as error:
+            raise JudgeConfigError(f"cannot use judge profile {str(path)!r}: {error}") from error
+        profiles[profile.name] = profile
+    return profiles
+
+
+def _env_set(variable: str | None) -> bool | None:
+    return None if variable is None else bool(os.environ.get(variable))
+
+
+def profile_statuses(directory: Path | None = None) -> list[ProfileStatus]:
+    """Every profile with whether its key and base URL are available (values never read out)."""
+    return [
+        ProfileStatus(
+            profile=profile,
+            key_set=_env_set(profile.api_key_env),
+            base_set=None if profile.api_base else _env_set(profile.api_base_env),
+        )
+        for profile in load_profiles(directory).values()
+    ]
+
+
+def resolve_judge(
+    spec: str | None = None,
+    *,
+    api_base: str | None = None,
+    concurrency: int | None = None,
+    wrap: Callable[[Backend], Backend] | None = None,
+    timeout_s: float | None = None,
+) -> Backend:
+    """Build the backend named by ``spec`` (default :data:`DEFAULT_JUDGE`).
+
+    ``api_base``, ``concurrency`` and ``timeout_s`` (seconds per HTTP attempt) override the judge
+    profile; ``wrap`` is applied to every
+    model-calling backend (each stage of a cascade) and is how the disk cache and the budget are
+    put in front of the calls. Raises :class:`JudgeConfigError` before any work when the judge
+    cannot be used (unknown name, missing API key, unreadable rules file).
+    """
+    spec = spec or DEFAULT_JUDGE
+    if concurrency is not None and concurrency < 1:
+        raise JudgeConfigError(f"concurrency must be at least 1 (got {concurrency})")
+    calibrated = _calibrated_profile(spec)
+    if calibrated is not None:
+        return _calibrated_judge(calibrated, api_base, concurrency, wrap, timeout_s)
+    if spec.startswith("cascade:"):
+        from rt4chart.judges.cascade import CascadeBackend, CascadeStage
+
+        stages = [
+            CascadeStage(backend=_resolve_leaf(stage, api_base, concurrency, wrap, timeout_s), confidence=confidence)
+            for stage, confidence in parse_cascade(spec)
+        ]
+        return CascadeBackend(stages)
+    if spec.startswith("vote:"):
+        from rt4chart.judges.vote import VoteBackend
+
+        members = [member.strip() for member in spec.removeprefix("vote:").split(",")]
+        nested = any(member.startswith(("vote:", "cascade:")) for member in members)
+        if len(members) < 2 or not all(members) or nested:
+            raise JudgeConfigError(f"a vote needs at least two member judges (no nested vote: or cascade:): {spec!r}")
+        return VoteBackend([_resolve_leaf(member, api_base, concurrency, wrap, timeout_s) for member in members])
+    return _resolve_leaf(spec, api_base, concurrency, wrap, timeout_s)
+
+
+_PRICING_ONLY: ContextVar[bool] = ContextVar("rt4chart_pricing_only", default=False)
+"""Set while :func:`resolve_judge_for_pricing` builds a judge that will never be called."""
+
+
+def resolve_judge_for_pricing(spec: str | None = None, *, api_base: str | None = None) -> Backend:
+    """The judge named by ``spec`` for pricing an audit (``rt4 estimate``): as :func:`resolve_judge`,
+    except that a missing API key is no error. The backend is never called, so no key is needed to
+    count tokens and read prices (the placeholder :data:`NO_KEY` stands in for it); every other
+    check (unknown judge, missing base URL) still applies."""
+    token = _PRICING_ONLY.set(True)
+    try:
+        return resolve_judge(spec, api_base=api_base)
+    finally:
+        _PRICING_ONLY.reset(token)
+
+
+def parse_cascade(spec: str) -> list[tuple[str, float]]:
+    """``cascade:A@0.9,B`` -> ``[("A", 0.9), ("B", DEFAULT_CASCADE_CONFIDENCE)]``.
+
+    The last stage settles whatever reaches it, so its confidence is never used. An ``@`` whose
+    suffix is not a number in [0, 1] belongs to the model string (e.g. Vertex model versions).
+    """
+    stages: list[tuple[str, float]] = []
+    for part in spec.removeprefix("cascade:").split(","):
+        name, _, suffix = part.strip().rpartition("@")
+        try:
+            confidence = float(suffix) if name else None
+        except ValueError:
+            confidence = None
+        if confidence is None or not 0.0 <= confidence <= 1.0:
+            name, confidence = part.strip(), DEFAULT_CASCADE_CONFIDENCE
+        if not name or name.startswith("cascade:"):
+            raise JudgeConfigError(f"bad cascade stage {part!r} in {spec!r}")
+        stages.append((name, confidence))
+    if len(stages) < 2:
+        raise JudgeConfigError(f"a cascade needs at least two stages: {spec!r}")
+    return stages
+
+
+def _resolve_leaf(
+    spec: str,
+    api_base: str | None,
+    concurrency: int | None,
+    wrap: Callable[[Backend], Backend] | None,
+    timeout_s: float | None = None,
+) -> Backend:
+    backend = _build_leaf(spec, api_base, concurrency, timeout_s)
+    return wrap(backend) if wrap else backend
+
+
+def _build_leaf(spec: str, api_base: str | None, concurrency: int | None, timeout_s: float | None) -> Backend:
+    if spec.startswith("scripted:"):
+        rules = spec.removeprefix("scripted:")
+        if not rules:
+            raise JudgeConfigError("scripted judge needs a rules file: --judge scripted:RULES.json")
+        try:
+            return ScriptedBackend.from_file(rules)
+        except ValueError as error:
+            raise JudgeConfigError(str(error)) from error
+    profiles = load_profiles()
+    profile = profiles.get(spec) or _profile_file(spec) or _profile_for_model(spec, profiles, api_base)
+    if profile.kind == "embedded":
+        return _embedded_backend(profile.claim_thresholds)
+    if profile.kind == "calibrated":
+        raise JudgeConfigError(f"the calibrated profile {spec!r} cannot be a stage of a cascade or a member of a "
+                               "vote (it settles a whole judge's final verdicts): name the judge it calibrates")
+    if timeout_s is not None:
+        profile = profile.model_copy(update={"timeout_s": timeout_s})
+    return _litellm_backend(profile, api_base, concurrency)
+
+
+def _profile_file(spec: str) -> JudgeProfile | None:
+    """A profile of the user's own (``--judge my-fleet.toml``), or ``None`` when ``spec`` names no such file."""
+    path = Path(spec)
+    if path.suffix != ".toml" or not path.is_file():
+        return None
+    try:
+        return JudgeProfile.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+    except (OSError, tomllib.TOMLDecodeError, ValidationError) as error:
+        raise JudgeConfigError(f"cannot use judge profile {spec!r}: {error}") from error
+
+
+def _calibrated_profile(spec: str) -> JudgeProfile | None:
+    """The calibrated profile ``spec`` names (a shipped name or a profile file), else ``None``."""
+    if spec.startswith(("cascade:", "vote:", "scripted:")):
+        return None
+    profile = load_profiles().get(spec) or _profile_file(spec)
+    return profile if profile is not None and profile.kind == "calibrated" else None
+
+
+CALIBRATED_MARK = "+unsupported>="
+"""What a calibrated judge's name adds to its judge's name, before the threshold."""
+
+
+class CalibratedJudge(BackendWrapper):
+    """A judge at a calibrated operating point (a ``kind = "calibrated"`` profile): its calls, replies
+    and cache keys are the judge's own (the threshold acts after them), and the method settles each
+    claim's final verdict by :attr:`claim_threshold` (:func:`rt4chart.method.settlement.settle_at_threshold`,
+    before the AND-join). The threshold is in its name, so records and ``--resume``/``--baseline``
+    fingerprints tell a calibrated run apart from the judge's own."""
+
+    def __init__(self, inner: Backend, claim_threshold: float) -> None:
+        super().__init__(inner)
+        self.claim_threshold = claim_threshold
+        """The unsupported score at or above which a claim's final verdict is not entailed."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.inner.name}{CALIBRATED_MARK}{self.claim_threshold:g}"
+
+    def count_prompt_tokens(self, request: JudgeRequest) -> int:
+        """The judge's own count (``rt4 estimate`` prices the calibrated judge as the judge)."""
+        return prompt_tokens(self.inner, request)
+
+
+def claim_threshold_of(backend: object) -> float | None:
+    """The calibrated threshold of ``backend`` (the first :class:`CalibratedJudge` in its wrapping
+    chain); ``None`` for a judge at its own operating point."""
+    layer: object | None = backend
+    while layer is not None:
+        if isinstance(layer, CalibratedJudge):
+            return layer.claim_threshold
+        layer = getattr(layer, "inner", None)
+    return None
+
+
+def _calibrated_judge(
+    profile: JudgeProfile, api_base: str | None, concurrency: int | None,
+    wrap: Callable[[Backend], Backend] | None, timeout_s: float | None,
+) -> Backend:
+    assert profile.judge is not None and profile.claim_threshold is not None, "validated by the profile"
+    judge = profile.judge.strip()
+
+    def refused(why: str) -> JudgeConfigError:
+        return JudgeConfigError(f"the calibrated profile {profile.name!r} cannot settle judge {judge!r}: {why}")
+
+    if judge.startswith("cascade:"):
+        raise refused("a cascade's records hold only the verdict of the stage that settled each claim")
+    if _calibrated_profile(judge) is not None:
+        raise refused("it is itself a calibrated profile: name the judge it calibrates")
+    inner = resolve_judge(judge, api_base=api_base or profile.api_base, concurrency=concurrency, wrap=wrap,
+                          timeout_s=timeout_s)
+    if inner.name.startswith("embedded#"):
+        raise refused("the embedded judge applies its threshold inside its head: give its profile claim_thresholds")
+    return CalibratedJudge(inner, profile.claim_threshold)
+
+
+def _embedded_backend(thresholds: dict[HeadName, float]) -> Backend:
+    try:
+        from rt4chart.judges.embedded.verifier import EmbeddedBackend
+    except ImportError as error:
+        raise JudgeConfigError(
+            f"the embedded verifier is not installed ({error}); pip install 'rt4chart[embedded]'"
+        ) from error
+    try:
+        if not thresholds:
+            return EmbeddedBackend()
+        from rt4chart.judges.embedded.verifier import VERSION
+
+        # The thresholds are in the name: records, and the cache's keys, tell the calibrated judge apart.
+        moved = ",".join(f"{head}={value:g}" for head, value in sorted(thresholds.items()))
+        return EmbeddedBackend(name=f"embedded#{VERSION}+{moved}", model=load_model().with_thresholds(thresholds))
+    except (OSError, ImportError) as error:
+        raise JudgeConfigError(f"cannot load the embedded verifier: {error}") from error
+
+
+def _profile_for_model(model: str, profiles: dict[str, JudgeProfile], api_base: str | None) -> JudgeProfile:
+    """A profile for a raw litellm model string: a shipped profile with that model, else a new one."""
+    shipped = next((p for p in profiles.values() if p.model == model), None)
+    if shipped is not None:
+        return shipped
+    if api_base is not None and model.startswith(OPENAI_COMPATIBLE_PREFIXES):
+        # The user's own OpenAI-compatible server: no provider to route and no key variable to
+        # check (its key, if any, belongs in a profile), so litellm is never imported. (A bare
+        # name still goes through litellm's routing, which tells a model from a mistyped profile.)
+        return JudgeProfile(name=model, model=model)
+    from rt4chart.judges.litellm import litellm_provider, missing_key_variables
+
+    provider = litellm_provider(model)
+    if provider is None:
+        known = ", ".join(sorted(profiles))
+        raise JudgeConfigError(
+            f"unknown judge {model!r}: not a profile ({known}), not a litellm model string "
+            "(e.g. openai/<model>, hosted_vllm/<model>), not scripted:RULES.json, cascade:A,B or vote:A,B,C"
+        )
+    # With --api-base the server is the user's own; its key (if any) belongs in a profile.
+    missing = [] if api_base or _PRICING_ONLY.get() else missing_key_variables(model)
+    if missing:
+        raise JudgeConfigError(f"judge {model!r} needs the environment variable {missing[0]}, which is not set")
+    if provider == "hosted_vllm" and not api_base:
+        raise JudgeConfigError(f"judge {model!r} needs --api-base http://HOST:PORT/v1 (the vLLM server)")
+    return JudgeProfile(name=model, model=model)
+
+
+def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: int | None) -> Backend:
+    if profile.deployments:
+        return _fleet_backend(profile, api_base, concurrency)
+    base = api_base or profile.api_base
+    if base is None and profile.api_base_env:
+        base = os.environ.get(profile.api_base_env) or None
+        if base is None:
+            raise JudgeConfigError(
+                f"judge {profile.name!r} needs its server's base URL: set {profile.api_base_env} "
+                "or pass --api-base"
+            )
+    if base is not None and urlsplit(base).netloc.rpartition("@")[1]:
+        # The HTTP client refuses credentials in the URL beside its Authorization header on every
+        # attempt: refused here, once, before any work, never retried as if the server had failed.
+        raise JudgeConfigError(
+            f"the base URL {redact_url(base)} holds credentials (user:password@); give the key through "
+            "the profile's key variable instead"
+        )
+    api_key: str | None = None
+    # A key goes only to the endpoint its profile names: a --api-base of the user's own choosing
+    # gets the placeholder, never the profile's cloud key (which that server could log or echo).
+    named_base = profile.api_base or (os.environ.get(profile.api_base_env) if profile.api_base_env else None)
+    user_server = api_base is not None and api_base != named_base
+    if user_server:
+        api_key = NO_KEY
+    elif profile.api_key_env:
+        api_key = os.environ.get(profile.api_key_env) or None
+        if api_key is None and _PRICING_ONLY.get():
+            api_key = NO_KEY
+        if api_key is None:
+            raise JudgeConfigError(
+                f"judge {profile.name!r} needs the environment variable {profile.api_key_env}, which is not set"
+            )
+    elif base is not None:
+        api_key = NO_KEY
+    if profile.openai_compatible_at(base):
+        from rt4chart.judges.openai_compat import OpenAICompatBackend
+
+        return OpenAICompatBackend(profile.openai_compat_settings(concurrency), api_key=api_key, api_base=base)
+    from rt4chart.judges.litellm import LiteLLMBackend
+
+    return LiteLLMBackend(profile.litellm_settings(concurrency), api_key=api_key, api_base=base)
+
+
+def _fleet_backend(profile: JudgeProfile, api_base: str | None, concurrency: int | None) -> Backend:
+    """A fleet profile's backend: every deployment's base URL and key resolved here, each key kept
+    with its own deployment."""
+    if api_base is not None:
+        raise JudgeConfigError(f"judge {profile.name!r} is a fleet that names its servers; --api-base does not apply")
+    from rt4chart.judges.fleet import FleetBackend, FleetMember, FleetRouting
+
+    members = []
+    for position, deployment in enumerate(profile.deployments, start=1):
+        where = f"deployment {position} of judge {profile.name!r}"
+        base = deployment.api_base
+        if base is None and deployment.api_base_env:
+            base = os.environ.get(deployment.api_base_env) or None
+            if base is None:
+                raise JudgeConfigError(f"{where} needs its server's base URL: set {deployment.api_base_env}")
+        key: str | None = None
+        if deployment.api_key_env:
+            key = os.environ.get(deployment.api_key_env) or (NO_KEY if _PRICING_ONLY.get() else None)
+            if key is None:
+                raise JudgeConfigError(f"{where} needs the environment variable {deployment.api_key_env} (unset)")
+        elif base is not None:
+            key = NO_KEY
+        members.append(FleetMember(deployment.model or profile.model or "", base, key, deployment.rpm, deployment.tpm))
+    routing = FleetRouting(profile.routing_strategy, profile.allowed_fails, profile.cooldown_s)
+    return FleetBackend(profile.litellm_settings(concurrency), members, routing)
+
+
+class JudgeStack(BackendWrapper):
+    """A judge ready for an audit: each model-calling stage metered against the ledger (the budget)
+    behind the disk cache, so a cache hit never reserves budget and a refused reservation never
+    reaches the model. Closing the stack closes what it opened: the judge it resolved from a spec
+    (not a backend handed to it) and the cache it opened from a directory (not one handed to it)."""
+
+    def __init__(
+        self, inner: Backend, ledger: Ledger, cache: JudgeCache | None, *, owns_judge: bool, owns_cache: bool
+    ) -> None:
+        super().__init__(inner)
+        self.ledger = ledger
+        """Spend and reservations of every call made through the stack."""
+        self.cache = cache
+        """The cache in front of the calls, if any."""
+        self._owns_judge = owns_judge
+        self._owns_cache = owns_cache
+
+    async def aclose(self) -> None:
+        try:
+            if self._owns_judge:
+                await self.inner.aclose()
+        finally:
+            if self.cache is not None and self._owns_cache:
+                self.cache.close()
+
+
+def judge_stack(
+    judge: str | Backend | None = None,
+    *,
+    api_base: str | None = None,
+    concurrency: int | None = None,
+    cache: JudgeCache | Path | str | None = None,
+    budget_usd: float | None = None,
+    ledger: Ledger | None = None,
+    timeout_s: float | None = None,
+) -> JudgeStack:
+    """The judge an audit runs with: what ``rt4 verify``, :func:`rt4chart.averify`, ``rt4 eval`` and
+    the benchmarks all build.
+
+    ``judge`` is a spec as ``--judge`` takes it (default :data:`DEFAULT_JUDGE`) or a backend of the
+    caller's (wrapped whole). ``cache`` is an open :class:`JudgeCache` (the caller closes it), a
+    directory or a cache server's ``redis://`` URL (opened here, closed with the stack), or ``None``
+    for no cache. ``budget_usd`` caps
+    the spend (``None``: no cap); several stacks share one spend and cap when given one ``ledger``
+    instead (``rt4 compare``). ``timeout_s`` overrides the profile's seconds per HTTP attempt.
+    Whoever builds a stack closes it (``await stack.aclose()``); the
+    pipeline and the audit runners never close a backend they were given.
+    """
+    if ledger is None:
+        ledger = Ledger(limit_usd=budget_usd)
+    elif budget_usd is not None:
+        raise ValueError("give the budget to the shared ledger, not to one stack")
+    opened = isinstance(cache, (Path, str))
+    disk = open_cache(cache) if isinstance(cache, (Path, str)) else cache
+
+    def wrap(leaf: Backend) -> Backend:
+        metered: Backend = MeteredBackend(leaf, ledger)
+        return CachedBackend(metered, disk) if disk is not None else metered
+
+    try:
+        inner = wrap(judge) if isinstance(judge, Backend) else resolve_judge(
+            judge, api_base=api_base, concurrency=concurrency, wrap=wrap, timeout_s=timeout_s
+        )
+    except BaseException:
+        if opened and disk is not None:
+            disk.close()
+        raise
+    return JudgeStack(inner, ledger, disk, owns_judge=not isinstance(judge, Backend), owns_cache=opened)
+
+
+_TEXT_JUDGES = (
+    "a model that writes text: a profile such as gpt-4o-mini, a litellm string (openai/NAME --api-base URL "
+    "for a server of your own, e.g. rt4 serve), or scripted:RULES.json"
+)
+"""Which judges can serve the steps the embedded verifier cannot, in the words of the error."""
+
+
+def check_judge_serves(backend: Backend, options: AuditOptions) -> None:
+    """Raise :class:`JudgeConfigError` when ``backend`` cannot serve a step ``options`` ask for.
+
+    A judge that only verifies claims (the embedded verifier: ``can_write_text`` false) would
+    answer every decomposition or direct request with an error, so the run would write all-null
+    records and look like an unreachable judge; a usage error before any work says what to change.
+    """
+    if options.language is not None and (refusal := language_refusal(backend, options.language)) is not None:
+        raise JudgeConfigError(refusal)
+    if options.method == "direct" and claim_threshold_of(backend) is not None:
+        raise JudgeConfigError(f"judge {backend.name!r} settles claim verdicts at a calibrated threshold; --method "
+                               "direct judges no claim: use --method rt4chart, or the judge it calibrates")
+    if backend.can_write_text:
+        return
+    if options.method == "direct":
+        needs = "--method direct (one call that finds the hallucinated spans)"
+    elif options.decomposer in ("judge", "holistic"):
+        needs = f"--decomposer {options.decomposer} (claims written by the judge)"
+    else:
+        return
+    raise JudgeConfigError(f"{needs} needs {_TEXT_JUDGES}; judge {backend.name!r} only verifies claims")
+
+
+def judge_languages(backend: object) -> frozenset[str] | None:
+    """The languages ``backend`` judges (ISO 639-1 codes), from the first backend of its wrapping
+    chain that declares them (a ``languages`` attribute: the embedded verifier's ``{"en"}``);
+    ``None``: whatever its model reads (a language model's prompt says the answer's language). A
+    cascade or a vote serves only the languages all its judges serve: each of them decides some
+    verdicts."""
+    layer: object | None = backend
+    while layer is not None:
+        languages = getattr(layer, "languages", None)
+        if languages is not None:
+            return frozenset(languages)
+        judges = [stage.backend for stage in getattr(layer, "stages", [])] + list(getattr(layer, "members", []))
+        if judges:
+            served = [languages for judge in judges if (languages := judge_languages(judge)) is not None]
+            return frozenset.intersection(*served) if served else None
+        layer = getattr(layer, "inner", None)
+    return None
+
+
+def language_refusal(backend: Backend, language: str) -> str | None:
+    """Why ``backend`` must not judge an answer in ``language``; ``None`` when it may."""
+    served = judge_languages(backend)
+    if served is None or language in served:
+        return None
+    return (
+        f"judge {backend.name!r} serves {', '.join(sorted(served))} only, and this answer is "
+        f"{language_name(language)} ({language}): its verdicts would look confident and mean little. "
+        f"Audit it with {_TEXT_JUDGES}; or give --language en to audit it as English anyway"
+    )

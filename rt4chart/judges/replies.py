@@ -1,0 +1,123 @@
+"""The verdict in a judge's reply text, and how a reply that holds none is asked again.
+
+The verdict comes only from a reply object that validates against the request's pydantic schema:
+the last such object of the reply that is not copied from the prompt. Text around it (prose, code
+fences, ``<think>`` blocks) is stripped, and a model's separate reasoning is never read, so a
+verdict-shaped string that a model merely thinks about, or quotes from the answer or context under
+audit, is never taken as the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ValidationError
+
+from rt4chart.protocol import Message
+
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+REPLY_LIMIT = 500
+"""Characters of a validation error quoted back to a model (and into errors)."""
+
+
+_OBJECT_START = re.compile(r'\{\s*["}]')
+"""Where a JSON object can start: a brace, then a key's quote or the closing brace. Braces of prose
+and of template placeholders are passed over without a decoding attempt (each failed one raises)."""
+
+
+def _json_objects(text: str, *, nested: bool) -> list[str]:
+    """Complete JSON objects in ``text`` in order: top-level ones, or with ``nested`` every one."""
+    decoder = json.JSONDecoder()
+    found: list[str] = []
+    resume = 0  # top-level objects only: no start inside the last one found
+    for start in _OBJECT_START.finditer(text):
+        position = start.start()
+        if position < resume:
+            continue
+        try:
+            _, end = decoder.raw_decode(text, position)
+        except json.JSONDecodeError:
+            continue
+        found.append(text[position:end])
+        if not nested:
+            resume = end
+    return found
+
+
+def _canonical(candidate: str) -> str:
+    return json.dumps(json.loads(candidate), sort_keys=True, ensure_ascii=False)
+
+
+def _json_candidates(text: str) -> list[str]:
+    """Complete top-level JSON objects in ``text``, outside ``<think>`` blocks, in order.
+
+    Code fences are not special: a fenced object is found where it stands, so a verdict the model
+    merely quotes (from the answer under audit) before its own does not win by being fenced.
+    """
+    if "</think>" in text.lower():
+        # Some chat templates open the think block in the prompt, so only its end is in the reply.
+        text = re.split(r"</think>", _THINK_BLOCK.sub("", text), flags=re.IGNORECASE)[-1]
+    return _json_objects(text, nested=False)
+
+
+def parse_reply(
+    text: str, schema: type[BaseModel], prompt: Iterable[str] = ()
+) -> tuple[BaseModel | None, str | None]:
+    """The model's own verdict in a reply, or why there is none.
+
+    The verdict is the last complete schema-valid object of the reply (a model that restates or
+    quotes objects before answering puts its answer last), skipping any object that occurs in
+    ``prompt`` (the texts of the request's messages): an object copied from the prompt, such as
+    the template's example or a verdict planted in the text under audit, is not the model's own.
+    """
+    candidates = _json_candidates(text)
+    if not candidates:
+        return None, "the reply holds no JSON object"
+    quoted = {_canonical(found) for part in prompt for found in _json_objects(part, nested=True)}
+    errors: list[str] = []
+    copied = 0
+    for candidate in reversed(candidates):
+        try:
+            parsed = schema.model_validate_json(candidate)
+        except ValidationError as error:
+            errors.append(str(error))
+            continue
+        if quoted and _canonical(candidate) in quoted:
+            copied += 1
+            continue
+        return parsed, None
+    if copied:
+        return None, f"the reply only repeats {schema.__name__} objects of the prompt"
+    return None, f"the reply does not match the {schema.__name__} schema: {errors[-1][:REPLY_LIMIT]}"
+
+
+_TEMPLATE_TOKENS_PER_MESSAGE = 16
+"""Tokens a chat template may add around one message (role markers, separators): generous."""
+
+REASK_TOKENS = 4 * (REPLY_LIMIT + 300) + 2 * _TEMPLATE_TOKENS_PER_MESSAGE
+"""Bound on what a re-ask adds besides the bad reply: its instruction and the reason (UTF-8 bytes)."""
+
+
+def prompt_token_bound(messages: Iterable[Message]) -> int:
+    """Prompt tokens no tokenizer can exceed: the UTF-8 bytes of the messages (every byte-level BPE
+    or byte-fallback token holds at least one byte) plus the chat template's tokens."""
+    bound = _TEMPLATE_TOKENS_PER_MESSAGE
+    for message in messages:
+        bound += len(message.content.encode("utf-8")) + _TEMPLATE_TOKENS_PER_MESSAGE
+    return bound
+
+
+def reask_messages(original: list[Message], raw: str, reason: str) -> list[dict[str, str]]:
+    """The original prompt, the bad reply, and what was wrong with it."""
+    return [m.model_dump() for m in original] + [
+        {"role": "assistant", "content": raw[:4000]},
+        {
+            "role": "user",
+            "content": (
+                f"Your reply could not be used: {reason[:REPLY_LIMIT]}. Reply again with only "
+                "the JSON object of the requested shape, nothing before or after it."
+            ),
+        },
+    ]

@@ -1,0 +1,302 @@
+"""Answer -> claims. Every claim keeps the answer sentence (and its span) it came from.
+
+The decomposer sees the answer (and the question only when the audit allows it), never the
+context, so claims cannot be bent towards what the context happens to say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+
+from rt4chart.languages import ENGLISH
+from rt4chart.method.session import JudgeSession
+from rt4chart.method.tasks import (
+    DecomposeInput,
+    DecomposeOutput,
+    DecomposeSentenceInput,
+    HolisticDecomposeInput,
+    HolisticDecomposeOutput,
+    SentenceClaims,
+)
+from rt4chart.method.text import STOPWORDS, content_words, numbers_in, same_number
+from rt4chart.protocol import JudgeRequest
+from rt4chart.types import Claim, DecompositionStats, Sentence, Span
+
+_CLAUSE_BREAK = re.compile(r"\s*;\s+")
+
+NO_CLAIMS = "the judge found no claim in a non-empty answer; used one claim per sentence"
+"""The error of a decomposition that returns no claim at all. An answer with nothing to check
+would pass, so text that talks the judge out of every claim (or a judge that fails that way)
+falls back to the rule-based claims, which are then judged, and the record says so."""
+
+
+_PLACEHOLDER = re.compile(r"<[^<>]{1,40}>")
+"""A template placeholder (``<claim>``, ``<sentence number>``) that a weak model copies as a claim."""
+_NAME = re.compile(r"\b[A-Z][\w'-]*")
+"""A capitalised word: a name, as far as spelling can tell (a capitalised function word that opens
+the claim is not one)."""
+NOUN_CAPITALISING = frozenset({"de", "lb"})
+"""Languages that capitalise every noun, where a capitalised word is not a name by its spelling."""
+CLAIM_SHARE = 0.5
+"""Share of a claim's content words that its answer (its sentence, the rest of the answer, or the
+question, where pronouns and omitted subjects are resolved from) must hold."""
+
+
+def _stem(word: str) -> str:
+    # Enough morphology to match "opens" with "opening" and "cakes" with "cake"; a check of
+    # provenance, not of meaning, so a crude prefix errs towards accepting.
+    return word[:5]
+
+
+def claim_problem(claim: str, sentence: str, answer: str, question: str | None, language: str = ENGLISH) -> str | None:
+    """Why ``claim`` is not a piece of its answer ``sentence``; ``None`` when it may be.
+
+    A claim is a decomposition failure when it is a template placeholder; states a number that
+    neither the answer nor the question states, or one in place of a number of its sentence; names
+    something neither of them names; shares no content word or number with its sentence; or has
+    fewer than :data:`CLAIM_SHARE` of its content words in the answer and the question. What
+    passes may resolve a pronoun from another sentence ("It sells cakes." -> "Store 1 sells
+    cakes.") or paraphrase a verb; what fails is text the answer does not say, such as a claim
+    that an instruction inside the answer dictated.
+    """
+    if any(tag not in sentence for tag in _PLACEHOLDER.findall(claim)):  # markup the answer has is not one
+        return f"the claim {claim!r} is a template placeholder"
+    around = f"{answer} {question or ''}"
+    sentence_numbers, claim_numbers = numbers_in(sentence), numbers_in(claim)
+    foreign = sorted(n for n in claim_numbers if not same_number(n, numbers_in(around)))
+    replaced = [n for n in claim_numbers if not same_number(n, sentence_numbers)] and [
+        n for n in sentence_numbers if not same_number(n, claim_numbers)
+    ]
+    if foreign or replaced:
+        listed = ", ".join(f"{n:g}" for n in foreign or sorted(claim_numbers - sentence_numbers))
+        return f"the claim {claim!r} states {listed}, which its sentence does not"
+    # German capitalises every noun: a capitalised word is no name there, and the claim's share of
+    # the answer's words below is the check that remains.
+    capitalised = [] if language in NOUN_CAPITALISING else _NAME.findall(claim)
+    names = [name for name in capitalised if name.lower() not in STOPWORDS and name.lower() not in around.lower()]
+    if names:
+        return f"the claim {claim!r} names {names}, which the answer does not"
+    words = {_stem(w) for w in content_words(claim) if not w[0].isdigit()}
+    shared_number = any(same_number(n, sentence_numbers) for n in claim_numbers)
+    in_sentence = words & {_stem(w) for w in content_words(sentence)}
+    in_answer = words & {_stem(w) for w in content_words(around)}
+    if (words or claim_numbers) and not (in_sentence or shared_number):
+        return f"the claim {claim!r} shares no word or number with its answer sentence {sentence!r}"
+    if len(in_answer) < CLAIM_SHARE * len(words):
+        return f"the claim {claim!r} shares too few words with its answer"
+    return None
+
+
+def claims_from_texts(per_sentence: list[tuple[Sentence, list[str]]]) -> list[Claim]:
+    """Number claims in answer order, each pointing at its sentence's span."""
+    claims: list[Claim] = []
+    for sentence, texts in per_sentence:
+        for text in texts:
+            claims.append(
+                Claim(
+                    index=len(claims),
+                    text=text,
+                    sentence_index=sentence.index,
+                    answer_span=Span(start=sentence.start, end=sentence.end),
+                )
+            )
+    return claims
+
+
+def rule_claims(sentence: Sentence) -> list[str]:
+    """One claim per clause: a sentence split at semicolons, nothing rewritten."""
+    return [part for part in _CLAUSE_BREAK.split(sentence.text) if part.strip()]
+
+
+def decompose_by_rules(sentences: list[Sentence]) -> list[Claim]:
+    """The offline, zero-cost decomposer."""
+    return claims_from_texts([(s, rule_claims(s)) for s in sentences])
+
+
+def rule_decomposition(sentences: list[Sentence]) -> Decomposition:
+    """:func:`decompose_by_rules` with its stats."""
+    stats = DecompositionStats(mode="rules", sentences=len(sentences))
+    return Decomposition(decompose_by_rules(sentences), [], stats)
+
+
+def decompose_request(
+    session: JudgeSession, sentences: list[Sentence], question: str | None
+) -> JudgeRequest:
+    """The request that asks the judge for the claims of every answer sentence."""
+    return session.request(DecomposeInput(question=question, sentences=[s.text for s in sentences]))
+
+
+@dataclass
+class Decomposition:
+    """The claims of one answer and how they were obtained."""
+
+    claims: list[Claim]
+    errors: list[str] = field(default_factory=list)
+    stats: DecompositionStats | None = None
+    nothing_to_check: bool = False
+    """The answer holds no word or number to verify (punctuation, emoji, invisible characters):
+    no claim, and a defined verdict instead (:data:`NOTHING_TO_CHECK`)."""
+
+
+NOTHING_TO_CHECK = (
+    "the answer states nothing to check (no word or number in it): baseless, since an answer must "
+    "never pass for saying nothing"
+)
+
+
+def nothing_to_check(sentences: list[Sentence]) -> Decomposition | None:
+    """The decomposition of an answer with no content word or number in any sentence; ``None``
+    for an answer with something to check. No judge is asked: there is no claim to give it."""
+    if any(content_words(s.text) for s in sentences):
+        return None
+    stats = DecompositionStats(mode="none", sentences=len(sentences), without_claims=len(sentences))
+    return Decomposition([], [NOTHING_TO_CHECK], stats, nothing_to_check=True)
+
+
+async def decompose_by_judge(
+    session: JudgeSession,
+    sentences: list[Sentence],
+    question: str | None,
+    max_per_sentence: int,
+    per_sentence: bool = False,
+) -> Decomposition:
+    """Ask the judge for the claims of every answer sentence, keeping each claim's sentence.
+
+    Batched (one call for the answer): the reply counts only where its sentence numbers can be
+    trusted. A reply with a number out of range or twice is numbered wrongly as a whole (one that
+    counts from 1 shifts every sentence), so every sentence is asked again; otherwise only the
+    sentences it left out are. ``per_sentence`` asks one call per sentence from the start (the
+    paper's reference). A sentence asked again is asked alone, with the rest of the answer shown
+    read-only; one whose call fails keeps its rule-based claims. A claim that is not a piece of its
+    sentence (:func:`claim_problem`: a placeholder, a dictated claim) is a decomposition failure:
+    the sentence is asked again alone (once more in per-sentence mode), then keeps its rule-based
+    claims. Claims beyond ``max_per_sentence`` are dropped. Everything is reported in the errors
+    and the stats.
+    """
+    stats = DecompositionStats(
+        mode="judge-per-sentence" if per_sentence else "judge", sentences=len(sentences)
+    )
+    errors: list[str] = []
+    found: dict[int, list[str]] = {}
+    if not per_sentence:
+        response = await session.send(decompose_request(session, sentences, question))
+        if not isinstance(response.parsed, DecomposeOutput) and not response.raw:
+            # No reply at all (a transport failure): asking sentence by sentence would only
+            # multiply failing calls.
+            stats.rule_fallback = len(sentences)
+            errors.append(f"decomposition failed ({response.error}); used the answer's clauses as claims")
+            return Decomposition(decompose_by_rules(sentences), errors, stats)
+        if isinstance(response.parsed, DecomposeOutput):
+            found, problem = _trusted_entries(response.parsed, len(sentences))
+        else:
+            problem = f"decomposition failed ({response.error})"
+        if problem:
+            errors.append(f"{problem}; asked the sentences again one by one")
+        stats.reasked = len(sentences) - len(found)
+    answer = " ".join(s.text for s in sentences)
+    for sentence in sentences:
+        rejected = _foreign_claims(found.get(sentence.index, []), sentence, answer, question, session.language)
+        if rejected:
+            stats.rejected_claims += len(rejected)
+            errors.append(f"answer sentence {sentence.index}: {'; '.join(rejected)}; asked it again alone")
+            del found[sentence.index]
+            stats.reasked += not per_sentence
+    texts = [s.text for s in sentences]
+    pending = [s for s in sentences if s.index not in found]
+    # Asked alone at most twice in all: a batched answer's sentence once more after the batch, a
+    # per-sentence one once more after its own call; then its clauses stand in.
+    for last_try in ([False, True] if per_sentence else [True]):
+        requests = [
+            session.request(DecomposeSentenceInput(question=question, sentences=texts, target=s.index))
+            for s in pending
+        ]
+        replies = await asyncio.gather(*(session.send(request) for request in requests))
+        again: list[Sentence] = []
+        for sentence, reply in zip(pending, replies, strict=True):
+            if not isinstance(reply.parsed, SentenceClaims):
+                errors.append(
+                    f"decomposition of answer sentence {sentence.index} failed ({reply.error}); "
+                    "used its clauses as claims"
+                )
+                found[sentence.index] = rule_claims(sentence)
+                stats.rule_fallback += 1
+                continue
+            drawn = [c.strip() for c in reply.parsed.claims if c.strip()]
+            rejected = _foreign_claims(drawn, sentence, answer, question, session.language)
+            if not rejected:
+                found[sentence.index] = drawn
+                continue
+            stats.rejected_claims += len(rejected)
+            if last_try:
+                errors.append(f"answer sentence {sentence.index}: {'; '.join(rejected)}; used its clauses as claims")
+                found[sentence.index] = rule_claims(sentence)
+                stats.rule_fallback += 1
+            else:
+                errors.append(f"answer sentence {sentence.index}: {'; '.join(rejected)}; asked it again")
+                again.append(sentence)
+        pending = again
+    overlong = [index for index, claims in sorted(found.items()) if len(claims) > max_per_sentence]
+    if overlong:
+        errors.append(
+            f"decomposition gave answer sentences {overlong} more than {max_per_sentence} claims; kept the first"
+        )
+    stats.without_claims = sum(not found[s.index] for s in sentences)
+    claims = claims_from_texts([(s, found[s.index][:max_per_sentence]) for s in sentences])
+    if not claims:
+        stats.rule_fallback = len(sentences)
+        return Decomposition(decompose_by_rules(sentences), [*errors, NO_CLAIMS], stats)
+    return Decomposition(claims, errors, stats)
+
+
+def _foreign_claims(
+    claims: list[str], sentence: Sentence, answer: str, question: str | None, language: str
+) -> list[str]:
+    """Why each claim that is not a piece of ``sentence`` (:func:`claim_problem`) is rejected."""
+    return [
+        problem for claim in claims if (problem := claim_problem(claim, sentence.text, answer, question, language))
+    ]
+
+
+def _trusted_entries(output: DecomposeOutput, n_sentences: int) -> tuple[dict[int, list[str]], str | None]:
+    """The claims of a batched reply by sentence, and why some sentences cannot be taken from it."""
+    numbers = [entry.sentence for entry in output.sentences]
+    if any(number >= n_sentences for number in numbers) or len(set(numbers)) != len(numbers):
+        return {}, f"the decomposition numbered the answer sentences {numbers}, not 0..{n_sentences - 1}"
+    found = {entry.sentence: [c.strip() for c in entry.claims if c.strip()] for entry in output.sentences}
+    left_out = sorted(set(range(n_sentences)) - set(found))
+    return found, f"the decomposition left out answer sentences {left_out}" if left_out else None
+
+
+def holistic_request(
+    session: JudgeSession, answer: str, sentences: list[Sentence], question: str | None
+) -> JudgeRequest:
+    """The request that asks the judge for the claims of the whole answer at once."""
+    return session.request(
+        HolisticDecomposeInput(question=question, answer=answer, sentences=[s.text for s in sentences])
+    )
+
+
+async def decompose_holistically(
+    session: JudgeSession, answer: str, sentences: list[Sentence], question: str | None, max_per_sentence: int
+) -> Decomposition:
+    """Ablation: claims drawn from the whole answer in one call, tied to no sentence (so no span).
+
+    A failed call is a failure (no claims, an error), not a silent fallback to sentence claims;
+    claims beyond ``max_per_sentence`` times the number of sentences are dropped, with an error.
+    """
+    stats = DecompositionStats(mode="holistic", sentences=len(sentences))
+    response = await session.send(holistic_request(session, answer, sentences, question))
+    if not isinstance(response.parsed, HolisticDecomposeOutput):
+        return Decomposition([], [f"holistic decomposition failed ({response.error})"], stats)
+    texts = [text.strip() for text in response.parsed.claims if text.strip()]
+    if not texts:
+        return Decomposition(decompose_by_rules(sentences), [NO_CLAIMS], stats)
+    limit = max_per_sentence * len(sentences)
+    errors = [f"holistic decomposition gave {len(texts)} claims; kept the first {limit}"] * (len(texts) > limit)
+    claims = [
+        Claim(index=position, text=text, sentence_index=None, answer_span=None)
+        for position, text in enumerate(texts[:limit])
+    ]
+    return Decomposition(claims, errors, stats)

@@ -1,0 +1,198 @@
+"""The backend contract: the one cut between the method and any judge model.
+
+A backend answers one :class:`JudgeRequest` with one :class:`JudgeResponse`. The request carries
+both the rendered chat messages (what a language model reads) and the structured payload they were
+rendered from (what a non-LLM judge such as the scripted or embedded one reads). A backend never
+raises for a judge failure: the response carries ``error`` and no ``parsed`` object, so a bad reply
+becomes data on one claim instead of crashing a batch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import cache
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
+
+from rt4chart.types import Usage
+
+
+class Message(BaseModel):
+    """One chat message."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    """Who speaks."""
+    content: str
+    """What is said."""
+
+
+DEFAULT_MAX_TOKENS = 1024
+"""Completion tokens a judge call may use unless told otherwise (room for a batch of judgements)."""
+
+
+class GenerationParams(BaseModel):
+    """Sampling parameters; every field is part of the cache key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    temperature: float = 0.0
+    """Sampling temperature; 0 for reproducible verdicts."""
+    seed: int | None = 42
+    """Sampling seed, for providers that honour one (the paper's 42)."""
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    """Upper bound on completion tokens (also the worst case a budget reserves)."""
+
+
+@cache
+def _json_schema_text(schema: type[BaseModel]) -> str:
+    return json.dumps(schema.model_json_schema())
+
+
+def output_json_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of a reply model: generated once per model (pydantic takes milliseconds),
+    handed out as a fresh copy so a caller that edits it cannot change the next request."""
+    return dict(json.loads(_json_schema_text(schema)))
+
+
+class JudgeRequest(BaseModel):
+    """One call to a judge. Which steps exist, and how their payloads and prompts look, is the
+    task registry's business (:mod:`rt4chart.method.tasks`); the transport knows none of them."""
+
+    task: str
+    """Which step of the method is asking (part of the cache key)."""
+    payload: SerializeAsAny[BaseModel]
+    """Structured inputs the messages were rendered from (what non-LLM judges read)."""
+    output_schema: type[BaseModel] = Field(exclude=True)
+    """The pydantic model a reply must validate against."""
+    build_bounded_schema: Callable[[], type[BaseModel]] | None = Field(default=None, exclude=True)
+    """Builds a stricter form of ``output_schema`` fixed by this request's payload (exactly one
+    entry per claim or sentence, numbered in order, evidence chosen among the context sentences in
+    view, short strings), or ``None``. A judge whose server turns the schema into a decoding grammar
+    (``CallSettings.bounded_replies``) sends that one instead, so that a small model cannot loop
+    until ``max_tokens`` cuts its JSON; its replies are read back as ``output_schema``. Built only
+    when asked: a model per request costs milliseconds that other judges need not pay."""
+    messages: list[Message]
+    """Rendered prompt."""
+    params: GenerationParams = Field(default_factory=GenerationParams)
+    """Sampling parameters."""
+    prompt_version: str
+    """Content hash of the template and the rendering code that produced the messages."""
+
+
+class JudgeResponse(BaseModel):
+    """What a backend returns for one request."""
+
+    parsed: SerializeAsAny[BaseModel] | None = None
+    """The reply, validated against the request's ``output_schema``; ``None`` when the call failed."""
+    raw: str = ""
+    """The judge's raw text (for debugging; never a source of verdicts)."""
+    usage: Usage = Field(default_factory=Usage)
+    """Calls, tokens and cost of this request, retries included."""
+    latency_s: float = 0.0
+    """Wall time of the request."""
+    cached: bool = False
+    """True when the reply came from the disk cache."""
+    judge: str = ""
+    """Name of the judge that answered (a cascade stage names itself)."""
+    deployment: str | None = None
+    """Which deployment of a judge fleet answered the last attempt (its model and base URL), for
+    debugging; never part of the judge's identity. ``None`` for a judge with one endpoint."""
+    usage_by_judge: dict[str, Usage] = Field(default_factory=dict)
+    """``usage`` split by the judge that incurred it, when several answered (a cascade's stages);
+    empty when all of it belongs to ``judge``."""
+    claim_judges: list[str] | None = None
+    """Judge that settled each judgement of ``parsed``, in its order, when several judges shared one
+    reply (a cascade); ``None`` when ``judge`` answered for all of it."""
+    error: str | None = None
+    """Why there is no parsed reply."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A judge. Implementations: scripted, embedded, litellm, cascade, and the cache wrapper."""
+
+    @property
+    def name(self) -> str:
+        """Stable identifier of the judge, recorded in every output record and cache key."""
+        ...
+
+    @property
+    def can_write_text(self) -> bool:
+        """Whether the judge can write text (split answer sentences into claims, rewrite a sentence);
+        the embedded verifier only scores, so it cannot. Was ``supports_decompose``."""
+        ...
+
+    async def complete(self, request: JudgeRequest) -> JudgeResponse:
+        """Answer one request. Never raises for judge failures; sets ``error`` instead."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections, servers or models."""
+        ...
+
+
+@runtime_checkable
+class CostEstimator(Protocol):
+    """Optional backend capability: the worst-case cost of a request, before it is sent.
+
+    The budget reserves this amount before each call (prompt tokens counted with the model's
+    tokenizer plus ``params.max_tokens`` of output, at the judge's prices). A backend without it
+    is treated as free.
+    """
+
+    def max_cost_usd(self, request: JudgeRequest) -> float:
+        """Upper bound on what answering ``request`` can cost, in USD."""
+        ...
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Optional backend capability: count a request's prompt tokens with the model's tokenizer."""
+
+    def count_prompt_tokens(self, request: JudgeRequest) -> int:
+        """Prompt tokens ``request`` would use."""
+        ...
+
+
+def approximate_tokens(text: str) -> int:
+    """Token count for judges without a tokenizer: one token per four characters, rounded up."""
+    return -(-len(text) // 4)
+
+
+def prompt_tokens(backend: object, request: JudgeRequest) -> int:
+    """Prompt tokens of ``request``: the backend's own count when it has one, else the approximation."""
+    if isinstance(backend, TokenCounter):
+        return backend.count_prompt_tokens(request)
+    return approximate_tokens("".join(m.content for m in request.messages))
+
+
+class BackendWrapper:
+    """A backend in front of another: the same judge to the pipeline, with something added.
+
+    It forwards the judge's identity, capabilities and closing; subclasses override ``complete``
+    (the cache, the budget meter, recorders in tests and benchmarks).
+    """
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def can_write_text(self) -> bool:
+        return self.inner.can_write_text
+
+    def max_cost_usd(self, request: JudgeRequest) -> float:
+        return self.inner.max_cost_usd(request) if isinstance(self.inner, CostEstimator) else 0.0
+
+    async def complete(self, request: JudgeRequest) -> JudgeResponse:
+        return await self.inner.complete(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -1,0 +1,405 @@
+"""The terminal's view of a run: progress, the summary, estimates and metric tables.
+
+Not the output record (that is :class:`rt4chart.types.AuditRecord`) and not ``rt4 report`` (the HTML
+report, :mod:`rt4chart.report.html_report`). It is one of the printers, with ``cli.py`` and the other
+reporting modules (agreement_view, terminal_view, diff_view), as ARCHITECTURE.md says."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
+
+from rt4chart.analysis.metrics import EvaluationMetrics, metric_rows
+from rt4chart.judges.budget import Ledger
+from rt4chart.method.citations import describe_run
+from rt4chart.options import FailOn, failing_labels
+from rt4chart.records.manifest import RunCounts
+from rt4chart.types import AuditRecord, Label, RunCitations, Usage
+
+
+@dataclass
+class RunSummary:
+    """Totals over the records of one run."""
+
+    records: int = 0
+    invalid: int = 0
+    incomplete: int = 0
+    labels: Counter[str] = field(default_factory=Counter)
+    claims: Counter[str] = field(default_factory=Counter)
+    ungrounded: int = 0
+    usage: Usage = field(default_factory=Usage)
+    usage_by_judge: dict[str, Usage] = field(default_factory=dict)
+    remaining: int = 0
+    stopped_by_budget: bool = False
+    spent_usd: float | None = None
+    budget_usd: float | None = None
+    run_usage: Usage | None = None
+    """Everything the run's calls reported (the ledger's), records not written included."""
+    overrun_usd: float = 0.0
+    """What calls reported beyond their worst case (not booked against the budget; it stopped the run)."""
+    invalid_lines: list[int] = field(default_factory=list)
+    """Input line numbers that are not valid samples, in the order their records came."""
+    resumed: int = 0
+    """Records kept from an earlier run by ``--resume`` (the rest were audited now)."""
+    fail_on: FailOn | None = None
+    """The run's pass/fail policy, when it has one (``rt4 verify``), so the summary can say why it passed or failed."""
+    max_rate: float = 0.0
+    """The share of failing answers the policy tolerates."""
+    started: float = field(default_factory=time.monotonic)
+    """When the run began (monotonic clock): the summary's wall time."""
+    first_open_error: str | None = None
+    """The first error of a record the judge left open (it names the endpoint when the judge could
+    not be reached): what says why an incomplete run is incomplete."""
+    citations: RunCitations = field(default_factory=RunCitations)
+    """Citation figures of the answers that carry citation markers."""
+
+    def add(self, report: AuditRecord) -> None:
+        self.records += 1
+        self.incomplete += report.incomplete
+        if report.incomplete and self.first_open_error is None:
+            errors = [*report.errors, *(error for claim in report.claims for error in claim.errors)]
+            self.first_open_error = errors[0] if errors else None
+        if report.label is None:
+            if not report.incomplete:
+                self.invalid += 1
+                self.invalid_lines.append(report.line)
+            self.usage = self.usage + report.usage
+            return
+        self.labels[report.label] += 1
+        if report.citations is not None:
+            self.citations.add(report.citations)
+        for claim in report.claims:
+            self.claims[claim.label or "unjudged"] += 1
+            # A verdict downgraded in the local stage leaves an ungrounded vote behind it.
+            self.ungrounded += not claim.grounded or any(not vote.grounded for vote in claim.votes)
+        self.usage = self.usage + report.usage
+        for judge, usage in report.usage_by_judge.items():
+            self.usage_by_judge[judge] = self.usage_by_judge.get(judge, Usage()) + usage
+
+    def record_counts(self) -> RunCounts:
+        """The manifest's counts (:class:`rt4chart.records.manifest.RunCounts`) of the records added: the run
+        layer adds every record its output holds (resumed, reused and new), so none is read back."""
+        return RunCounts(
+            records=self.records, labels={str(label): self.labels[label] for label in Label},
+            hallucinated=self.hallucinated, claims=dict(sorted((str(label), n) for label, n in self.claims.items())),
+            incomplete=self.incomplete, invalid=self.invalid,
+            citations=self.citations.model_copy(deep=True) if self.citations.answers else None,
+        )
+
+    @property
+    def hallucinated(self) -> int:
+        return self.labels[Label.CONTRADICTED] + self.labels[Label.BASELESS]
+
+
+def print_interrupted(out: Path | None, records: int, console: Console) -> None:
+    """What an interrupted run kept and how to go on (SIGINT / SIGTERM)."""
+    if out is None:
+        text = ("interrupted: the records finished so far went to stdout; give --out FILE to make a run "
+                "resumable (rerun it with --resume)")
+    else:
+        text = (f"interrupted: {records} complete records are in {out}; rerun the same command with --resume "
+                "to audit only the lines not yet there")
+    console.print(Text(text, style="yellow"), highlight=False, soft_wrap=True)
+
+
+_LINES_LISTED = 5
+"""Invalid input lines the summary names before it only counts the rest."""
+
+
+def invalid_lines_text(lines: list[int]) -> str:
+    """``lines 2, 5, 9`` or ``lines 2, 5, 9, 11, 12 and 7 more``."""
+    ordered = sorted(lines)
+    listed = ", ".join(str(line) for line in ordered[:_LINES_LISTED])
+    more = f" and {len(ordered) - _LINES_LISTED} more" if len(ordered) > _LINES_LISTED else ""
+    return f"line{'s' * (len(ordered) > 1)} {listed}{more}"
+
+
+def policy_text(summary: RunSummary) -> str | None:
+    """Why the answers pass or fail the run's policy: ``failed: 3 of 4 answers hallucinated (75%) >
+    --max-rate 0.50``. ``None`` without a policy, and for a baseline gate (which says its own reason)."""
+    if summary.fail_on is None or summary.fail_on in (FailOn.NEW, FailOn.WORSE):
+        return None
+    if summary.fail_on is FailOn.NEVER:
+        return "passed: --fail-on never (the verdicts do not decide the exit code)"
+    judged = sum(summary.labels.values())
+    if not judged:
+        return "no answer was judged, so none fails the policy (see the errors for why)"
+    if summary.fail_on is FailOn.MISATTRIBUTED:
+        failing = summary.citations.answers_with.get("misattributed", 0)
+    elif summary.fail_on is FailOn.MISCITED:
+        failing = summary.citations.miscited_answers
+    else:
+        failing = sum(summary.labels[label] for label in failing_labels(summary.fail_on))
+    share = failing / judged
+    fails = share > summary.max_rate
+    return (
+        f"{'failed' if fails else 'passed'}: {failing} of {judged} answers {summary.fail_on.value} ({share:.0%}) "
+        f"{'>' if fails else '<='} --max-rate {summary.max_rate:.2f}"
+    )
+
+
+def print_summary(summary: RunSummary, console: Console) -> None:
+    """The end-of-run table on stderr, then why the run passed or failed its policy."""
+    table = Table(title="rt4chart audit", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    kept = f" ({summary.resumed} kept from the earlier run, {summary.records - summary.resumed} audited now)"
+    table.add_row("records", f"{summary.records}{kept if summary.resumed else ''}")
+    table.add_row("entailed", str(summary.labels[Label.ENTAILED]))
+    table.add_row("contradicted", f"[red]{summary.labels[Label.CONTRADICTED]}[/red]")
+    table.add_row("baseless", f"[yellow]{summary.labels[Label.BASELESS]}[/yellow]")
+    invalid = f" ({invalid_lines_text(summary.invalid_lines)})" if summary.invalid_lines else ""
+    table.add_row("invalid input", f"{summary.invalid}{invalid}")
+    if summary.incomplete:
+        table.add_row("[red]incomplete (judge errors)[/red]", f"[red]{summary.incomplete}[/red]")
+    claims = ", ".join(f"{label} {count}" for label, count in sorted(summary.claims.items()))
+    table.add_row("claims", claims or "0")
+    table.add_row("ungrounded verdicts", str(summary.ungrounded))
+    if summary.citations.answers:
+        table.add_row("citations", describe_run(summary.citations))
+    usage = summary.usage
+    table.add_row("judge calls in the records", str(usage.calls))
+    table.add_row("cache hits in the records", str(usage.cache_hits))
+    table.add_row("tokens in / out", f"{usage.prompt_tokens} / {usage.completion_tokens}")
+    table.add_row("cost of these records", f"${usage.cost_usd:.4f}")
+    if summary.spent_usd is not None:
+        limit = f" of ${summary.budget_usd:.4f}" if summary.budget_usd is not None else ""
+        table.add_row("spent by this run", f"${summary.spent_usd:.4f}{limit}")
+    if summary.run_usage is not None:
+        run = summary.run_usage
+        table.add_row("calls by this run", f"{run.calls} ({run.prompt_tokens} / {run.completion_tokens} tokens)")
+    if summary.overrun_usd:
+        table.add_row("[red]reported beyond worst case[/red]", f"[red]${summary.overrun_usd:.4f}[/red] (not booked)")
+    if len(summary.usage_by_judge) > 1:
+        for judge, part in summary.usage_by_judge.items():
+            table.add_row(f"  {judge}", f"{part.calls} calls, ${part.cost_usd:.4f}")
+    if summary.stopped_by_budget:
+        table.add_row("[red]stopped by budget[/red]", f"{summary.remaining} samples not audited")
+    table.add_row("wall time", f"{time.monotonic() - summary.started:.1f} s")
+    console.print(table)
+    policy = policy_text(summary)
+    if policy is not None:
+        console.print(Text(policy, style="red" if policy.startswith("failed") else "green"), highlight=False)
+
+
+HEARTBEAT_ENV = "RT4_HEARTBEAT_S"
+"""Environment variable: seconds between progress lines when stderr is not a terminal (default 10)."""
+
+
+def heartbeat_interval_s() -> float:
+    """Seconds between the plain progress lines: ``$RT4_HEARTBEAT_S`` when it is a positive number, else 10."""
+    try:
+        configured = float(os.environ.get(HEARTBEAT_ENV, ""))
+    except ValueError:
+        return 10.0
+    return configured if configured > 0 else 10.0
+
+
+class AuditProgress:
+    """Progress of a batch audit on stderr.
+
+    On a terminal: a live bar with samples done/total, judge calls in flight, throughput, spend
+    against the budget, cache hit rate and ETA. Elsewhere (CI logs): a heartbeat, one plain line
+    every ``log_every_s`` seconds (default :func:`heartbeat_interval_s`) from a timer thread, so a
+    slow judge whose first sample takes minutes still shows calls done and in flight, spend and the
+    elapsed time. Nothing at all when disabled (``--quiet``).
+    """
+
+    def __init__(
+        self,
+        total: int,
+        ledger: Ledger,
+        console: Console,
+        *,
+        enabled: bool = True,
+        log_every_s: float | None = None,
+        calls_seen: bool = True,
+    ) -> None:
+        self.total = total
+        self.calls_seen = calls_seen
+        """Whether this process makes the judge calls (with ``--engine ray`` the workers do, and
+        the driver cannot see their calls in flight, so the line leaves them out)."""
+        self.ledger = ledger
+        self.console = console
+        self.enabled = enabled
+        self.log_every_s = log_every_s if log_every_s is not None else heartbeat_interval_s()
+        self.started = time.monotonic()
+        self._done = 0
+        self._summary = RunSummary()
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+        self._last_line = self.started
+        self._line_lock = threading.Lock()
+        self._stop_heartbeat = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    def __enter__(self) -> AuditProgress:
+        if self.enabled and self.console.is_terminal:
+            self._bar = Progress(
+                TextColumn("[bold]auditing"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[status]}"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+                get_time=time.monotonic,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("audit", total=self.total, status=self.status())
+        elif self.enabled and self.log_every_s > 0:
+            # A thread, not the event loop: the line must come while a sample's calls still wait.
+            self._heartbeat = threading.Thread(target=self._beat, name="rt4-heartbeat", daemon=True)
+            self._heartbeat.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+        self._stop_heartbeat.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
+
+    def _beat(self) -> None:
+        while not self._stop_heartbeat.wait(self.log_every_s / 4):
+            self._print_line_when_due()
+
+    def _print_line_when_due(self) -> None:
+        """The plain line, when ``log_every_s`` has passed since the last one (a record's or the heartbeat's)."""
+        with self._line_lock:
+            now = time.monotonic()
+            if now - self._last_line < self.log_every_s:
+                return
+            self._last_line = now
+            self.console.print(self.plain_line(), highlight=False, soft_wrap=True)
+
+    def plain_line(self) -> str:
+        """Samples done, judge calls done (when this process makes them) and :meth:`status`, elapsed time."""
+        calls = f"{self.ledger.usage.calls} judge calls done | " if self.calls_seen else ""
+        elapsed = time.monotonic() - self.started
+        return f"rt4: {self._done}/{self.total} samples | {calls}{self.status()} | {elapsed:.0f}s elapsed"
+
+    def status(self) -> str:
+        """One line: calls in flight, samples/s, spend vs budget, cache hit rate."""
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        usage = self._summary.usage
+        lookups = usage.calls + usage.cache_hits
+        hit_rate = usage.cache_hits / lookups if lookups else 0.0
+        budget = f" of ${self.ledger.limit_usd:.4f}" if self.ledger.limit_usd is not None else ""
+        in_flight = f"{self.ledger.in_flight} calls in flight | " if self.calls_seen else ""
+        return (
+            f"{in_flight}{self._done / elapsed:.2f} samples/s | "
+            f"${self.ledger.spent_usd:.4f}{budget} | cache hits {hit_rate:.0%}"
+        )
+
+    def advance(self, summary: RunSummary) -> None:
+        """Called after each record with the run's totals so far."""
+        self._summary = summary
+        self._done = summary.records
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, completed=self._done, status=self.status())
+        elif self.enabled:
+            self._print_line_when_due()
+
+
+class ProgressObserver:
+    """:class:`AuditProgress` as a run's observer (:class:`rt4chart.runs.run.RunObserver`): the bar
+    opens when the run has its ledger and closes when the run ends."""
+
+    def __init__(self, console: Console, *, enabled: bool = True) -> None:
+        self.console = console
+        self.enabled = enabled
+        self._progress: AuditProgress | None = None
+
+    def start(self, total: int, ledger: Ledger, calls_seen: bool) -> None:
+        self._progress = AuditProgress(total, ledger, self.console, enabled=self.enabled, calls_seen=calls_seen)
+        self._progress.__enter__()
+
+    def record(self, report: AuditRecord, summary: RunSummary) -> None:
+        if self._progress is not None:
+            self._progress.advance(summary)
+
+    def finish(self) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(None, None, None)
+            self._progress = None
+
+
+@dataclass
+class AuditEstimate:
+    """What an audit would need, computed without calling a judge."""
+
+    samples: int = 0
+    """Valid input samples."""
+    invalid: int = 0
+    """Input lines that would get an error record."""
+    calls_expected: int = 0
+    """Judge calls of the expected plan (rule-based claims, no re-asks, no skips, one global group)."""
+    calls_worst_case: int = 0
+    """Judge calls a cold run can never exceed (re-asks, single-claim fallbacks, split global groups,
+    the most claims a judge decomposer may return)."""
+    prompt_tokens: int = 0
+    """Prompt tokens of the expected calls."""
+    max_completion_tokens: int = 0
+    """Completion tokens if every expected call used its full ``max_tokens``."""
+    expected_usd: float = 0.0
+    """Cost of the expected calls if each used its full ``max_tokens``."""
+    worst_case_usd: float = 0.0
+    """Cost of the worst case, each call at its largest prompt and its full ``max_tokens``."""
+    cached: int = 0
+    """Expected calls whose reply is already in the cache."""
+    notes: list[str] = field(default_factory=list)
+    """What the figures assume."""
+    counts_tokens: bool = True
+    """Whether the judge bills tokens (the embedded verifier reads no prompt: no token rows)."""
+
+
+def print_estimate(plan: AuditEstimate, console: Console) -> None:
+    """The table of ``rt4 estimate``."""
+    table = Table(title="rt4chart estimate (nothing sent to a judge)", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("samples", f"{plan.samples} (+{plan.invalid} invalid lines)")
+    table.add_row("judge calls (expected)", str(plan.calls_expected))
+    table.add_row("judge calls (worst case)", str(plan.calls_worst_case))
+    table.add_row("already cached", str(plan.cached))
+    if plan.counts_tokens:
+        table.add_row("prompt tokens (expected)", str(plan.prompt_tokens))
+        table.add_row("completion tokens (max)", str(plan.max_completion_tokens))
+    table.add_row("cost (expected calls, full replies)", f"${plan.expected_usd:.4f}")
+    table.add_row("worst-case cost", f"${plan.worst_case_usd:.4f}")
+    console.print(table)
+    for note in plan.notes:
+        console.print(note, style="dim", highlight=False)
+
+
+def metrics_table(metrics: EvaluationMetrics, title: str) -> Table:
+    """The metrics of one evaluation as a terminal table."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric", style="bold")
+    table.add_column("value", justify="right")
+    table.add_column(f"95% CI ({metrics.bootstrap_resamples} bootstrap resamples) / notes")
+    for row in metric_rows(metrics):
+        table.add_row(*row)
+    return table
+
+
+def print_metrics(
+    metrics: EvaluationMetrics, console: Console, title: str, details: dict[str, str] | None = None
+) -> None:
+    """Print an evaluation's provenance lines and its metrics table."""
+    for key, value in (details or {}).items():
+        console.print(f"[bold]{key}:[/bold] {value}", highlight=False)
+    console.print(metrics_table(metrics, title))

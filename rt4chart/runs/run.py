@@ -1,0 +1,956 @@
+"""The run layer: a run of an audit declared once (:class:`RunSpec`) and executed by every entry point.
+
+``rt4 verify``, ``rt4 eval``, ``rt4 compare``, ``rt4 repair --verify-after`` and
+:func:`rt4chart.verify` / :func:`rt4chart.averify` all end here. A run builds its judge stack, its
+engine (local or Ray, :class:`rt4chart.runs.engine.AuditEngine`), audits through the one batch runner
+with the stop policy (:func:`rt4chart.runs.engine.run_audit`: budget stop, judge unavailable, resume,
+the output's lock), enriches each record with white-box signals before it is written, publishes
+what the run asked for, and returns a :class:`RunOutcome` whose status is data. :func:`exit_code`
+is the one map from a status to the documented exit code (README "Exit codes": of 3, 2, 4, 1 the
+first that applies wins).
+
+Hook points for what a run does besides auditing: :func:`_publish` (every output a finished run
+writes besides its records) and :func:`outcome_of` (how a run's records and stop become its
+outcome). A run that cannot start (unknown judge, unusable cache or output, a missing extra) raises
+:class:`RunUsageError` before anything is spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import math
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rich.console import Console
+
+from rt4chart.analysis.agreement import AgreementReport
+from rt4chart.judges.budget import BudgetExhausted, Ledger, RunLimits
+from rt4chart.judges.cache import JudgeCache
+from rt4chart.judges.circuit import JudgeUnavailable
+from rt4chart.judges.registry import JudgeConfigError, JudgeStack, check_judge_serves
+from rt4chart.method.repair import RepairRecord, RepairStrategy, RepairSummary
+from rt4chart.protocol import Backend
+from rt4chart.records.io import (
+    InputFile,
+    InputLine,
+    OutputError,
+    guard_outputs,
+    parse_sample,
+    read_records,
+    write_lines_atomically,
+)
+from rt4chart.records.manifest import write_manifest
+from rt4chart.report.audited import AuditedSample, pair_with_inputs
+from rt4chart.report.ci_formats import FailureTally
+from rt4chart.report.outputs import PublishOptions, baseline_problem, publish
+from rt4chart.report.progress import RunSummary
+from rt4chart.runs.engine import (
+    AuditEngine,
+    AuditResult,
+    BudgetStop,
+    EngineOptions,
+    Pipeline,
+    UnavailableStop,
+    run_audit,
+    stop_of,
+)
+from rt4chart.runs.evaluation import EvalConfig, EvaluationResult
+from rt4chart.runs.ray_engine import RayUnavailable
+from rt4chart.runs.spec import RunSpec, SignalSpec
+from rt4chart.types import AuditRecord, Sample
+
+if TYPE_CHECKING:
+    from typing import TextIO
+
+    from rt4chart.runs.planning import AuditEstimate
+
+
+class RunUsageError(ValueError):
+    """A run that cannot start as specified (exit 2), found before any judge call."""
+
+
+class RunStatus(StrEnum):
+    """How a run ended, in the order the exit code decides (the first that applies)."""
+
+    CRASHED = "crashed"
+    """An unexpected error (a bug): one line and a log of the traceback (:mod:`rt4chart.cli.crash`)."""
+    STOPPED_BY_BUDGET = "stopped_by_budget"
+    """The budget refused a call; the records finished before it are kept."""
+    INVALID_INPUT = "invalid_input"
+    """At least one input line is not a valid sample (it got a record with the reason)."""
+    JUDGE_UNAVAILABLE = "judge_unavailable"
+    """The judge could not be reached or refused every call; the lines not audited got records."""
+    INCOMPLETE = "incomplete"
+    """Judge errors left at least one verdict open (``label: null``)."""
+    FAILED = "failed"
+    """The answers fail the run's policy (``--fail-on``, ``--max-rate``)."""
+    PASSED = "passed"
+    """The answers pass."""
+
+
+_EXIT_CODES: dict[RunStatus, int] = {
+    RunStatus.PASSED: 0,
+    RunStatus.FAILED: 1,
+    RunStatus.INVALID_INPUT: 2,
+    RunStatus.STOPPED_BY_BUDGET: 3,
+    RunStatus.JUDGE_UNAVAILABLE: 4,
+    RunStatus.INCOMPLETE: 4,
+    RunStatus.CRASHED: 5,
+}
+
+EXIT_USAGE = _EXIT_CODES[RunStatus.INVALID_INPUT]
+"""The exit code of bad input or usage (also of a :class:`RunUsageError`)."""
+
+
+def exit_code(status: RunStatus) -> int:
+    """The documented exit code of a run that ended with ``status`` (README "Exit codes")."""
+    return _EXIT_CODES[status]
+
+
+def signal_spec(
+    kind: str | None,
+    model: Path | None,
+    *,
+    probe: Path | None = None,
+    server: str | None = None,
+    delta: float = 0.2,
+    use_cache: bool = True,
+) -> SignalSpec | None:
+    """The ``--signals`` of a run (``None`` without one), or a :class:`RunUsageError` naming the flag."""
+    if kind is None:
+        return None
+    if kind not in ("csr", "attention"):
+        raise RunUsageError(f"--signals must be csr or attention (got {kind!r})")
+    if model is None:
+        raise RunUsageError(f"--signals {kind} needs --signal-model PATH (a model directory or a GGUF file)")
+    if not math.isfinite(delta):
+        raise RunUsageError("--signal-delta must be a finite number")
+    return SignalSpec.model_validate(
+        {"kind": kind, "model": model, "probe": probe, "server": server, "delta": delta, "use_cache": use_cache}
+    )
+
+
+class RunCounts(BaseModel):
+    """The figures behind a run's status."""
+
+    records: int = 0
+    """Records of the run (written now or kept by ``--resume``)."""
+    written: int = 0
+    """Records written by this run."""
+    resumed: int = 0
+    """Records kept from an earlier run."""
+    remaining: int = 0
+    """Input lines the run did not audit because it stopped."""
+    invalid: int = 0
+    """Input lines that are not valid samples."""
+    incomplete: int = 0
+    """Records with a verdict left open by judge errors (or not audited)."""
+    hallucinated: int = 0
+    """Answers judged contradicted or baseless."""
+    flagged: int = 0
+    """Records with flagged tokens or spans (``rt4 signals``)."""
+
+
+class RunOutcome(BaseModel):
+    """How a run ended: its status (data, for :func:`exit_code`), the counts behind it, the stop."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    status: RunStatus
+    """How the run ended."""
+    counts: RunCounts
+    """The figures the status was decided from."""
+    fails: bool = False
+    """Whether the answers fail the run's policy (``--fail-on``, ``--max-rate``)."""
+    stop: BudgetStop | UnavailableStop | None = None
+    """Why the run stopped before its last line, if it did."""
+    judge: str = ""
+    """The judge's name, as records carry it."""
+    prompt_version: str = ""
+    """The prompt set's version, as records carry it."""
+    spent_usd: float = 0.0
+    """What the run's judge calls cost."""
+    budget_usd: float | None = None
+    """The run's cap, if any."""
+    reports: list[AuditRecord] = Field(default_factory=list, exclude=True)
+    """The run's records, in input order; empty when the run streamed them (``keep_records=False``:
+    they are in ``out``, and the outcome is built from counters)."""
+    summary: RunSummary = Field(default_factory=RunSummary, exclude=True)
+    """Totals over the records (what the end-of-run table shows)."""
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.status)
+
+    @property
+    def first_open_error(self) -> str | None:
+        """The first error of a record the judge left open (it names the endpoint when the judge
+        could not be reached): what says why an incomplete run is incomplete."""
+        return self.summary.first_open_error
+
+
+class RunObserver(Protocol):
+    """What follows a run as it goes (the CLI's progress bar): told the ledger first, then each record."""
+
+    def start(self, total: int, ledger: Ledger, calls_seen: bool) -> None: ...
+
+    def record(self, report: AuditRecord, summary: RunSummary) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+def input_lines(samples: Iterable[Sample | Mapping[str, Any] | InputLine]) -> list[InputLine]:
+    """Input lines numbered from 1 out of samples, mappings (validated as an input line is) or lines."""
+    lines = []
+    for position, sample in enumerate(samples, start=1):
+        if isinstance(sample, InputLine):
+            lines.append(sample)
+        elif isinstance(sample, Sample):
+            lines.append(InputLine(position, sample))
+        else:
+            lines.append(parse_sample(dict(sample), position))
+    return lines
+
+
+def cache_location(
+    cache_dir: Path | None, cache_url: str | None, *, per_user_default: bool = True
+) -> Path | str | None:
+    """:func:`rt4chart.judges.cache.cache_location`, its refusal a :class:`RunUsageError`."""
+    from rt4chart.judges.registry import cache
+    try:
+        return cache.cache_location(cache_dir, cache_url, per_user_default=per_user_default)
+    except cache.CacheError as error:
+        raise RunUsageError(str(error)) from None
+
+
+def run_limits(budget: float | None, concurrency: int | None, timeout: float | None) -> RunLimits:
+    """Validated limits, or a :class:`RunUsageError` naming the flag."""
+    try:
+        return RunLimits(budget_usd=budget, concurrency=concurrency, timeout_s=timeout)
+    except ValidationError as error:
+        flags = {"budget_usd": "--budget", "concurrency": "--concurrency", "timeout_s": "--timeout"}
+        problem = error.errors()[0]
+        raise RunUsageError(f"{flags[str(problem['loc'][0])]}: {problem['msg']}") from None
+
+
+def engine_options(engine: str, address: str | None, workers: int, worker_cpus: float) -> EngineOptions:
+    """Validated engine options (Ray checked importable when asked for), or a :class:`RunUsageError`."""
+    try:
+        options = EngineOptions.model_validate(
+            {"engine": engine, "address": address, "workers": workers, "worker_cpus": worker_cpus}
+        )
+    except ValidationError as error:
+        problem = error.errors()[0]
+        raise RunUsageError(f"--{str(problem['loc'][0]).replace('_', '-')}: {problem['msg']}") from None
+    if options.engine == "ray":
+        from rt4chart.runs.ray_engine import RayUnavailable, ray_available
+
+        try:
+            ray_available()
+        except RayUnavailable as error:
+            raise RunUsageError(str(error)) from None
+    return options
+
+
+def build_stack(
+    judge: str | Backend | None,
+    *,
+    api_base: str | None = None,
+    limits: RunLimits | None = None,
+    cache: JudgeCache | Path | str | None = None,
+    ledger: Ledger | None = None,
+) -> JudgeStack:
+    """The run's judge stack (:func:`rt4chart.judges.registry.judge_stack`), or a :class:`RunUsageError`."""
+    from rt4chart.judges.cache import CacheError
+    from rt4chart.judges.registry import JudgeConfigError, judge_stack
+
+    limits = limits or RunLimits()
+    try:
+        return judge_stack(
+            judge, api_base=api_base, concurrency=limits.concurrency, cache=cache,
+            budget_usd=None if ledger is not None else limits.budget_usd, ledger=ledger, timeout_s=limits.timeout_s,
+        )
+    except (JudgeConfigError, CacheError) as error:
+        raise RunUsageError(str(error)) from error  # the library API re-raises the cause
+
+
+def _engine(spec: RunSpec, stack: JudgeStack) -> AuditEngine:
+    try:
+        check_judge_serves(stack, spec.options)  # a method the judge cannot serve is a usage error
+    except JudgeConfigError as error:
+        raise RunUsageError(str(error)) from None
+    pipeline = Pipeline(stack, spec.options)
+    if spec.engine.engine != "ray":
+        return pipeline
+    if not isinstance(spec.judge, str | None):
+        raise RunUsageError("--engine ray rebuilds the judge on every worker: give it as a spec, not a backend")
+    from rt4chart.runs.ray_engine import ray_audit_engine
+
+    return ray_audit_engine(
+        stack, spec.options, spec.engine, judge=spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache
+    )
+
+
+def _signal_step(spec: SignalSpec, items: Iterable[InputLine]) -> Callable[[AuditRecord], AuditRecord]:
+    """Open the signal model, score every valid sample, and return the step that adds a record's
+    signals to it; any failure is a :class:`RunUsageError` (nothing of the judge's is spent yet)."""
+    from rt4chart.signals import SignalError
+
+    valid = [item for item in items if item.sample is not None]
+    samples = [item.sample for item in valid if item.sample is not None]
+    lines = [item.line for item in valid]
+    try:
+        if spec.kind == "attention":
+            from rt4chart.signals.aggtruth import attach_attention, open_attention_probe, score_samples
+            from rt4chart.signals.attention import FeatureCache
+
+            if spec.probe is None:
+                raise RunUsageError("--signals attention needs --signal-probe FILE (from rt4 signals train)")
+            if spec.server is not None:
+                raise RunUsageError(
+                    "--signals attention reads attention maps in process; --signal-server is for csr only"
+                )
+            setup = open_attention_probe(spec.model, spec.probe)
+            cache = FeatureCache() if spec.use_cache else None
+            scores = score_samples(samples, setup.extractor, setup.probe, setup.name, cache)
+            scored = dict(zip(lines, scores, strict=True))
+            return lambda report: attach_attention([report], scored)[0]
+        from rt4chart.signals import open_backend
+        from rt4chart.signals.csr import SignalCache, attach_signals, compute_csr
+
+        backend = open_backend(spec.model, server=spec.server)
+        signal_cache = SignalCache() if spec.use_cache else None
+        outcomes = dict(zip(lines, compute_csr(samples, backend, delta=spec.delta, cache=signal_cache), strict=True))
+        return lambda report: attach_signals([report], outcomes)[0]
+    except SignalError as error:
+        raise RunUsageError(f"signals: {error}") from None
+
+
+def outcome_of(
+    reports: Sequence[AuditRecord], result: AuditResult, summary: RunSummary, fails: bool, ledger: Ledger, judge: str
+) -> RunOutcome:
+    """The outcome of a run whose records are ``reports``: its status, first of 3, 2, 4, 1 that applies."""
+    counts = RunCounts(
+        records=summary.records, written=result.written, resumed=result.resumed, remaining=result.remaining,
+        invalid=summary.invalid, incomplete=summary.incomplete, hallucinated=summary.hallucinated,
+    )
+    if isinstance(result.stop, BudgetStop):
+        status = RunStatus.STOPPED_BY_BUDGET
+    elif counts.invalid:
+        status = RunStatus.INVALID_INPUT
+    elif isinstance(result.stop, UnavailableStop):
+        status = RunStatus.JUDGE_UNAVAILABLE
+    elif counts.incomplete:
+        status = RunStatus.INCOMPLETE
+    else:
+        status = RunStatus.FAILED if fails else RunStatus.PASSED
+    summary.remaining = result.remaining
+    summary.stopped_by_budget = result.stopped_by_budget
+    summary.spent_usd, summary.budget_usd = ledger.spent_usd, ledger.limit_usd
+    summary.run_usage, summary.overrun_usd = ledger.usage, ledger.overrun_usd
+    summary.resumed = result.resumed
+    return RunOutcome(
+        status=status, counts=counts, fails=fails, stop=result.stop, judge=judge, spent_usd=ledger.spent_usd,
+        budget_usd=ledger.limit_usd, reports=list(reports), summary=summary,
+    )
+
+
+class SignalRecordLike(Protocol):
+    """What :func:`write_signal_records` reads of an ``rt4 signals`` record (csr or attention)."""
+
+    errors: list[str]
+
+    @property
+    def flagged(self) -> bool: ...
+
+    def model_dump_json(self) -> str: ...
+
+
+def write_signal_records(out: Path, records: Sequence[SignalRecordLike]) -> RunOutcome:
+    """Write the records of ``rt4 signals csr|attention`` (one per input line, atomically) and the run's
+    outcome: invalid input (exit 2) when a line has no signals, every line still having its record."""
+    write_lines_atomically(out, (record.model_dump_json() for record in records))
+    invalid = sum(1 for record in records if record.errors)
+    counts = RunCounts(records=len(records), written=len(records), invalid=invalid,
+                       flagged=sum(1 for record in records if record.flagged))
+    return RunOutcome(status=RunStatus.INVALID_INPUT if invalid else RunStatus.PASSED, counts=counts)
+
+
+def records_status(reports: Sequence[AuditRecord], fails: bool) -> RunStatus:
+    """The status of finished records (``rt4 report`` over an existing file): invalid lines, then
+    verdicts left open, then the policy's decision."""
+    if any(report.label is None and not report.incomplete for report in reports):
+        return RunStatus.INVALID_INPUT
+    if any(report.incomplete for report in reports):
+        return RunStatus.INCOMPLETE
+    return RunStatus.FAILED if fails else RunStatus.PASSED
+
+
+def _publish(
+    spec: RunSpec, reports: Sequence[AuditRecord], items: Iterable[InputLine], console: Console | None
+) -> bool:
+    """Everything a finished run writes besides its records; returns whether the run fails its policy."""
+    return publish(spec.outputs, pair_with_inputs(reports, items), console or Console(), audit_options=spec.options)
+
+
+
+def _publishes_records(outputs: PublishOptions) -> bool:
+    """Whether publishing needs every record at once (the view, HTML, JUnit, annotations, a baseline gate)."""
+    return outputs.text_view or outputs.html is not None or outputs.junit is not None or outputs.github or (
+        outputs.baseline is not None
+    )
+
+
+def _written(out: Path) -> Iterator[AuditRecord]:
+    """The records of a finished run, read back from ``out`` one at a time (in input order)."""
+    return (line.report for line in read_records(out) if line.report is not None)
+
+
+def _guarded(spec: RunSpec) -> RunSpec:
+    """``spec`` with every output it writes checked (:func:`rt4chart.records.io.guard_outputs`: never the
+    input, never two outputs in one file, folders that exist) and symlinks resolved to their targets."""
+    outputs = spec.outputs
+    try:
+        requested = {"--out": spec.out, "--report": outputs.html, "--junit": outputs.junit}
+        # The baseline is an input too: `--out audit.jsonl --baseline audit.jsonl` would erase it.
+        guarded = guard_outputs(requested, [spec.input_file, outputs.baseline])
+    except OutputError as error:
+        raise RunUsageError(str(error)) from None
+    published = outputs.model_copy(update={"html": guarded.get("--report"), "junit": guarded.get("--junit")})
+    return spec.model_copy(update={"out": guarded.get("--out"), "outputs": published})
+
+
+async def aexecute(
+    spec: RunSpec,
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    *,
+    observer: RunObserver | None = None,
+    stdout: TextIO | None = None,
+    console: Console | None = None,
+    keep_records: bool = True,
+) -> RunOutcome:
+    """Run ``spec`` over ``samples``: one record per input line, in input order, into ``spec.out``
+    (else ``stdout`` unless it shows the readable view, else only the outcome), then publish what
+    ``spec.outputs`` asks for (the view, annotations: on ``console``).
+
+    With ``keep_records=False`` (``rt4 verify``) the records are streamed: each is written as it
+    completes and not held, the summary and the outcome are built from counters, and what needs
+    every record (HTML, JUnit, annotations, the view, a baseline gate) re-reads them from ``out``.
+    Samples given as an :class:`rt4chart.records.io.InputFile` are read as the run goes: memory stays flat
+    in the number of samples (except ``--signals``, ``--baseline`` and outputs that need every
+    record at once, and records to stdout with such an output).
+
+    Raises :class:`RunUsageError` (before any judge call) when the run cannot start. A stop (budget,
+    judge unavailable) is the outcome's status, not an exception.
+    """
+    items = samples if isinstance(samples, InputFile) else input_lines(samples)
+    if spec.resume and spec.out is None:
+        raise RunUsageError("--resume needs --out FILE")
+    started_at = datetime.now(UTC)
+    spec = _guarded(spec)
+    if problem := baseline_problem(spec.outputs):  # refused before any judge call
+        raise RunUsageError(problem)
+    out = spec.out
+    enrich = _signal_step(spec.signals, items) if spec.signals is not None else None
+    stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)
+    summary = RunSummary(fail_on=spec.outputs.fail_on, max_rate=spec.outputs.max_rate)
+    tally = FailureTally(spec.outputs.fail_on)
+    reports: list[AuditRecord] = []
+    rereads = out is not None and not keep_records  # outputs that need every record read them from out
+    try:
+        engine = _engine(spec, stack)
+        if observer is not None:
+            # Ray workers make the calls, out of the driver's sight.
+            observer.start(len(items), stack.ledger, calls_seen=spec.engine.engine != "ray")
+
+        def on_report(report: AuditRecord) -> None:
+            summary.add(report)
+            tally.add(AuditedSample(report))
+            if not rereads and (keep_records or _publishes_records(spec.outputs)):
+                reports.append(report)
+            if observer is not None:
+                observer.record(report, summary)
+
+        try:
+            # Records go to stdout only when it does not show the readable view instead.
+            stream = stdout if out is None and not spec.outputs.text_view else None
+            with _collections_spaced_out():
+                result = await run_audit(engine, items, out, on_report, resume=spec.resume, stdout=stream,
+                                         enrich=enrich, baseline=spec.outputs.baseline)
+        except OutputError as error:  # another run holds the output's lock
+            raise RunUsageError(str(error)) from None
+        except RayUnavailable as error:  # the cluster named by --address cannot be reached
+            raise RunUsageError(str(error)) from None
+        finally:
+            if observer is not None:
+                observer.finish()
+    finally:
+        await stack.aclose()
+    reports.sort(key=lambda report: report.line)
+    fails = tally.fails(spec.outputs.max_rate)
+    if _publishes_records(spec.outputs):
+        fails = _publish(spec, list(_written(out)) if rereads and out is not None else reports, items, console)
+    if out is not None:
+        # This run's calls are the ledger's: resumed and reused records cost nothing now.
+        write_manifest(
+            out, summary.record_counts(), judge=engine.judge_name, prompt_version=engine.prompt_version,
+            options=spec.options, input_path=spec.input_file, input_lines=len(items), usage=stack.ledger.usage,
+            started_at=started_at, ended_at=datetime.now(UTC), resumed=result.resumed,
+            reused_from_baseline=result.reused, baseline=spec.outputs.baseline,
+        )
+    outcome = outcome_of(reports, result, summary, fails, stack.ledger, stack.name)
+    return outcome.model_copy(update={"prompt_version": engine.prompt_version})
+
+
+def execute(
+    spec: RunSpec,
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    *,
+    observer: RunObserver | None = None,
+    stdout: TextIO | None = None,
+    console: Console | None = None,
+    keep_records: bool = True,
+) -> RunOutcome:
+    """Synchronous :func:`aexecute`; SIGINT and SIGTERM raise :class:`RunInterrupted`."""
+    with _terminate_as_interrupt():
+        try:
+            return asyncio.run(aexecute(spec, samples, observer=observer, stdout=stdout, console=console,
+                                        keep_records=keep_records))
+        except KeyboardInterrupt:
+            raise RunInterrupted(spec.out, _complete_lines(spec.out)) from None
+
+
+class RunInterrupted(Exception):
+    """SIGINT or SIGTERM stopped a run. Every record finished before it is in ``out`` (appended one
+    whole line at a time), so the same command with ``--resume`` audits only the rest."""
+
+    exit_code = 130
+    """The shell's code for a process ended by SIGINT (128 + 2), for SIGTERM too: one code for
+    "stopped from outside"."""
+
+    def __init__(self, out: Path | None, records: int) -> None:
+        super().__init__(f"interrupted after {records} records")
+        self.out = out
+        self.records = records
+        """Complete records in ``out`` (those of earlier runs it resumed included); 0 without ``out``."""
+
+
+def _complete_lines(out: Path | None) -> int:
+    if out is None or not out.is_file():
+        return 0
+    with out.open("rb") as records:
+        return sum(line.endswith(b"\n") for line in records)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI job cancelled, ``kill``) stops the run as Ctrl-C does: records kept, a resume hint."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+AUDIT_YOUNG_COLLECTION_THRESHOLD = 10_000
+"""Allocations between two young-generation collections while an audit runs (Python's default: 700)."""
+
+_audits_running = 0
+_thresholds_before: tuple[int, ...] = ()
+
+
+@contextlib.contextmanager
+def _collections_spaced_out() -> Iterator[None]:
+    """The cyclic garbage collector runs less often while audits run, as it was before, after.
+
+    Every call allocates thousands of short-lived objects (the request, the HTTP exchange, the
+    parsed verdict), and at Python's default thresholds they trigger full collections that walk the
+    whole heap (the loaded modules, pydantic's schemas, the segmenter's tables). Measured with
+    ``gc.callbacks`` over ``rt4 verify`` of 200 and 525 RAGTruth QA dev samples with an
+    OpenAI-compatible judge: the 836 more calls cost 0.21 s more of collections at the default
+    thresholds, 0.02 s at these. Young cycles wait a little longer to be freed instead. The
+    thresholds are the process's: the first audit to start sets them, the last to end puts them back.
+    """
+    global _audits_running, _thresholds_before
+    if _audits_running == 0:
+        _thresholds_before = gc.get_threshold()
+        young, *older = _thresholds_before
+        gc.set_threshold(max(young, AUDIT_YOUNG_COLLECTION_THRESHOLD), *older)
+    _audits_running += 1
+    try:
+        yield
+    finally:
+        _audits_running -= 1
+        if _audits_running == 0:
+            gc.set_threshold(*_thresholds_before)
+
+
+def raise_stop(outcome: RunOutcome) -> None:
+    """Raise the exception of the outcome's stop (what :func:`rt4chart.verify` promises: a budget
+    stop raises :class:`BudgetExhausted`, an unreachable judge :class:`JudgeUnavailable`)."""
+    if outcome.stop is not None:
+        raise outcome.stop.exception()
+
+
+_PRECEDENCE = list(RunStatus)
+"""Statuses in the order the exit code decides (the declaration order of :class:`RunStatus`)."""
+
+
+def first_status(statuses: Iterable[RunStatus]) -> RunStatus:
+    """Of several runs' statuses, the one the exit code follows (3, 2, 4, 1: the first that applies)."""
+    return min(statuses, key=_PRECEDENCE.index, default=RunStatus.PASSED)
+
+
+def _stack_cache(spec: RunSpec) -> JudgeCache | None:
+    """One cache opened for several stacks of a run (closed by the run), or ``None``."""
+    from rt4chart.judges.cache import CacheError, open_cache
+
+    if spec.cache is None:
+        return None
+    try:
+        return open_cache(spec.cache)
+    except CacheError as error:
+        raise RunUsageError(str(error)) from None
+
+
+class CompareOutcome(BaseModel):
+    """How ``rt4 compare`` ended: one outcome per judge, their files and, when every judge finished,
+    the agreement between them (answer level, then claim level)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    status: RunStatus
+    """The status the exit code follows (the first of the judges' that applies)."""
+    by_judge: list[RunOutcome]
+    """Each judge's run, in ``--judges`` order."""
+    paths: list[Path]
+    """Each judge's output file, in the same order."""
+    agreement: list[AgreementReport] = Field(default_factory=list)
+    """Answer- and claim-level agreement; empty when a run stopped or left verdicts open."""
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.status)
+
+    @property
+    def stop(self) -> BudgetStop | UnavailableStop | None:
+        """The first judge's stop, if any stopped."""
+        return next((outcome.stop for outcome in self.by_judge if outcome.stop is not None), None)
+
+
+async def acompare(
+    spec: RunSpec,
+    judges: Sequence[str],
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    out_dir: Path,
+    *,
+    decompose_with: str | None = None,
+    resamples: int = 1000,
+    seed: int = 0,
+    observer: RunObserver | None = None,
+) -> CompareOutcome:
+    """``rt4 compare``: decompose each answer once (``decompose_with``, else by rules), have every
+    judge verify those claims through the run's stop policy, one file per judge in ``out_dir``.
+
+    ``spec.judge`` is not used (``judges`` are the judges); its api base, limits, cache and options
+    apply to every judge. Raises :class:`RunUsageError` before any judge call when it cannot start.
+    """
+    from rt4chart.runs.compare import SharedClaimsEngine, decompose_once, output_name
+
+    items = input_lines(samples)
+    if len(judges) < 2 or len(set(judges)) != len(judges):
+        raise RunUsageError(f"--judges needs at least two different judges (got {','.join(judges)!r})")
+    ledger = Ledger(limit_usd=spec.limits.budget_usd)
+    cache = _stack_cache(spec)  # shared by every judge; closed here
+    stacks: list[JudgeStack] = []
+    try:
+        for name in [*judges, *([decompose_with] if decompose_with else [])]:
+            stacks.append(build_stack(name, api_base=spec.api_base, limits=spec.limits, cache=cache, ledger=ledger))
+        judging, decomposer = stacks[: len(judges)], (stacks[len(judges)] if decompose_with else None)
+        if decomposer is not None and not decomposer.can_write_text:
+            raise RunUsageError(f"--decompose-with {decompose_with}: this judge cannot decompose answers")
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise RunUsageError(f"--out-dir {out_dir}: {error.strerror}") from None
+        try:
+            requested = {f"--out-dir file of {stack.name}": out_dir / output_name(stack.name) for stack in judging}
+            paths = list(guard_outputs(requested, [spec.input_file]).values())
+        except OutputError as error:
+            raise RunUsageError(str(error)) from None
+        if observer is not None:
+            observer.start(len(items) * len(judging), ledger, calls_seen=True)
+        try:
+            shared = await decompose_once(items, decomposer, spec.options)
+            decomposer_stop = None
+        except (BudgetExhausted, JudgeUnavailable) as error:
+            shared, decomposer_stop = {}, stop_of(error)
+        engines = [SharedClaimsEngine(Pipeline(stack, spec.options), shared, decomposer_stop) for stack in judging]
+        runs = await asyncio.gather(
+            *(_run_engine(engine, items, path, observer) for engine, path in zip(engines, paths, strict=True))
+        )
+    finally:
+        if observer is not None:
+            observer.finish()
+        for stack in stacks:
+            await stack.aclose()
+        if cache is not None:
+            cache.close()
+    by_judge = [
+        outcome_of(reports, result, summary, False, ledger, engine.judge_name)
+        for engine, (reports, result, summary) in zip(engines, runs, strict=True)
+    ]
+    status = first_status(outcome.status for outcome in by_judge)
+    agreement = []
+    if status in (RunStatus.PASSED, RunStatus.FAILED, RunStatus.INVALID_INPUT):
+        agreement = _agreement(paths, resamples, seed)
+    return CompareOutcome(status=status, by_judge=by_judge, paths=paths, agreement=agreement)
+
+
+async def _run_engine(
+    engine: AuditEngine, items: list[InputLine], out: Path | None, observer: RunObserver | None
+) -> tuple[list[AuditRecord], AuditResult, RunSummary]:
+    """One engine through :func:`run_audit` (no resume, no stdout), its records and totals collected."""
+    summary = RunSummary()
+    reports: list[AuditRecord] = []
+
+    def on_report(report: AuditRecord) -> None:
+        summary.add(report)
+        reports.append(report)
+        if observer is not None:
+            observer.record(report, summary)
+
+    try:
+        result = await run_audit(engine, items, out, on_report)
+    except OutputError as error:  # another run holds the output's lock
+        raise RunUsageError(str(error)) from None
+    reports.sort(key=lambda report: report.line)
+    return reports, result, summary
+
+
+def _agreement(paths: list[Path], resamples: int, seed: int) -> list[AgreementReport]:
+    from rt4chart.analysis.agreement import (
+        AgreementInputError,
+        agreement_report,
+        answer_table,
+        claim_table,
+        gold_column,
+        read_outputs,
+    )
+
+    try:
+        loaded = read_outputs(paths)
+        gold_labels = gold_column(loaded[0][1], None)
+    except AgreementInputError as error:
+        raise RunUsageError(str(error)) from None
+    return [
+        agreement_report(build(loaded, gold_labels, "hallucinated"), resamples=resamples, seed=seed)
+        for build in (answer_table, claim_table)
+    ]
+
+
+def compare(
+    spec: RunSpec,
+    judges: Sequence[str],
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    out_dir: Path,
+    **keywords: Any,
+) -> CompareOutcome:
+    """Synchronous :func:`acompare`."""
+    return asyncio.run(acompare(spec, judges, samples, out_dir, **keywords))
+
+
+class RepairOutcome(BaseModel):
+    """How ``rt4 repair`` ended: the repair records, their summary, and the re-audit's outcome."""
+
+    status: RunStatus
+    """Invalid records first, then the re-audit's status (a judge that cannot be reached is 4,
+    never "still flagged"); ``failed`` when a repaired answer is still flagged."""
+    records: list[RepairRecord]
+    """One per verify record, in their order."""
+    summary: RepairSummary
+    """Retention and residual hallucination over the records."""
+    reaudit: RunOutcome | None = None
+    """The re-audit of the repaired answers (``--verify-after``)."""
+    stop: BudgetStop | UnavailableStop | None = None
+    """Why the repair or its re-audit stopped, if it did."""
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.status)
+
+
+async def arepair(
+    spec: RunSpec,
+    records: Sequence[AuditRecord | str],
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    strategy: RepairStrategy,
+    *,
+    input_name: str = "the input",
+    verify_after: bool = False,
+    verify_judge: str | None = None,
+) -> RepairOutcome:
+    """``rt4 repair``: repair the flagged answers of ``records`` (verify records, or why a line is
+    not one) against their ``samples`` with ``spec.judge`` (``None``: no repairing judge), then, with
+    ``verify_after``, re-audit the repaired answers as a run of its own (:func:`aexecute`) with
+    ``verify_judge`` (default: ``spec.judge``, else the embedded verifier)."""
+    from rt4chart.method.repair import Repairer, record_reaudit, repaired_samples, summarize
+
+    by_line = {item.line: item for item in input_lines(samples)}
+    if strategy == "rewrite" and spec.judge is None:
+        raise RunUsageError("--strategy rewrite needs --judge: a judge that writes text")
+    repairing = (
+        build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache) if spec.judge else None
+    )
+    results: list[RepairRecord | None] = []
+    stop: BudgetStop | UnavailableStop | None = None
+    try:
+        if repairing is not None and not repairing.can_write_text:
+            raise RunUsageError(
+                f"judge {repairing.name} cannot write text; repair needs a language-model or scripted judge"
+            )
+        repairer = Repairer(strategy, repairing, spec.options.params)
+        jobs: list[tuple[int, AuditRecord, Awaitable[RepairRecord]]] = []
+        for position, record in enumerate(records, start=1):
+            if isinstance(record, str):
+                results.append(RepairRecord(id=None, line=position, strategy=strategy, original=None,
+                                            repaired=None, errors=[record]))
+                continue
+            item = by_line.get(record.line)
+            if item is None or item.sample is None or item.sample.id != record.id:
+                results.append(RepairRecord(
+                    id=record.id, line=record.line, strategy=strategy, original=None, repaired=None,
+                    errors=[f"no valid sample with id {record.id!r} on line {record.line} of {input_name}"],
+                ))
+                continue
+            results.append(None)
+            jobs.append((len(results) - 1, record, repairer.repair(record, item.sample)))
+        try:
+            for (slot, _, _), done in zip(jobs, await asyncio.gather(*(job for _, _, job in jobs)), strict=True):
+                results[slot] = done
+        except (BudgetExhausted, JudgeUnavailable) as error:
+            stop = stop_of(error)
+            for slot, record, _ in jobs:
+                results[slot] = RepairRecord(id=record.id, line=record.line, strategy=strategy, original=None,
+                                             repaired=None, errors=[f"not repaired: {stop}"])
+    finally:
+        if repairing is not None:
+            await repairing.aclose()
+    finished = [r for r in results if r is not None]
+    reaudit = None
+    if verify_after and stop is None:
+        valid = {line: item.sample for line, item in by_line.items() if item.sample is not None}
+        todo = repaired_samples(finished, valid)
+        # --api-base belongs to --judge; a separate --verify-judge is resolved on its own.
+        rejudge = spec.model_copy(update={
+            "judge": spec.judge if verify_judge is None else verify_judge,
+            "api_base": spec.api_base if verify_judge is None else None,
+            "out": None, "resume": False, "outputs": PublishOptions(), "signals": None, "input_file": None,
+        })
+        reaudit = await aexecute(rejudge, [sample for _, sample in todo])
+        for (repaired, _), after in zip(todo, reaudit.reports, strict=True):
+            record_reaudit(repaired, after)
+        stop = reaudit.stop
+    summary = summarize(strategy, finished)
+    found = [RunStatus.FAILED] if summary.residual_hallucinated else []
+    if summary.invalid and stop is None:  # records a stop left unrepaired are not bad input
+        found.append(RunStatus.INVALID_INPUT)
+    if isinstance(stop, BudgetStop):
+        found.append(RunStatus.STOPPED_BY_BUDGET)
+    elif stop is not None:
+        found.append(RunStatus.JUDGE_UNAVAILABLE)
+    if reaudit is not None and reaudit.counts.incomplete:
+        found.append(RunStatus.INCOMPLETE)
+    return RepairOutcome(status=first_status(found), records=finished, summary=summary, reaudit=reaudit, stop=stop)
+
+
+def repair(
+    spec: RunSpec,
+    records: Sequence[AuditRecord | str],
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    strategy: RepairStrategy,
+    **keywords: Any,
+) -> RepairOutcome:
+    """Synchronous :func:`arepair`."""
+    return asyncio.run(arepair(spec, records, samples, strategy, **keywords))
+
+
+class EvalOutcome(BaseModel):
+    """How ``rt4 eval`` ended: the audit's outcome and, unless it stopped, the scored result."""
+
+    status: RunStatus
+    """``passed`` when the result was scored (an evaluation measures: findings are its data), else
+    the stop's status (an incomplete evaluation is not a result)."""
+    run: RunOutcome
+    """The audit of the dataset."""
+    result: EvaluationResult | None = None
+    """The metrics and their provenance; ``None`` when the audit stopped."""
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.status)
+
+
+async def aevaluate(
+    spec: RunSpec, config: EvalConfig, samples: Sequence[Sample], *, observer: RunObserver | None = None
+) -> EvalOutcome:
+    """``rt4 eval``: audit ``samples`` (what :func:`rt4chart.runs.evaluation.load_samples` gives for
+    ``config``) as a run of ``spec``, then score the records against their gold labels."""
+    from rt4chart.runs.evaluation import evaluation_result
+
+    started = time.perf_counter()
+    run = await aexecute(spec, samples, observer=observer)
+    if run.stop is not None:
+        return EvalOutcome(status=run.status, run=run)
+    wall = time.perf_counter() - started
+    result = evaluation_result(config, samples, run.reports, run.judge, run.prompt_version, wall)
+    return EvalOutcome(status=RunStatus.PASSED, run=run, result=result)
+
+
+def evaluate(spec: RunSpec, config: EvalConfig, samples: Sequence[Sample], **keywords: Any) -> EvalOutcome:
+    """Synchronous :func:`aevaluate`."""
+    return asyncio.run(aevaluate(spec, config, samples, **keywords))
+
+
+def estimate(spec: RunSpec, samples: Iterable[Sample | Mapping[str, Any] | InputLine]) -> AuditEstimate:
+    """``rt4 estimate``: the calls, tokens and USD a run of ``spec`` would need (expected and worst
+    case), from the real pipeline against a judge that answers nothing; calls no judge."""
+    from rt4chart.judges.cache import CacheError, open_cache
+    from rt4chart.judges.registry import resolve_judge_for_pricing
+    from rt4chart.runs.planning import estimate_audit
+
+    owned = not isinstance(spec.judge, Backend)  # a caller's backend stays the caller's
+    try:
+        # Pricing needs no key: a user can price an audit before getting one.
+        backend = (
+            spec.judge
+            if isinstance(spec.judge, Backend)
+            else resolve_judge_for_pricing(spec.judge, api_base=spec.api_base)
+        )
+    except JudgeConfigError as error:
+        raise RunUsageError(str(error)) from error
+    try:
+        cache = open_cache(spec.cache) if spec.cache is not None else None
+        try:
+            return estimate_audit(Pipeline(backend, spec.options), input_lines(samples), cache)
+        finally:
+            if cache is not None:
+                cache.close()
+    except CacheError as error:
+        raise RunUsageError(str(error)) from error
+    finally:
+        if owned:
+            asyncio.run(backend.aclose())

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Unpack, cast, overload
 
 if TYPE_CHECKING:
     # ``X as X``: an explicit re-export, for type checkers that do not read a computed ``__all__``.
-    from rt4chart.judges.budget import BudgetExhausted as BudgetExhausted
+    from rt4chart.judges.budget import RunLimits as RunLimits
     from rt4chart.judges.cache import JudgeCache as JudgeCache
-    from rt4chart.judges.circuit import JudgeUnavailable as JudgeUnavailable
     from rt4chart.judges.policy import CallSettings as CallSettings
+    from rt4chart.judges.policy import EndpointSender as EndpointSender
+    from rt4chart.judges.policy import EndpointSettings as EndpointSettings
     from rt4chart.judges.policy import PolicyBackend as PolicyBackend
     from rt4chart.judges.policy import Reply as Reply
     from rt4chart.judges.policy import Sender as Sender
@@ -40,12 +41,17 @@ if TYPE_CHECKING:
     from rt4chart.options import AuditOptions as AuditOptions
     from rt4chart.protocol import Backend as Backend
     from rt4chart.protocol import BackendWrapper as BackendWrapper
+    from rt4chart.protocol import BudgetExhausted as BudgetExhausted
+    from rt4chart.protocol import Capabilities as Capabilities
     from rt4chart.protocol import CostEstimator as CostEstimator
     from rt4chart.protocol import GenerationParams as GenerationParams
     from rt4chart.protocol import JudgeRequest as JudgeRequest
     from rt4chart.protocol import JudgeResponse as JudgeResponse
+    from rt4chart.protocol import JudgeUnavailable as JudgeUnavailable
     from rt4chart.protocol import Message as Message
     from rt4chart.protocol import TokenCounter as TokenCounter
+    from rt4chart.report.outputs import PublishOptions as PublishOptions
+    from rt4chart.runs.engine import EngineOptions as EngineOptions
     from rt4chart.runs.engine import Pipeline as Pipeline
     from rt4chart.runs.run import RunOutcome as RunOutcome
     from rt4chart.runs.run import RunStatus as RunStatus
@@ -53,6 +59,7 @@ if TYPE_CHECKING:
     from rt4chart.runs.run import execute as execute
     from rt4chart.runs.run import exit_code as exit_code
     from rt4chart.runs.spec import RunSpec as RunSpec
+    from rt4chart.runs.spec import SignalSpec as SignalSpec
     from rt4chart.types import AuditRecord as AuditRecord
     from rt4chart.types import Chunk as Chunk
     from rt4chart.types import Claim as Claim
@@ -72,11 +79,18 @@ if TYPE_CHECKING:
 # from it). The ``TYPE_CHECKING`` imports above say the same for type checkers; tests/test_api.py
 # fails when the two differ or a public name is missing from ``__all__``.
 _EXPORTS = {
+    "RunLimits": "rt4chart.judges.budget",
+    "EndpointSender": "rt4chart.judges.policy",
+    "EndpointSettings": "rt4chart.judges.policy",
+    "Capabilities": "rt4chart.protocol",
+    "PublishOptions": "rt4chart.report.outputs",
+    "EngineOptions": "rt4chart.runs.engine",
+    "SignalSpec": "rt4chart.runs.spec",
     "AuditOptionKeywords": "rt4chart.options",
     "AuditOptions": "rt4chart.options",
     "Backend": "rt4chart.protocol",
     "BackendWrapper": "rt4chart.protocol",
-    "BudgetExhausted": "rt4chart.judges.budget",
+    "BudgetExhausted": "rt4chart.protocol",
     "CallSettings": "rt4chart.judges.policy",
     "Chunk": "rt4chart.types",
     "Claim": "rt4chart.types",
@@ -93,7 +107,7 @@ _EXPORTS = {
     "JudgeRequest": "rt4chart.protocol",
     "JudgeResponse": "rt4chart.protocol",
     "JudgeStack": "rt4chart.judges.registry",
-    "JudgeUnavailable": "rt4chart.judges.circuit",
+    "JudgeUnavailable": "rt4chart.protocol",
     "Label": "rt4chart.types",
     "Message": "rt4chart.protocol",
     "Pipeline": "rt4chart.runs.engine",

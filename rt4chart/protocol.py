@@ -10,7 +10,7 @@ becomes data on one claim instead of crashing a batch.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -111,9 +111,89 @@ class JudgeResponse(BaseModel):
     """Why there is no parsed reply."""
 
 
+# The two exceptions that cross the contract: a backend never raises for a judge failure, but a
+# judge stack stops a run when its endpoint is gone (the circuit) or a call would cross the budget.
+
+
+class JudgeUnavailable(Exception):
+    """The judge's endpoint failed non-transiently on several requests in a row; the run stops.
+
+    The message names the judge and its endpoint (base URL or provider, never a key) and the last
+    error.
+    """
+
+    def __init__(self, endpoint: str, failures: int, last_error: str) -> None:
+        super().__init__(
+            f"judge unreachable or refusing: {endpoint}: {failures} requests in a row failed "
+            f"non-transiently; last error: {last_error}"
+        )
+        self.endpoint = endpoint
+        self.failures = failures
+        self.last_error = last_error
+
+
+class BudgetExhausted(Exception):
+    """A call was refused because its worst-case cost would cross the budget."""
+
+
+
+class Capabilities(BaseModel):
+    """What a judge can do: declared by each backend, forwarded unchanged by every wrapper (a cache,
+    the budget meter) and combined by judges made of judges, so the method and the run layer ask a
+    judge's :attr:`Backend.capabilities` instead of looking through its wrappers."""
+
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+
+    can_write_text: bool = True
+    """Whether the judge writes text (splits answer sentences into claims, rewrites a sentence); the
+    embedded verifier only scores claims, so it does not."""
+    languages: frozenset[str] | None = None
+    """The languages the judge reads (ISO 639-1 codes); ``None``: whatever its model reads (a
+    language model's prompt names the answer's language). The embedded verifier reads English only."""
+    claim_threshold: float | None = None
+    """A calibrated profile's threshold: the unsupported score at or above which a claim's final
+    verdict is not entailed (``None``: the judge's own operating point)."""
+    answers_offline: bool = False
+    """Whether the judge answers deterministically, in process and for free, reading no prompt
+    (the embedded verifier): ``rt4 estimate`` asks it, so its plan is the run's own calls."""
+
+    def language_refusal(self, language: str, judge: str) -> str | None:
+        """Why ``judge`` must not judge an answer in ``language``; ``None`` when it may."""
+        from rt4chart.languages import language_name
+
+        if self.languages is None or language in self.languages:
+            return None
+        return (
+            f"judge {judge!r} serves {', '.join(sorted(self.languages))} only, and this answer is "
+            f"{language_name(language)} ({language}): its verdicts would look confident and mean little. "
+            f"Audit it with {TEXT_JUDGES}; or give --language en to audit it as English anyway"
+        )
+
+    @classmethod
+    def of_judges(cls, judges: Iterable[Backend]) -> Capabilities:
+        """What a judge made of ``judges`` can do (a cascade's stages, a vote's members): each of them
+        decides some verdicts, so it reads only the languages all of them read and answers offline only
+        when all of them do; it writes text when any of them does (that one writes it)."""
+        declared = [judge.capabilities for judge in judges]
+        languages = [c.languages for c in declared if c.languages is not None]
+        return cls(
+            can_write_text=any(c.can_write_text for c in declared),
+            languages=frozenset.intersection(*languages) if languages else None,
+            answers_offline=all(c.answers_offline for c in declared),
+        )
+
+
+TEXT_JUDGES = (
+    "a model that writes text: a profile such as gpt-4o-mini, a litellm string (openai/NAME --api-base URL "
+    "for a server of your own, e.g. rt4 serve), or scripted:RULES.json"
+)
+"""Which judges can serve the steps a scoring judge (the embedded verifier) cannot, in the words of errors."""
+
+
 @runtime_checkable
 class Backend(Protocol):
-    """A judge. Implementations: scripted, embedded, litellm, cascade, and the cache wrapper."""
+    """A judge. Implementations: scripted, embedded, the transport policy's (litellm, the
+    OpenAI-compatible client, fleets), cascade and vote, and wrappers (cache, budget meter)."""
 
     @property
     def name(self) -> str:
@@ -121,9 +201,8 @@ class Backend(Protocol):
         ...
 
     @property
-    def can_write_text(self) -> bool:
-        """Whether the judge can write text (split answer sentences into claims, rewrite a sentence);
-        the embedded verifier only scores, so it cannot. Was ``supports_decompose``."""
+    def capabilities(self) -> Capabilities:
+        """What the judge can do (:class:`Capabilities`)."""
         ...
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
@@ -185,8 +264,8 @@ class BackendWrapper:
         return self.inner.name
 
     @property
-    def can_write_text(self) -> bool:
-        return self.inner.can_write_text
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
 
     def max_cost_usd(self, request: JudgeRequest) -> float:
         return self.inner.max_cost_usd(request) if isinstance(self.inner, CostEstimator) else 0.0

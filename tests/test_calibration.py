@@ -232,7 +232,7 @@ def test_bad_input_is_a_usage_error(audited: tuple[Path, Path, Path]) -> None:
         (["--gold", str(gold), "--target", "precision>0.9"], "--target"),
         (["--gold", str(gold), "--folds", "7"], "cannot fill 7 folds"),
         (["--gold", str(gold), "--reviews", str(gold)], "not both"),
-        (["--reviews", str(gold)], "not an rt4chart.analysis.review/1 review"),
+        (["--reviews", str(gold)], "not an rt4chart.review/1 review"),
     ):
         result = CliRunner().invoke(app, ["calibrate", str(records), *arguments])
         assert result.exit_code == EXIT_USAGE, result.output

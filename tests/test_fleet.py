@@ -20,9 +20,8 @@ from audit_fixtures import read_records, without_usage, write_samples
 from conftest import VerifyRequestFactory
 from faults import Fault, FaultServer, fault_server, grounded, judge_every_claim
 
-from rt4chart.judges.circuit import JudgeUnavailable
 from rt4chart.judges.registry import JudgeConfigError, JudgeProfile, judge_stack
-from rt4chart.protocol import JudgeResponse
+from rt4chart.protocol import JudgeResponse, JudgeUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_A = "sk-rt4fleet-a-7d1e09c4b2"

@@ -23,9 +23,10 @@ from faults import Fault, fault_server, judge_every_claim
 from typer.testing import CliRunner
 
 from rt4chart.cli.app import app
-from rt4chart.judges.circuit import CIRCUIT_THRESHOLD, JudgeUnavailable
+from rt4chart.judges.circuit import CIRCUIT_THRESHOLD
 from rt4chart.judges.policy import PolicyBackend
 from rt4chart.judges.registry import JudgeProfile
+from rt4chart.protocol import JudgeUnavailable
 
 EXIT_JUDGE_FAILED = 4
 CLAIM = ["The trial lasts 14 days."]

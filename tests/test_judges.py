@@ -19,7 +19,6 @@ from rt4chart.judges.registry import (
     JudgeConfigError,
     JudgeProfile,
     check_judge_serves,
-    claim_threshold_of,
     judge_stack,
     load_profiles,
     parse_cascade,
@@ -191,10 +190,10 @@ def test_a_calibrated_profile_is_its_judge_at_a_threshold_with_the_judges_own_ca
 
     judge = resolve_judge(str(profile), wrap=wrap)
     member = ScriptedBackend.from_file(RULES).name
-    assert judge.name == f"vote:{member},{member}+unsupported>=0.4" and claim_threshold_of(judge) == 0.4
+    assert judge.name == f"vote:{member},{member}+unsupported>=0.4" and judge.capabilities.claim_threshold == 0.4
     assert seen == [member, member]  # the cache and the budget wrap the members, whose calls are unchanged
-    assert claim_threshold_of(judge_stack(str(profile))) == 0.4  # read through the stack's wrappers
-    assert claim_threshold_of(resolve_judge(f"scripted:{RULES}")) is None
+    assert judge_stack(str(profile)).capabilities.claim_threshold == 0.4  # forwarded by the stack's wrappers
+    assert resolve_judge(f"scripted:{RULES}").capabilities.claim_threshold is None
 
 
 def test_a_calibrated_profile_is_refused_where_it_cannot_act(tmp_path: Path) -> None:

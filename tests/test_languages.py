@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rt4chart.judges.registry import judge_languages, language_refusal, resolve_judge
+from rt4chart.judges.registry import judge_stack, resolve_judge
 from rt4chart.languages import audit_language, detect_language, normalize_language
 from rt4chart.method.decompose import claim_problem
 from rt4chart.method.grounding import ContextIndex
@@ -339,10 +339,12 @@ def test_a_cascade_or_vote_with_the_embedded_judge_serves_english_only(tmp_path:
     rules = tmp_path / "rules.json"
     rules.write_text('{"default": "entailed"}', "utf-8")
     cascade = resolve_judge(f"cascade:embedded@0.9,scripted:{rules}")
-    assert judge_languages(cascade) == frozenset({"en"})
-    assert "serves en only" in (language_refusal(cascade, "zh") or "")
-    assert language_refusal(cascade, "en") is None
-    assert judge_languages(resolve_judge(f"vote:scripted:{rules},scripted:{rules}")) is None
+    assert cascade.capabilities.languages == frozenset({"en"})
+    assert "serves en only" in (cascade.capabilities.language_refusal("zh", cascade.name) or "")
+    assert cascade.capabilities.language_refusal("en", cascade.name) is None
+    assert resolve_judge(f"vote:scripted:{rules},scripted:{rules}").capabilities.languages is None
+    # The stack's wrappers (budget meter, cache) forward what the judge declares.
+    assert judge_stack(f"cascade:embedded@0.9,scripted:{rules}", cache=tmp_path / "c").capabilities.languages == {"en"}
 
 
 def test_rt4_judges_says_which_languages_each_judge_serves(tmp_path: Path) -> None:

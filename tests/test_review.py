@@ -206,7 +206,7 @@ def test_a_review_file_line_that_is_not_a_review_is_named(tmp_path: Path) -> Non
     assert read_reviews(path) == [good]
     lines = [good.model_dump_json(), json.dumps({**good.model_dump(), "label": "wrong"}), "{not json"]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with pytest.raises(ReviewFileError, match=r"line 2: not an rt4chart.analysis.review/1 review \(label: "):
+    with pytest.raises(ReviewFileError, match=r"line 2: not an rt4chart.review/1 review \(label: "):
         read_reviews(path)
     _audit({"entailed": 5}, tmp_path / "audit.jsonl")
     completed = rt4("agree", "audit.jsonl", "--reviews", "reviews.jsonl", cwd=tmp_path)

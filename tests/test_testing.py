@@ -14,10 +14,10 @@ from conftest import EXAMPLES
 from faults import fault_server, grounded
 from test_judge_unavailable import closed_port_url
 
-from rt4chart.judges.budget import BudgetExhausted
-from rt4chart.judges.circuit import JudgeUnavailable
-from rt4chart.judges.registry import JudgeConfigError
+from rt4chart.judges.budget import MeteredBackend
+from rt4chart.judges.registry import JudgeConfigError, judge_stack
 from rt4chart.method.text import join_passages
+from rt4chart.protocol import BackendWrapper, BudgetExhausted, JudgeUnavailable
 from rt4chart.testing.asserts import (
     AuditSession,
     GroundingError,
@@ -138,6 +138,27 @@ def test_a_session_serves_sync_and_async_callers_from_one_loop_and_closes_cleanl
     assert first.usage.calls == calls > 0 and second.usage.cache_hits == calls and second.usage.calls == 0
     assert [record.report for record in session.records] == [first, second]
     assert not [thread for thread in threading.enumerate() if thread.name == "rt4chart-judge"]
+
+
+def test_a_sessions_audit_is_metered_once_in_the_sessions_ledger(tmp_path: Path) -> None:
+    with fault_server(grounded) as server:
+        profile = tmp_path / "fault.toml"
+        profile.write_text(f'name = "fault"\nmodel = "openai/fault"\napi_base = "{server.base_url}"\n'
+                           'input_usd_per_mtok = 1.0\noutput_usd_per_mtok = 2.0\n', encoding="utf-8")
+        session = AuditSession(SessionSettings(judge=str(profile), budget_usd=5.0))
+        report = session.audit(example("refund-faithful"), {"decomposer": "rules"})
+        stack = session.judge()
+        run_stack = judge_stack(stack)  # what the run layer builds around the session's judge
+        session.close()
+        calls = len(server.requests)
+    assert calls > 0 and report.usage.calls == calls
+    assert stack.ledger.usage.calls == calls and stack.ledger.spent_usd == pytest.approx(report.usage.cost_usd)
+    assert run_stack.ledger is stack.ledger  # one ledger: no second meter around the session's
+    meters, layer = 0, run_stack.inner
+    while isinstance(layer, BackendWrapper):
+        meters += isinstance(layer, MeteredBackend)
+        layer = layer.inner
+    assert meters == 1
 
 
 def test_a_budget_stop_ends_the_sessions_audits_without_another_call(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from rt4chart.method.text import displayable
 from rt4chart.records.io import read_json_lines, write_lines_atomically
 from rt4chart.types import AuditRecord, ClaimVerdict
 
-REVIEW_FORMAT: Literal["rt4chart.analysis.review/1"] = "rt4chart.analysis.review/1"
+REVIEW_FORMAT: Literal["rt4chart.review/1"] = "rt4chart.review/1"
 """The value of every review's ``format`` field (a reader refuses any other)."""
 
 JudgeLabel = Literal["entailed", "contradicted", "baseless"]
@@ -34,8 +34,8 @@ class ClaimReview(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    format: Literal["rt4chart.analysis.review/1"] = REVIEW_FORMAT
-    """Always ``rt4chart.analysis.review/1``: the format and its version."""
+    format: Literal["rt4chart.review/1"] = REVIEW_FORMAT
+    """Always ``rt4chart.review/1``: the format and its version."""
     run: str
     """The report's run key (:func:`run_key`; also part of the page's localStorage key): which audit
     the claim belongs to."""

@@ -442,7 +442,7 @@ def calibrate(
     records: Annotated[Path, typer.Argument(metavar="AUDIT.jsonl", help="rt4 verify output records of the judge to calibrate.")],
     target: Annotated[str, typer.Option(help="best-f1, precision>=P (the most recall at that precision) or recall>=R (the most precision at that recall).")] = "best-f1",
     gold: Annotated[Path | None, typer.Option(help="Labelled dataset (rt4 convert output), matched by id; default: the gold inside the records.")] = None,
-    reviews: Annotated[Path | None, typer.Option(help="Review file exported from the HTML report (rt4chart.analysis.review/1) instead of gold.")] = None,
+    reviews: Annotated[Path | None, typer.Option(help="Review file exported from the HTML report (rt4chart.review/1) instead of gold.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the judge profile that applies the point (use with rt4 verify --judge FILE.toml): the embedded judge's with claim_thresholds; for an LLM judge or a vote, a calibrated profile (kind = \"calibrated\") that settles each final claim verdict at the threshold. Not for a cascade.")] = None,
     judge: Annotated[str | None, typer.Option(help="With --out, for a judge other than the embedded one: the --judge value the records were written with (default: read from their judge's name).")] = None,
     folds: Annotated[int, typer.Option(min=2, help="Cross-validation folds: each fold's point is chosen on the others.")] = 5,

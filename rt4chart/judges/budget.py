@@ -24,15 +24,11 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rt4chart.protocol import Backend, BackendWrapper, JudgeRequest, JudgeResponse
+from rt4chart.protocol import Backend, BackendWrapper, BudgetExhausted, JudgeRequest, JudgeResponse
 from rt4chart.types import Usage
 
 _ROUNDING = 1e-9
 """Relative slack for float rounding between a reservation and the same cost computed elsewhere."""
-
-
-class BudgetExhausted(Exception):
-    """A call was refused because its worst-case cost would cross the budget."""
 
 
 class RunLimits(BaseModel):

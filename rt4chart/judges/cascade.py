@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput, narrow_verify_request
-from rt4chart.protocol import Backend, CostEstimator, JudgeRequest, JudgeResponse
+from rt4chart.protocol import Backend, Capabilities, CostEstimator, JudgeRequest, JudgeResponse
 from rt4chart.types import Usage
 
 
@@ -50,12 +50,12 @@ class CascadeBackend:
         return self._name
 
     @property
-    def can_write_text(self) -> bool:
-        return any(stage.backend.can_write_text for stage in self.stages)
+    def capabilities(self) -> Capabilities:
+        return Capabilities.of_judges(stage.backend for stage in self.stages)
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         if not isinstance(request.payload, VerifyInput):
-            decomposer = next((s for s in self.stages if s.backend.can_write_text), self.stages[0])
+            decomposer = next((s for s in self.stages if s.backend.capabilities.can_write_text), self.stages[0])
             return await decomposer.backend.complete(request)
         return await self._verify(request, len(request.payload.claims))
 

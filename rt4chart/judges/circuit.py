@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rt4chart.protocol import JudgeUnavailable
+
 CIRCUIT_THRESHOLD = 3
 """Consecutive requests ending in a non-transient failure that open a backend's circuit."""
 
@@ -29,23 +31,6 @@ TIMEOUT_ATTEMPTS = 2
 """Attempts a request gets when each one times out: a server that accepts and never answers costs
 a full timeout per attempt. Such a request counts toward the circuit like a refused one, so a hung
 judge stops the run after :data:`CIRCUIT_THRESHOLD` requests of two attempts each."""
-
-
-class JudgeUnavailable(Exception):
-    """The judge's endpoint failed non-transiently on several requests in a row; the run stops.
-
-    The message names the judge and its endpoint (base URL or provider, never a key) and the last
-    error.
-    """
-
-    def __init__(self, endpoint: str, failures: int, last_error: str) -> None:
-        super().__init__(
-            f"judge unreachable or refusing: {endpoint}: {failures} requests in a row failed "
-            f"non-transiently; last error: {last_error}"
-        )
-        self.endpoint = endpoint
-        self.failures = failures
-        self.last_error = last_error
 
 
 @dataclass

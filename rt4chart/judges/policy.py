@@ -12,7 +12,7 @@ with the reliability contract of ARCHITECTURE.md:
 - failures that waiting will not cure (connection refused, a host name that does not resolve,
   401/403, 404) get at most one retry and feed the circuit breaker
   (:mod:`rt4chart.judges.circuit`): once it opens, ``complete`` raises
-  :class:`~rt4chart.judges.circuit.JudgeUnavailable`, the one exception that stops a run;
+  :class:`~rt4chart.protocol.JudgeUnavailable`, the one exception that stops a run;
 - at most ``concurrency`` attempts in flight, per event loop;
 - the verdict parsed from the reply text (:func:`rt4chart.judges.replies.parse_reply`);
 - configured API keys and key-shaped tokens scrubbed from every string that leaves the backend
@@ -41,7 +41,6 @@ from rt4chart.judges.circuit import (
     NON_TRANSIENT_WAIT_S,
     TIMEOUT_ATTEMPTS,
     CircuitBreaker,
-    JudgeUnavailable,
 )
 from rt4chart.judges.replies import REASK_TOKENS, REPLY_LIMIT, parse_reply, prompt_token_bound, reask_messages
 from rt4chart.judges.scrubbing import (
@@ -51,7 +50,7 @@ from rt4chart.judges.scrubbing import (
     scrub_value,
     secrets_in_environment,
 )
-from rt4chart.protocol import JudgeRequest, JudgeResponse, approximate_tokens
+from rt4chart.protocol import Capabilities, JudgeRequest, JudgeResponse, JudgeUnavailable, approximate_tokens
 from rt4chart.types import Usage
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -349,8 +348,8 @@ class PolicyBackend:
         return self.sender.name
 
     @property
-    def can_write_text(self) -> bool:
-        return self.sender.can_write_text
+    def capabilities(self) -> Capabilities:
+        return Capabilities(can_write_text=self.sender.can_write_text)
 
     def _prices(self) -> tuple[float, float]:
         return self.settings.per_token_prices() or self.sender.per_token_prices() or (0.0, 0.0)

@@ -26,6 +26,7 @@ import os
 import tomllib
 from collections.abc import Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -38,8 +39,7 @@ from rt4chart.judges.embedded.model import HeadName, load_model
 from rt4chart.judges.policy import CallSettings
 from rt4chart.judges.scripted import ScriptedBackend
 from rt4chart.judges.scrubbing import redact_url
-from rt4chart.languages import language_name
-from rt4chart.protocol import Backend, BackendWrapper, JudgeRequest, prompt_tokens
+from rt4chart.protocol import TEXT_JUDGES, Backend, BackendWrapper, Capabilities, JudgeRequest, prompt_tokens
 from rt4chart.resources import resource_dir
 
 if TYPE_CHECKING:
@@ -252,23 +252,11 @@ def resolve_judge(
     calibrated = _calibrated_profile(spec)
     if calibrated is not None:
         return _calibrated_judge(calibrated, api_base, concurrency, wrap, timeout_s)
-    if spec.startswith("cascade:"):
-        from rt4chart.judges.cascade import CascadeBackend, CascadeStage
-
-        stages = [
-            CascadeStage(backend=_resolve_leaf(stage, api_base, concurrency, wrap, timeout_s), confidence=confidence)
-            for stage, confidence in parse_cascade(spec)
-        ]
-        return CascadeBackend(stages)
-    if spec.startswith("vote:"):
-        from rt4chart.judges.vote import VoteBackend
-
-        members = [member.strip() for member in spec.removeprefix("vote:").split(",")]
-        nested = any(member.startswith(("vote:", "cascade:")) for member in members)
-        if len(members) < 2 or not all(members) or nested:
-            raise JudgeConfigError(f"a vote needs at least two member judges (no nested vote: or cascade:): {spec!r}")
-        return VoteBackend([_resolve_leaf(member, api_base, concurrency, wrap, timeout_s) for member in members])
-    return _resolve_leaf(spec, api_base, concurrency, wrap, timeout_s)
+    settings = LeafSettings(api_base=api_base, concurrency=concurrency, timeout_s=timeout_s, wrap=wrap)
+    for scheme, build in ENSEMBLE_SCHEMES.items():
+        if spec.startswith(scheme):
+            return build(spec, settings)
+    return _resolve_leaf(spec, settings)
 
 
 _PRICING_ONLY: ContextVar[bool] = ContextVar("rt4chart_pricing_only", default=False)
@@ -310,36 +298,86 @@ def parse_cascade(spec: str) -> list[tuple[str, float]]:
     return stages
 
 
-def _resolve_leaf(
-    spec: str,
-    api_base: str | None,
-    concurrency: int | None,
-    wrap: Callable[[Backend], Backend] | None,
-    timeout_s: float | None = None,
-) -> Backend:
-    backend = _build_leaf(spec, api_base, concurrency, timeout_s)
-    return wrap(backend) if wrap else backend
+@dataclass(frozen=True)
+class LeafSettings:
+    """What a run overrides in every judge it resolves (``--api-base``, ``--concurrency``,
+    ``--timeout``), and the wrapper put in front of each model-calling judge (cache and budget)."""
+
+    api_base: str | None = None
+    concurrency: int | None = None
+    timeout_s: float | None = None
+    wrap: Callable[[Backend], Backend] | None = None
 
 
-def _build_leaf(spec: str, api_base: str | None, concurrency: int | None, timeout_s: float | None) -> Backend:
-    if spec.startswith("scripted:"):
-        rules = spec.removeprefix("scripted:")
-        if not rules:
-            raise JudgeConfigError("scripted judge needs a rules file: --judge scripted:RULES.json")
-        try:
-            return ScriptedBackend.from_file(rules)
-        except ValueError as error:
-            raise JudgeConfigError(str(error)) from error
+def _resolve_leaf(spec: str, settings: LeafSettings) -> Backend:
+    backend = _build_leaf(spec, settings)
+    return settings.wrap(backend) if settings.wrap else backend
+
+
+def _build_leaf(spec: str, settings: LeafSettings) -> Backend:
+    for scheme, build in SPEC_SCHEMES.items():
+        if spec.startswith(scheme):
+            return build(spec.removeprefix(scheme), settings)
     profiles = load_profiles()
-    profile = profiles.get(spec) or _profile_file(spec) or _profile_for_model(spec, profiles, api_base)
-    if profile.kind == "embedded":
-        return _embedded_backend(profile.claim_thresholds)
-    if profile.kind == "calibrated":
-        raise JudgeConfigError(f"the calibrated profile {spec!r} cannot be a stage of a cascade or a member of a "
-                               "vote (it settles a whole judge's final verdicts): name the judge it calibrates")
-    if timeout_s is not None:
-        profile = profile.model_copy(update={"timeout_s": timeout_s})
-    return _litellm_backend(profile, api_base, concurrency)
+    profile = profiles.get(spec) or _profile_file(spec) or _profile_for_model(spec, profiles, settings.api_base)
+    return PROFILE_KINDS[profile.kind](profile, settings)
+
+
+def _cascade(spec: str, settings: LeafSettings) -> Backend:
+    from rt4chart.judges.cascade import CascadeBackend, CascadeStage
+
+    return CascadeBackend([
+        CascadeStage(backend=_resolve_leaf(stage, settings), confidence=confidence)
+        for stage, confidence in parse_cascade(spec)
+    ])
+
+
+def _vote(spec: str, settings: LeafSettings) -> Backend:
+    from rt4chart.judges.vote import VoteBackend
+
+    members = [member.strip() for member in spec.removeprefix("vote:").split(",")]
+    nested = any(member.startswith(tuple(ENSEMBLE_SCHEMES)) for member in members)
+    if len(members) < 2 or not all(members) or nested:
+        raise JudgeConfigError(f"a vote needs at least two member judges (no nested vote: or cascade:): {spec!r}")
+    return VoteBackend([_resolve_leaf(member, settings) for member in members])
+
+
+def _scripted(rules: str, settings: LeafSettings) -> Backend:
+    if not rules:
+        raise JudgeConfigError("scripted judge needs a rules file: --judge scripted:RULES.json")
+    try:
+        return ScriptedBackend.from_file(rules)
+    except ValueError as error:
+        raise JudgeConfigError(str(error)) from error
+
+
+def _embedded(profile: JudgeProfile, settings: LeafSettings) -> Backend:
+    return _embedded_backend(profile.claim_thresholds)
+
+
+def _calibrated_leaf(profile: JudgeProfile, settings: LeafSettings) -> Backend:
+    raise JudgeConfigError(f"the calibrated profile {profile.name!r} cannot be a stage of a cascade or a member of a "
+                           "vote (it settles a whole judge's final verdicts): name the judge it calibrates")
+
+
+def _model(profile: JudgeProfile, settings: LeafSettings) -> Backend:
+    if settings.timeout_s is not None:
+        profile = profile.model_copy(update={"timeout_s": settings.timeout_s})
+    return _litellm_backend(profile, settings.api_base, settings.concurrency)
+
+
+ENSEMBLE_SCHEMES: dict[str, Callable[[str, LeafSettings], Backend]] = {"cascade:": _cascade, "vote:": _vote}
+"""Judges made of judges, by the scheme their spec starts with (the spec whole is passed on)."""
+SPEC_SCHEMES: dict[str, Callable[[str, LeafSettings], Backend]] = {"scripted:": _scripted}
+"""Judges named by a scheme of the spec and built from the rest of it (``scripted:RULES.json``)."""
+PROFILE_KINDS: dict[str, Callable[[JudgeProfile, LeafSettings], Backend]] = {
+    "litellm": _model,
+    "embedded": _embedded,
+    "calibrated": _calibrated_leaf,
+}
+"""Judges built from a profile (shipped, a file, or made for a model string), by the profile's ``kind``:
+a language model behind the transport policy (litellm, the OpenAI-compatible client or a fleet, as the
+profile says), the embedded verifier, or a calibrated profile (a whole judge only, never a leaf)."""
 
 
 def _profile_file(spec: str) -> JudgeProfile | None:
@@ -381,20 +419,13 @@ class CalibratedJudge(BackendWrapper):
     def name(self) -> str:
         return f"{self.inner.name}{CALIBRATED_MARK}{self.claim_threshold:g}"
 
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities.model_copy(update={"claim_threshold": self.claim_threshold})
+
     def count_prompt_tokens(self, request: JudgeRequest) -> int:
         """The judge's own count (``rt4 estimate`` prices the calibrated judge as the judge)."""
         return prompt_tokens(self.inner, request)
-
-
-def claim_threshold_of(backend: object) -> float | None:
-    """The calibrated threshold of ``backend`` (the first :class:`CalibratedJudge` in its wrapping
-    chain); ``None`` for a judge at its own operating point."""
-    layer: object | None = backend
-    while layer is not None:
-        if isinstance(layer, CalibratedJudge):
-            return layer.claim_threshold
-        layer = getattr(layer, "inner", None)
-    return None
 
 
 def _calibrated_judge(
@@ -575,15 +606,22 @@ def judge_stack(
     """The judge an audit runs with: what ``rt4 verify``, :func:`rt4chart.averify`, ``rt4 eval`` and
     the benchmarks all build.
 
-    ``judge`` is a spec as ``--judge`` takes it (default :data:`DEFAULT_JUDGE`) or a backend of the
-    caller's (wrapped whole). ``cache`` is an open :class:`JudgeCache` (the caller closes it), a
-    directory or a cache server's ``redis://`` URL (opened here, closed with the stack), or ``None``
-    for no cache. ``budget_usd`` caps
+    ``judge`` is a spec as ``--judge`` takes it (default :data:`DEFAULT_JUDGE`), a backend of the
+    caller's (wrapped whole), or a stack (shared as it is: its ledger, its cache, never closed here).
+    ``cache`` is an open :class:`JudgeCache` (the caller closes it), a directory or a cache server's
+    ``redis://`` URL (opened here, closed with the stack), or ``None`` for no cache. ``budget_usd`` caps
     the spend (``None``: no cap); several stacks share one spend and cap when given one ``ledger``
     instead (``rt4 compare``). ``timeout_s`` overrides the profile's seconds per HTTP attempt.
     Whoever builds a stack closes it (``await stack.aclose()``); the
     pipeline and the audit runners never close a backend they were given.
     """
+    if isinstance(judge, JudgeStack):
+        # A stack's calls are already metered against its ledger and cached: wrapping it again would
+        # meter every call twice (a pytest session's stack audited through the run layer). The run
+        # shares it, and its builder keeps closing it.
+        if cache is not None or budget_usd is not None or ledger is not None:
+            raise JudgeConfigError("a judge stack has its own cache and budget: give them when building it")
+        return JudgeStack(judge.inner, judge.ledger, judge.cache, owns_judge=False, owns_cache=False)
     if ledger is None:
         ledger = Ledger(limit_usd=budget_usd)
     elif budget_usd is not None:
@@ -606,13 +644,6 @@ def judge_stack(
     return JudgeStack(inner, ledger, disk, owns_judge=not isinstance(judge, Backend), owns_cache=opened)
 
 
-_TEXT_JUDGES = (
-    "a model that writes text: a profile such as gpt-4o-mini, a litellm string (openai/NAME --api-base URL "
-    "for a server of your own, e.g. rt4 serve), or scripted:RULES.json"
-)
-"""Which judges can serve the steps the embedded verifier cannot, in the words of the error."""
-
-
 def check_judge_serves(backend: Backend, options: AuditOptions) -> None:
     """Raise :class:`JudgeConfigError` when ``backend`` cannot serve a step ``options`` ask for.
 
@@ -620,12 +651,13 @@ def check_judge_serves(backend: Backend, options: AuditOptions) -> None:
     answer every decomposition or direct request with an error, so the run would write all-null
     records and look like an unreachable judge; a usage error before any work says what to change.
     """
-    if options.language is not None and (refusal := language_refusal(backend, options.language)) is not None:
+    capabilities = backend.capabilities
+    if options.language is not None and (refusal := capabilities.language_refusal(options.language, backend.name)):
         raise JudgeConfigError(refusal)
-    if options.method == "direct" and claim_threshold_of(backend) is not None:
+    if options.method == "direct" and capabilities.claim_threshold is not None:
         raise JudgeConfigError(f"judge {backend.name!r} settles claim verdicts at a calibrated threshold; --method "
                                "direct judges no claim: use --method rt4chart, or the judge it calibrates")
-    if backend.can_write_text:
+    if capabilities.can_write_text:
         return
     if options.method == "direct":
         needs = "--method direct (one call that finds the hallucinated spans)"
@@ -633,35 +665,4 @@ def check_judge_serves(backend: Backend, options: AuditOptions) -> None:
         needs = f"--decomposer {options.decomposer} (claims written by the judge)"
     else:
         return
-    raise JudgeConfigError(f"{needs} needs {_TEXT_JUDGES}; judge {backend.name!r} only verifies claims")
-
-
-def judge_languages(backend: object) -> frozenset[str] | None:
-    """The languages ``backend`` judges (ISO 639-1 codes), from the first backend of its wrapping
-    chain that declares them (a ``languages`` attribute: the embedded verifier's ``{"en"}``);
-    ``None``: whatever its model reads (a language model's prompt says the answer's language). A
-    cascade or a vote serves only the languages all its judges serve: each of them decides some
-    verdicts."""
-    layer: object | None = backend
-    while layer is not None:
-        languages = getattr(layer, "languages", None)
-        if languages is not None:
-            return frozenset(languages)
-        judges = [stage.backend for stage in getattr(layer, "stages", [])] + list(getattr(layer, "members", []))
-        if judges:
-            served = [languages for judge in judges if (languages := judge_languages(judge)) is not None]
-            return frozenset.intersection(*served) if served else None
-        layer = getattr(layer, "inner", None)
-    return None
-
-
-def language_refusal(backend: Backend, language: str) -> str | None:
-    """Why ``backend`` must not judge an answer in ``language``; ``None`` when it may."""
-    served = judge_languages(backend)
-    if served is None or language in served:
-        return None
-    return (
-        f"judge {backend.name!r} serves {', '.join(sorted(served))} only, and this answer is "
-        f"{language_name(language)} ({language}): its verdicts would look confident and mean little. "
-        f"Audit it with {_TEXT_JUDGES}; or give --language en to audit it as English anyway"
-    )
+    raise JudgeConfigError(f"{needs} needs {TEXT_JUDGES}; judge {backend.name!r} only verifies claims")

@@ -47,7 +47,7 @@ from rt4chart.method.tasks import (
     VerifyInput,
     VerifyOutput,
 )
-from rt4chart.protocol import JudgeRequest, JudgeResponse, approximate_tokens
+from rt4chart.protocol import Capabilities, JudgeRequest, JudgeResponse, approximate_tokens
 from rt4chart.types import Label, Sentence, Usage
 
 
@@ -128,9 +128,8 @@ class ScriptedBackend:
     def name(self) -> str:
         return self._name
 
-    @property
-    def can_write_text(self) -> bool:
-        return True
+    capabilities = Capabilities()
+    """Rules answer every step, decomposition and repair included."""
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         started = time.perf_counter()

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput
-from rt4chart.protocol import Backend, CostEstimator, JudgeRequest, JudgeResponse
+from rt4chart.protocol import Backend, Capabilities, CostEstimator, JudgeRequest, JudgeResponse
 from rt4chart.types import Label, Usage
 
 TIE_ORDER = (Label.CONTRADICTED, Label.BASELESS, Label.ENTAILED)
@@ -52,12 +52,12 @@ class VoteBackend:
         return self._name
 
     @property
-    def can_write_text(self) -> bool:
-        return any(member.can_write_text for member in self.members)
+    def capabilities(self) -> Capabilities:
+        return Capabilities.of_judges(self.members)
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         if not isinstance(request.payload, VerifyInput):
-            decomposer = next((m for m in self.members if m.can_write_text), self.members[0])
+            decomposer = next((m for m in self.members if m.capabilities.can_write_text), self.members[0])
             return await decomposer.complete(request)
         return await self._vote(request, len(request.payload.claims))
 

@@ -14,15 +14,13 @@ import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 
-from rt4chart.judges.budget import BudgetExhausted
-from rt4chart.judges.circuit import JudgeUnavailable
 from rt4chart.languages import audit_language
 from rt4chart.method.citations import cited_answer_sentences
 from rt4chart.method.decompose import Decomposition, decompose_by_judge, rule_decomposition
 from rt4chart.method.session import JudgeSession
 from rt4chart.method.tasks import load_prompts
 from rt4chart.options import AuditOptions
-from rt4chart.protocol import Backend
+from rt4chart.protocol import Backend, BudgetExhausted, JudgeUnavailable
 from rt4chart.records.io import InputLine, error_report
 from rt4chart.runs.engine import BudgetStop, Pipeline, PipelineBound, UnavailableStop, in_input_order, stop_of
 from rt4chart.types import AuditRecord, Sample
@@ -51,8 +49,8 @@ async def decompose_once(
     items: list[InputLine], decomposer: Backend | None, options: AuditOptions
 ) -> dict[int, Decomposition]:
     """Every valid sample's claims, by input line, drawn once (``options.samples_in_flight`` at a
-    time); raises the decomposer's stop (:class:`~rt4chart.judges.budget.BudgetExhausted`,
-    :class:`~rt4chart.judges.circuit.JudgeUnavailable`)."""
+    time); raises the decomposer's stop (:class:`~rt4chart.protocol.BudgetExhausted`,
+    :class:`~rt4chart.protocol.JudgeUnavailable`)."""
     slots = asyncio.Semaphore(options.samples_in_flight)
     valid = [item for item in items if item.sample is not None]
 

@@ -18,9 +18,8 @@ from typing import Annotated, Literal, Protocol, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rt4chart.judges.budget import BudgetExhausted, SampleAdmission
-from rt4chart.judges.circuit import JudgeUnavailable
-from rt4chart.judges.registry import JudgeStack, claim_threshold_of, language_refusal
+from rt4chart.judges.budget import SampleAdmission
+from rt4chart.judges.registry import JudgeStack
 from rt4chart.languages import ENGLISH, audit_language
 from rt4chart.method.citations import CitedAnswer, audit_citations, find_citations
 from rt4chart.method.decompose import (
@@ -39,7 +38,7 @@ from rt4chart.method.tasks import load_prompts, prompt_set_version
 from rt4chart.method.text import chunk_sentences, segment_context, split_sentences
 from rt4chart.method.verification import ClaimVerifier, and_join, answer_hallucinated, hallucinated_spans, verify_claims
 from rt4chart.options import AuditOptions
-from rt4chart.protocol import Backend
+from rt4chart.protocol import Backend, BudgetExhausted, JudgeUnavailable
 from rt4chart.records.io import (
     InputLine,
     ReportAppender,
@@ -211,7 +210,7 @@ class Pipeline:
     def decomposes_by_judge(self) -> bool:
         """Whether answers are decomposed by a judge call (else by rules)."""
         return self.options.decomposer == "judge" or (
-            self.options.decomposer == "auto" and self.backend.can_write_text
+            self.options.decomposer == "auto" and self.backend.capabilities.can_write_text
         )
 
     async def verify_sample(self, sample: Sample, line: int = 1, claims: list[Claim] | None = None) -> AuditRecord:
@@ -221,7 +220,7 @@ class Pipeline:
         session = JudgeSession(self.backend, self.prompts, self.options.params, language=language)
         if self.options.method == "direct":
             report = await audit_directly(session, sample)
-        elif (refusal := language_refusal(self.backend, language)) is not None:
+        elif (refusal := self.backend.capabilities.language_refusal(language, self.backend.name)) is not None:
             # An English model's verdicts on other languages look confident and mean little: the
             # sample stays open (exit 4) and says which judges can audit it.
             report = AuditRecord(id=sample.id, line=line, errors=[f"line {line}: {refusal}"], incomplete=True)
@@ -303,7 +302,7 @@ class Pipeline:
             "full" if run_global else "off" if not options.global_verification else "skipped: one chunk"
         )
         verdicts = await verify_claims(judge, decomposition.claims, chunks, options, run_global)
-        if (threshold := claim_threshold_of(self.backend)) is not None:
+        if (threshold := self.backend.capabilities.claim_threshold) is not None:
             # A calibrated profile's point acts on the final verdicts, where rt4 calibrate measured it.
             settle_at_threshold(verdicts, threshold, self.backend.name)
         labels = [v.label for v in verdicts]

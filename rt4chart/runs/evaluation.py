@@ -201,7 +201,7 @@ def evaluate(
     and closed here. Raises
     :class:`rt4chart.analysis.datasets.DatasetError` or :class:`rt4chart.judges.registry.JudgeConfigError` before
     any judge call when the data or the judge cannot be used, and the stop's exception
-    (:class:`~rt4chart.judges.budget.BudgetExhausted`, :class:`~rt4chart.judges.circuit.JudgeUnavailable`)
+    (:class:`~rt4chart.protocol.BudgetExhausted`, :class:`~rt4chart.protocol.JudgeUnavailable`)
     when the audit stops. ``rt4 eval`` runs through :func:`rt4chart.runs.run.aevaluate` instead, which
     reports a stop as its status.
     """

@@ -20,7 +20,6 @@ import asyncio
 import math
 
 from rt4chart.judges.cache import JudgeCache, request_key
-from rt4chart.judges.registry import language_refusal
 from rt4chart.languages import audit_language
 from rt4chart.method.citations import find_citations, max_check_calls
 from rt4chart.method.decompose import decompose_by_rules, rule_claims
@@ -43,16 +42,10 @@ from rt4chart.types import Sample, Sentence
 NOT_SENT = "not sent: planning run"
 
 
-def answers_offline(judge: Backend) -> bool:
-    """Whether ``judge`` answers deterministically in this process at no cost (the embedded
-    verifier), so that planning may ask it: its answers decide the global stage's grouping, and a
-    plan that does not know them would miss calls the run makes."""
-    return bool(getattr(judge, "answers_offline", False))
-
-
 class PlannerBackend(BackendWrapper):
     """Stands in for a judge during planning: records each request and answers none, except for a
-    judge that :func:`answers_offline`, which it asks (the plan is then exactly the run's calls)."""
+    judge that answers offline (:attr:`Capabilities.answers_offline`), which it asks (the plan is then
+    exactly the run's calls)."""
 
     def __init__(self, inner: Backend) -> None:
         super().__init__(inner)
@@ -60,7 +53,7 @@ class PlannerBackend(BackendWrapper):
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         self.requests.append(request)
-        if answers_offline(self.inner):
+        if self.inner.capabilities.answers_offline:
             return await self.inner.complete(request)
         return JudgeResponse(error=NOT_SENT, judge=self.name)
 
@@ -74,7 +67,7 @@ def worst_case_calls(pipeline: Pipeline, sample: Sample) -> int:
     if options.method == "direct":
         return 1
     language = audit_language(sample.language, options.language, sample.answer, sample.context)
-    if language_refusal(pipeline.backend, language) is not None:
+    if pipeline.backend.capabilities.language_refusal(language, pipeline.backend.name) is not None:
         return 0
     cited = find_citations(sample, options.citation_pattern, language)
     answer_sentences = cited.sentences if cited is not None else split_sentences(sample.answer, language=language)
@@ -127,7 +120,7 @@ def planned_requests(pipeline: Pipeline, sample: Sample) -> list[JudgeRequest]:
 def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache | None) -> AuditEstimate:
     """Plan every request of an audit of ``items`` and price it; calls no judge."""
     judge = pipeline.backend
-    plan = AuditEstimate(counts_tokens=not answers_offline(judge))
+    plan = AuditEstimate(counts_tokens=not judge.capabilities.answers_offline)
     for item in items:
         if item.sample is None:
             plan.invalid += 1
@@ -136,7 +129,7 @@ def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache
         expected = planned_requests(pipeline, item.sample)
         plan.calls_expected += len(expected)
         for request in expected:
-            if not answers_offline(judge):  # a verifier that reads no prompt bills no tokens
+            if not judge.capabilities.answers_offline:  # a verifier that reads no prompt bills no tokens
                 plan.prompt_tokens += prompt_tokens(judge, request)
                 plan.max_completion_tokens += request.params.max_tokens
             if cache is not None:
@@ -154,7 +147,7 @@ def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache
             plan.worst_case_usd += worst_calls * judge.max_cost_usd(padded)
     expected_note = (
         f"expected: the calls of the run itself ({judge.name} answered the plan: offline, deterministic, free)"
-        if answers_offline(judge)
+        if judge.capabilities.answers_offline
         else "expected: rule-based claims, no re-asks, no chunk skipped, one global call per batch of claims"
     )
     plan.notes = [

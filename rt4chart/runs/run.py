@@ -34,12 +34,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 
 from rt4chart.analysis.agreement import AgreementReport
-from rt4chart.judges.budget import BudgetExhausted, Ledger, RunLimits
+from rt4chart.judges.budget import Ledger, RunLimits
 from rt4chart.judges.cache import JudgeCache
-from rt4chart.judges.circuit import JudgeUnavailable
 from rt4chart.judges.registry import JudgeConfigError, JudgeStack, check_judge_serves
 from rt4chart.method.repair import RepairRecord, RepairStrategy, RepairSummary
-from rt4chart.protocol import Backend
+from rt4chart.protocol import Backend, BudgetExhausted, JudgeUnavailable
 from rt4chart.records.io import (
     InputFile,
     InputLine,
@@ -72,7 +71,7 @@ from rt4chart.types import AuditRecord, Sample
 if TYPE_CHECKING:
     from typing import TextIO
 
-    from rt4chart.runs.planning import AuditEstimate
+    from rt4chart.report.progress import AuditEstimate
 
 
 class RunUsageError(ValueError):
@@ -226,7 +225,7 @@ def cache_location(
     cache_dir: Path | None, cache_url: str | None, *, per_user_default: bool = True
 ) -> Path | str | None:
     """:func:`rt4chart.judges.cache.cache_location`, its refusal a :class:`RunUsageError`."""
-    from rt4chart.judges.registry import cache
+    from rt4chart.judges import cache
     try:
         return cache.cache_location(cache_dir, cache_url, per_user_default=per_user_default)
     except cache.CacheError as error:
@@ -680,7 +679,7 @@ async def acompare(
         for name in [*judges, *([decompose_with] if decompose_with else [])]:
             stacks.append(build_stack(name, api_base=spec.api_base, limits=spec.limits, cache=cache, ledger=ledger))
         judging, decomposer = stacks[: len(judges)], (stacks[len(judges)] if decompose_with else None)
-        if decomposer is not None and not decomposer.can_write_text:
+        if decomposer is not None and not decomposer.capabilities.can_write_text:
             raise RunUsageError(f"--decompose-with {decompose_with}: this judge cannot decompose answers")
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -818,7 +817,7 @@ async def arepair(
     results: list[RepairRecord | None] = []
     stop: BudgetStop | UnavailableStop | None = None
     try:
-        if repairing is not None and not repairing.can_write_text:
+        if repairing is not None and not repairing.capabilities.can_write_text:
             raise RunUsageError(
                 f"judge {repairing.name} cannot write text; repair needs a language-model or scripted judge"
             )

@@ -9,8 +9,8 @@ the context says otherwise.
 quote and where it sits in the context (the terminal view of ``rt4 show``, as plain text); they
 return the record when the answer passes. :func:`check_grounded` / :func:`acheck_grounded` return
 the record without judging it. A judge that cannot be reached or refuses is not a finding: it
-raises :class:`~rt4chart.judges.circuit.JudgeUnavailable`, or :class:`JudgeFailed` when its
-failures left the verdict open; a budget stop raises :class:`~rt4chart.judges.budget.BudgetExhausted`
+raises :class:`~rt4chart.protocol.JudgeUnavailable`, or :class:`JudgeFailed` when its
+failures left the verdict open; a budget stop raises :class:`~rt4chart.protocol.BudgetExhausted`
 (:class:`SessionBudgetStop` for the test session's budget).
 The pytest plugin (:mod:`rt4chart.testing.pytest_plugin`) reports the first two as test errors and skips
 on the third.
@@ -40,10 +40,10 @@ from rich.padding import Padding
 from rich.text import Text
 
 import rt4chart
-from rt4chart.judges.budget import BudgetExhausted, Ledger
+from rt4chart.judges.budget import Ledger
 from rt4chart.judges.registry import JudgeStack, judge_stack
 from rt4chart.options import FailOn
-from rt4chart.protocol import Backend
+from rt4chart.protocol import Backend, BudgetExhausted
 from rt4chart.report.audited import AuditedSample
 from rt4chart.report.terminal_view import claim_lines
 from rt4chart.types import AuditRecord, ClaimVerdict, Label, Sample, Usage

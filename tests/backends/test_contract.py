@@ -22,7 +22,7 @@ from rt4chart.judges.serve import LocalServer
 from rt4chart.judges.vote import VoteBackend
 from rt4chart.method.tasks import DecomposeOutput, VerifyOutput
 from rt4chart.options import AuditOptions
-from rt4chart.protocol import Backend, CostEstimator, GenerationParams, JudgeRequest, JudgeResponse
+from rt4chart.protocol import Backend, Capabilities, CostEstimator, GenerationParams, JudgeRequest, JudgeResponse
 from rt4chart.runs.engine import Pipeline
 from rt4chart.types import Label, Sample, Usage
 
@@ -95,7 +95,7 @@ def assert_well_formed(response: JudgeResponse, backend: Backend) -> None:
 def test_identity(backend: Backend) -> None:
     assert isinstance(backend, Backend)
     assert isinstance(backend.name, str) and backend.name
-    assert isinstance(backend.can_write_text, bool)
+    assert isinstance(backend.capabilities, Capabilities)
 
 
 def test_verify(backend: Backend, verify_request: VerifyRequestFactory) -> None:
@@ -113,7 +113,7 @@ def test_verify(backend: Backend, verify_request: VerifyRequestFactory) -> None:
 def test_decompose(backend: Backend, decompose_request: JudgeRequest) -> None:
     response = asyncio.run(backend.complete(decompose_request))
     assert_well_formed(response, backend)
-    if not backend.can_write_text:
+    if not backend.capabilities.can_write_text:
         assert response.parsed is None  # declined as data, not raised
     elif response.parsed is not None:
         assert isinstance(response.parsed, DecomposeOutput)

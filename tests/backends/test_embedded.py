@@ -46,7 +46,7 @@ def only_claim_label(report: AuditRecord) -> Label | None:
 def test_implements_the_backend_contract(backend: EmbeddedBackend) -> None:
     assert isinstance(backend, Backend)
     assert backend.name == f"embedded#{VERSION}", "the name carries the verifier's version"
-    assert backend.can_write_text is False
+    assert backend.capabilities.can_write_text is False
 
 
 def test_numeric_contradiction_is_contradicted(backend: EmbeddedBackend) -> None:

@@ -13,10 +13,10 @@ import pytest
 from conftest import VerifyRequestFactory
 from faults import DECOY, Fault, FaultServer, fault_server
 
-from rt4chart.judges.circuit import CIRCUIT_THRESHOLD, JudgeUnavailable
+from rt4chart.judges.circuit import CIRCUIT_THRESHOLD
 from rt4chart.judges.policy import CallSettings, PolicyBackend, Reply, Sender, retry_after_s
 from rt4chart.method.tasks import VerifyOutput
-from rt4chart.protocol import JudgeRequest
+from rt4chart.protocol import JudgeRequest, JudgeUnavailable
 from rt4chart.types import Label
 
 REPLY = json.dumps(

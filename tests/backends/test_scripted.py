@@ -133,7 +133,7 @@ def test_every_call_is_counted_with_its_cost() -> None:
     assert backend.max_cost_usd(request) == 0.25
     assert _backend({}).max_cost_usd(request) == 0.0
     assert isinstance(backend, Backend)
-    assert backend.can_write_text
+    assert backend.capabilities.can_write_text
 
 
 def test_a_rules_file_names_its_judge(tmp_path: Path) -> None:

@@ -125,7 +125,7 @@ def test_decompose_goes_to_the_first_stage_that_can(decompose_request: JudgeRequ
     require_module("torch", "torch (the embedded extra)")
     embedded = pytest.importorskip("rt4chart.judges.embedded.verifier").EmbeddedBackend()
     backend = cascade(embedded, sure_about_duration())
-    assert not embedded.can_write_text and backend.can_write_text
+    assert not embedded.capabilities.can_write_text and backend.capabilities.can_write_text
     response = asyncio.run(backend.complete(decompose_request))
     assert response.judge == "first" and response.error is None
 

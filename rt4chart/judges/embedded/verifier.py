@@ -49,7 +49,7 @@ from pydantic import BaseModel
 from rt4chart.judges.embedded.model import ModelArtefact, artefact_sha256, features, load_model
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput
 from rt4chart.method.text import STOPWORDS, number_at, same_number
-from rt4chart.protocol import JudgeRequest, JudgeResponse
+from rt4chart.protocol import Capabilities, JudgeRequest, JudgeResponse
 from rt4chart.types import DecidedBy, JudgeScore, Label, Sentence, Usage
 
 if TYPE_CHECKING:
@@ -548,13 +548,11 @@ def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) ->
 class EmbeddedBackend:
     """The embedded offline verifier as a backend (see the module docstring)."""
 
-    answers_offline = True
-    """Deterministic, in-process, free, and it reads no prompt: ``rt4 estimate`` plans an audit by
-    asking it (so the plan is the run's calls) and counts no prompt tokens for it."""
-    languages = frozenset({"en"})
-    """What it judges: its encoder (all-MiniLM-L6-v2), cue lists and number words are English, so an
-    answer in another language gets an error on its record instead of a verdict
-    (:func:`rt4chart.judges.registry.language_refusal`)."""
+    capabilities = Capabilities(can_write_text=False, languages=frozenset({"en"}), answers_offline=True)
+    """It scores claims and writes no text; its encoder (all-MiniLM-L6-v2), cue lists and number words
+    are English, so an answer in another language gets an error on its record instead of a verdict;
+    deterministic, in-process, free and reading no prompt, so ``rt4 estimate`` plans an audit by asking
+    it (the plan is the run's calls) and counts no prompt tokens for it."""
 
     def __init__(
         self,
@@ -571,10 +569,6 @@ class EmbeddedBackend:
     @property
     def name(self) -> str:
         return self._name
-
-    @property
-    def can_write_text(self) -> bool:
-        return False
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         started = time.perf_counter()

@@ -286,6 +286,7 @@ class Pipeline:
             line=0,
             context_sentences=len(sentences),
             chunks=len(chunks),
+            passages=len(sample.context) if isinstance(sample.context, list) else None,
             errors=decomposition.errors,
             decomposition=decomposition.stats,
         )

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from rt4chart.audited import FailOn, failing_labels
 from rt4chart.budget import Ledger
+from rt4chart.citations import add_record as add_citations
 from rt4chart.citations import describe_run
 from rt4chart.manifest import RunCounts
 from rt4chart.metrics import EvaluationMetrics, metric_rows
@@ -80,8 +81,7 @@ class RunSummary:
             self.usage = self.usage + report.usage
             return
         self.labels[report.label] += 1
-        if report.citations is not None:
-            self.citations.add(report.citations)
+        add_citations(self.citations, report)
         for claim in report.claims:
             self.claims[claim.label or "unjudged"] += 1
             # A verdict downgraded in the local stage leaves an ungrounded vote behind it.

@@ -53,7 +53,16 @@ from rt4chart.session import JudgeSession
 from rt4chart.settlement import settle_at_threshold
 from rt4chart.tasks import load_prompts, prompt_set_version
 from rt4chart.text import chunk_sentences, segment_context, split_sentences
-from rt4chart.types import AuditRecord, Claim, DecompositionStats, Label, Sample, Sentence, answer_sha256
+from rt4chart.types import (
+    AuditRecord,
+    Claim,
+    DecompositionStats,
+    Label,
+    Sample,
+    Sentence,
+    answer_sha256,
+    context_sha256,
+)
 from rt4chart.verification import ClaimVerifier, and_join, answer_hallucinated, hallucinated_spans, verify_claims
 
 
@@ -248,6 +257,7 @@ class Pipeline:
                 "prompt_version": self.prompt_version,
                 "gold": sample.gold,
                 "answer_sha256": answer_sha256(sample.answer),
+                "context_sha256": context_sha256(sample.context),
                 "language": language,
             }
         )

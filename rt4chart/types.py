@@ -6,6 +6,7 @@ Offsets are Python string indices, end exclusive, everywhere.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
@@ -599,6 +600,12 @@ def answer_sha256(answer: str) -> str:
     return hashlib.sha256(answer.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def context_sha256(context: str | list[str]) -> str:
+    """sha256 of a sample's context (its JSON: one string, or the list of passage texts): what tells
+    the answers given one context (``rt4 calibrate`` keeps them in one fold)."""
+    return hashlib.sha256(json.dumps(context).encode()).hexdigest()
+
+
 class AuditRecord(BaseModel):
     """The output record of one input line."""
 
@@ -678,6 +685,10 @@ class AuditRecord(BaseModel):
     answer_sha256: str | None = None
     """sha256 of the audited answer text: ``rt4 diff`` tells an answer that changed between two runs
     from one judged differently. ``None`` for an unreadable line (and in records made before it)."""
+    context_sha256: str | None = None
+    """sha256 of the sample's context (:func:`context_sha256`): answers to one context share it, so
+    ``rt4 calibrate`` keeps them in one fold. ``None`` for an unreadable line (and in records made
+    before it)."""
     language: str | None = None
     """The language the answer was audited as (ISO 639-1: given by the line or ``--language``, else
     detected); ``None`` for an unreadable line and in records made before it."""

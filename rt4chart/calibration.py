@@ -53,6 +53,7 @@ from rt4chart.datasets import DatasetError, load_dataset, source_key
 from rt4chart.io import PredictionsError, read_predictions, write_lines_atomically
 from rt4chart.judges import CALIBRATED_MARK, JudgeConfigError, JudgeProfile, load_profiles, resolve_judge_for_pricing
 from rt4chart.metrics import (
+    JUDGE_SCORE,
     ClaimValidation,
     Estimate,
     auroc,
@@ -211,6 +212,12 @@ class Calibration(BaseModel):
     """The judge profile written, if any."""
     refit: Refit | None = None
     """The head refitted on these labels (``--refit``), if asked for."""
+
+
+THRESHOLDED_SCORE = "score as thresholded, guard-decided claims at 0 / 1"
+"""What the validation table ranks claims by here: the score a threshold sees (:func:`_effective`),
+not the judge's own score of ``rt4 eval`` (a guard-decided claim's recorded score may disagree with
+its verdict), so its AUROC carries this name and never plain "claim AUROC"."""
 
 
 # --- labels -----------------------------------------------------------------------------------
@@ -630,7 +637,8 @@ def calibrate(
         current=_bootstrapped(columns, lambda rows: _figures(columns, rows, current_flags[rows]), resamples, seed),
         fold_points=points,
         validation=claim_validation(
-            len(labelled), [c.unsupported for c in labelled], held_flags.tolist(), [_effective(c) for c in labelled]
+            len(labelled), [c.unsupported for c in labelled], held_flags.tolist(), [_effective(c) for c in labelled],
+            THRESHOLDED_SCORE,
         ),
         changed=int((_flags(columns, everything, threshold) != current_flags).sum()),
         head=_head(records) if embedded else None,
@@ -799,7 +807,8 @@ def calibration_markdown(result: Calibration) -> str:
             f"the shipped head. {refit.reproduced} of {refit.measured} claims measured again gave the recorded "
             "probability.", "",
             "| figure | refitted head (out of fold) | shipped head |", "|---|---|---|",
-            f"| claim AUROC | {format_estimate(Estimate(value=refit.refit_auroc))} | "
+            f"| claim AUROC ({JUDGE_SCORE}: the head's probability) | "
+            f"{format_estimate(Estimate(value=refit.refit_auroc))} | "
             f"{format_estimate(Estimate(value=refit.shipped_auroc))} |",
             f"| claim log loss | {refit.refit_log_loss:.4f} | {refit.shipped_log_loss:.4f} |",
             *(f"| held-out {name} at {result.target} | {format_estimate(refit.held_out[name])} | "

@@ -352,9 +352,10 @@ def print_estimate(plan: AuditEstimate, console: Console) -> None:
     table.add_row("already cached", str(plan.cached))
     if plan.counts_tokens:
         table.add_row("prompt tokens (expected)", str(plan.prompt_tokens))
-        table.add_row("completion tokens (max)", str(plan.max_completion_tokens))
-    table.add_row("cost (expected calls, full replies)", f"${plan.expected_usd:.4f}")
-    table.add_row("worst-case cost", f"${plan.worst_case_usd:.4f}")
+        table.add_row("completion tokens (expected, typical replies)", str(plan.expected_completion_tokens))
+        table.add_row("completion tokens (expected calls, full max_tokens)", str(plan.max_completion_tokens))
+    table.add_row("cost, expected (typical replies, cached calls free)", f"${plan.expected_usd:.4f}")
+    table.add_row("cost, worst case (full replies, every re-ask)", f"${plan.worst_case_usd:.4f}")
     console.print(table)
     for note in plan.notes:
         console.print(note, style="dim", highlight=False)

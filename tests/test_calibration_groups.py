@@ -64,7 +64,7 @@ def calibrate(path: Path, *options: str) -> dict[str, Any]:
     result = CliRunner().invoke(app, ["calibrate", str(path), "--folds", str(len(CONTEXTS)), "--resamples", "20",
                                       "--json", *options])
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return dict(json.loads(result.output))
 
 
 def leave_one_context_out() -> tuple[float, float]:

@@ -390,14 +390,6 @@ def describe_answer(audit: AnswerCitations) -> str:
     return " \u00b7 ".join([*figures, counts])
 
 
-def run_citations(records: Iterable[AuditRecord]) -> RunCitations | None:
-    """The run's citation figures; ``None`` when no answer carried a citation marker."""
-    figures = RunCitations()
-    for record in records:
-        add_record(figures, record)
-    return figures if figures.answers else None
-
-
 def add_record(figures: RunCitations, record: AuditRecord) -> None:
     """Count a judged record in the run's citation figures: its citation audit, or, for an answer
     to a list-of-passages context that cites nothing, ALCE's 0."""

@@ -186,7 +186,7 @@ class FailOn(StrEnum):
     NEW = "new"
     """Only hallucinations the ``--baseline`` audit did not have (and hallucinated answers new to the input)."""
     WORSE = "worse"
-    """Only a hallucination rate above the ``--baseline``'s beyond the paired bootstrap CI."""
+    """A hallucination rate above the ``--baseline``'s by the exact McNemar test (p < 0.05, more new than fixed)."""
     MISATTRIBUTED = "misattributed"
     """Answers with a claim supported only by passages it does not cite (:mod:`rt4chart.method.citations`)."""
     MISCITED = "miscited"

@@ -229,6 +229,27 @@ class CostEstimator(Protocol):
 
 
 @runtime_checkable
+class ReplyCostEstimator(Protocol):
+    """Optional backend capability: what one call costs at a given reply size (``rt4 estimate``'s
+    expected cost; :meth:`CostEstimator.max_cost_usd` is the bound a budget reserves)."""
+
+    def call_cost_usd(self, request: JudgeRequest, completion_tokens: int) -> float:
+        """What answering ``request`` costs, in USD, with a reply of ``completion_tokens`` tokens
+        that needs no re-ask."""
+        ...
+
+
+def reply_cost_usd(backend: object, request: JudgeRequest, completion_tokens: int) -> float:
+    """:meth:`ReplyCostEstimator.call_cost_usd` of ``backend``; for a judge that can only bound
+    its cost, that bound (never less than a call can cost); 0 for one that states no cost."""
+    if isinstance(backend, ReplyCostEstimator):
+        return backend.call_cost_usd(request, completion_tokens)
+    if isinstance(backend, CostEstimator):
+        return backend.max_cost_usd(request)
+    return 0.0
+
+
+@runtime_checkable
 class TokenCounter(Protocol):
     """Optional backend capability: count a request's prompt tokens with the model's tokenizer."""
 
@@ -269,6 +290,9 @@ class BackendWrapper:
 
     def max_cost_usd(self, request: JudgeRequest) -> float:
         return self.inner.max_cost_usd(request) if isinstance(self.inner, CostEstimator) else 0.0
+
+    def call_cost_usd(self, request: JudgeRequest, completion_tokens: int) -> float:
+        return reply_cost_usd(self.inner, request, completion_tokens)
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         return await self.inner.complete(request)

@@ -6,6 +6,7 @@ Offsets are Python string indices, end exclusive, everywhere.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
@@ -288,6 +289,15 @@ class CitationMarker(BaseModel):
     """The answer sentence the marker belongs to: the last one that starts before it."""
 
 
+class SubsetCheck(BaseModel):
+    """A claim judged against some of its cited passages only (for ALCE citation precision)."""
+
+    passages: list[int]
+    """The passages the judge saw, 0-based."""
+    label: Label | None
+    """The verdict against them; ``None`` when the judge call failed."""
+
+
 class ClaimCitation(BaseModel):
     """A claim's citations checked against where its support really lies."""
 
@@ -309,8 +319,12 @@ class ClaimCitation(BaseModel):
     """The extra verification of the claim against its cited passages only (run for an entailed
     claim whose evidence is not all inside the passages it cites); ``None`` when it did not run."""
     relevant: list[int] = Field(default_factory=list)
-    """Cited passages that count for ALCE citation precision: those holding the supporting evidence
-    of a supported claim (all its citations, when it has one)."""
+    """Cited passages that count for ALCE citation precision (ALCE's eval.py): the one citation of
+    a claim its cited passages support; of several, each that alone supports the claim, or without
+    which the rest no longer do; none for a claim citing a ref that names no passage."""
+    subset_checks: list[SubsetCheck] = Field(default_factory=list)
+    """The judge's verdicts on the claim against subsets of its cited passages (one passage alone,
+    or all but one) that ALCE precision needed and the evidence could not settle."""
 
 
 class AnswerCitations(BaseModel):
@@ -323,10 +337,12 @@ class AnswerCitations(BaseModel):
     verdicts: dict[str, int] = Field(default_factory=dict)
     """Claims per citation verdict (``supported``, ``misattributed``, ``unsupported``, ``uncited``)."""
     precision: float | None = None
-    """ALCE citation precision: citations that count (:attr:`ClaimCitation.relevant`) over all
-    citations of the answer's claims; ``None`` when no claim cites."""
+    """ALCE citation precision: citations that count (:attr:`ClaimCitation.relevant`) over the
+    citations of the answer's claims (a claim citing a ref that names no passage adds none), 0 when
+    none counts as a citation; ``None`` when no claim has a verdict."""
     recall: float | None = None
-    """ALCE citation recall: claims supported by their cited passages over claims with a verdict."""
+    """ALCE citation recall: claims supported by the passages they cite (every ref naming one) over
+    claims with a verdict; ``None`` when no claim has a verdict."""
     checks: int = 0
     """Claims verified again against their cited passages only (the extra verification)."""
 
@@ -353,6 +369,15 @@ class RunCitations(BaseModel):
     """Answers with a citation recall (some claim has a verdict)."""
     checks: int = 0
     """Extra verifications against cited passages only."""
+    uncited_answers: int = 0
+    """Answers to a list-of-passages context that cite nothing: each scores ALCE precision and
+    recall 0 in the run's means, as in ALCE's eval.py."""
+
+    def add_uncited(self) -> None:
+        """Count an answer to a list-of-passages context that carries no citation marker."""
+        self.uncited_answers += 1
+        self.precision_answers += 1
+        self.recall_answers += 1
 
     def add(self, audit: AnswerCitations) -> None:
         """Count one answer's citation audit."""
@@ -373,13 +398,15 @@ class RunCitations(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def precision(self) -> float | None:
-        """ALCE citation precision averaged over the answers that cite (ALCE averages over outputs)."""
+        """ALCE citation precision averaged over the answers to list-of-passages contexts, those
+        citing nothing at 0 (ALCE averages over outputs)."""
         return self.precision_sum / self.precision_answers if self.precision_answers else None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def recall(self) -> float | None:
-        """ALCE citation recall averaged over the answers that cite."""
+        """ALCE citation recall averaged over the answers to list-of-passages contexts, those
+        citing nothing at 0."""
         return self.recall_sum / self.recall_answers if self.recall_answers else None
 
 
@@ -573,6 +600,12 @@ def answer_sha256(answer: str) -> str:
     return hashlib.sha256(answer.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def context_sha256(context: str | list[str]) -> str:
+    """sha256 of a sample's context (its JSON: one string, or the list of passage texts): what tells
+    the answers given one context (``rt4 calibrate`` keeps them in one fold)."""
+    return hashlib.sha256(json.dumps(context).encode()).hexdigest()
+
+
 class AuditRecord(BaseModel):
     """The output record of one input line."""
 
@@ -618,6 +651,9 @@ class AuditRecord(BaseModel):
     signal_tokens: dict[str, SignalReport | AttentionSignalReport] = Field(default_factory=dict)
     """Each signal's token-level scores and flagged spans, by the signal's name (``csr``:
     :class:`SignalReport`; ``aggtruth``: :class:`AttentionSignalReport`)."""
+    passages: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    """Passages of a list-of-passages context (what an answer may cite); left out of the record for
+    a single-string context. A run's ALCE citation means count such answers citing nothing as 0."""
     citations: AnswerCitations | None = Field(default=None, exclude_if=lambda value: value is None)
     """The citation audit of an answer with citation markers (:mod:`rt4chart.method.citations`); left out
     of the record for an answer without any."""
@@ -649,6 +685,10 @@ class AuditRecord(BaseModel):
     answer_sha256: str | None = None
     """sha256 of the audited answer text: ``rt4 diff`` tells an answer that changed between two runs
     from one judged differently. ``None`` for an unreadable line (and in records made before it)."""
+    context_sha256: str | None = None
+    """sha256 of the sample's context (:func:`context_sha256`): answers to one context share it, so
+    ``rt4 calibrate`` keeps them in one fold. ``None`` for an unreadable line (and in records made
+    before it)."""
     language: str | None = None
     """The language the answer was audited as (ISO 639-1: given by the line or ``--language``, else
     detected); ``None`` for an unreadable line and in records made before it."""

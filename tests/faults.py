@@ -65,8 +65,9 @@ class FaultServer:
     """Delay before every answer (makes concurrent requests overlap)."""
     prompt_tokens: Callable[[dict[str, Any]], int] = lambda body: 50
     """The prompt tokens a reply reports, as a function of the request body."""
-    completion_tokens: int = 20
-    """The completion tokens a reply reports (at most the request's ``max_tokens``)."""
+    completion_tokens: int | Callable[[str], int] = 20
+    """The completion tokens a reply reports (at most the request's ``max_tokens``), or a function
+    of the reply's content that counts them."""
     refused_formats: frozenset[str | None] = frozenset()
     """``response_format`` types (``json_schema``, ``json_object``; ``None``: a request without one)
     answered with 400, as by a server that does not offer that structured-output mode."""
@@ -177,13 +178,16 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 self._send(401, {"error": {"message": message, "type": "invalid_request_error"}})
             elif behaviour == "reasoning":
                 reasoning = f"Maybe {DECOY}? Let me check."
-                self._send(200, _completion(model, state.content_for(behaviour, body), reasoning, self._usage(body)))
+                content = state.content_for(behaviour, body)
+                self._send(200, _completion(model, content, reasoning, self._usage(body, content)))
             else:
-                self._send(200, _completion(model, state.content_for(behaviour, body), None, self._usage(body)))
+                content = state.content_for(behaviour, body)
+                self._send(200, _completion(model, content, None, self._usage(body, content)))
 
-        def _usage(self, body: dict[str, Any]) -> tuple[int, int]:
-            completion = min(state.completion_tokens, int(body.get("max_tokens") or state.completion_tokens))
-            return state.prompt_tokens(body), completion
+        def _usage(self, body: dict[str, Any], content: str) -> tuple[int, int]:
+            counted = state.completion_tokens
+            tokens = counted(content) if callable(counted) else counted
+            return state.prompt_tokens(body), min(tokens, int(body.get("max_tokens") or tokens))
 
     return Handler
 

@@ -96,9 +96,10 @@ def test_estimate_prices_the_planned_calls_without_calling_the_judge(tmp_path: P
     assert cold.exit_code == 0, cold.output
     # Per sample: one decomposition, one local call (one chunk, both claims in a batch), one global call.
     assert table_value(cold.output, "judge calls \\(expected\\)") == "9"
-    assert table_value(cold.output, "cost \\(expected calls, full replies\\)") == "$0.0900"
+    assert table_value(cold.output, "cost, expected \\(typical replies, cached calls free\\)") == "$0.0900"
     worst_calls = int(table_value(cold.output, "judge calls \\(worst case\\)"))
-    assert float(table_value(cold.output, "worst-case cost").lstrip("$")) >= worst_calls * COST > 9 * COST
+    worst_cost = table_value(cold.output, "cost, worst case \\(full replies, every re-ask\\)")
+    assert float(worst_cost.lstrip("$")) >= worst_calls * COST > 9 * COST
     assert table_value(cold.output, "already cached") == "0"
 
     audit = runner.invoke(app, ["verify", str(inputs), "--judge", f"scripted:{rules}", "-q",
@@ -117,8 +118,8 @@ def test_max_tokens_bounds_what_each_planned_call_reserves(tmp_path: Path) -> No
     default = runner.invoke(app, args)
     bounded = runner.invoke(app, [*args, "--max-tokens", "100"])
     assert default.exit_code == bounded.exit_code == 0, bounded.output
-    assert table_value(default.output, "completion tokens \\(max\\)") == str(9 * 1024)
-    assert table_value(bounded.output, "completion tokens \\(max\\)") == str(9 * 100)
+    assert table_value(default.output, "completion tokens \\(expected calls, full max_tokens\\)") == str(9 * 1024)
+    assert table_value(bounded.output, "completion tokens \\(expected calls, full max_tokens\\)") == str(9 * 100)
     refused = runner.invoke(app, [*args, "--max-tokens", "0"])
     assert refused.exit_code == 2 and "--max-tokens: Input should be greater than or equal to 1" in refused.output
 

@@ -71,9 +71,10 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, list[
 
 def alce(claims: list[tuple[str | None, int, int]]) -> tuple[float | None, float | None]:
     """ALCE citation (precision, recall) of one answer from (verdict, citations, citations that
-    count) per claim: recall = supported claims / claims; precision = counting citations / citations."""
+    count) per claim: recall = supported claims / claims; precision = counting citations / citations
+    (0 without any, as ALCE's eval.py scores an output that cites nothing)."""
     citations = sum(n for _, n, _ in claims)
-    precision = sum(r for _, _, r in claims) / citations if citations else None
+    precision = (sum(r for _, _, r in claims) / citations if citations else 0.0) if claims else None
     recall = sum(verdict == "supported" for verdict, _, _ in claims) / len(claims) if claims else None
     return precision, recall
 
@@ -152,9 +153,22 @@ def recomputed(line: dict[str, Any], record: dict[str, Any]) -> list[tuple[str |
         if not supporting:
             out.append(("misattributed", n_citations, 0))
         else:
-            relevant = len(cited) if n_citations == 1 else len(supporting & set(cited))
-            out.append(("supported", n_citations, relevant))
+            out.append(("supported", n_citations, alce_relevant(cited, supporting, claim["citation"]["subset_checks"])))
     return out
+
+
+def alce_relevant(cited: list[int], supporting: set[int], checks: list[dict[str, Any]]) -> int:
+    """ALCE's count of the citations that count of a supported claim: its one citation; of several,
+    each whose passage alone supports the claim or without which the rest do not. A subset holding
+    all the supporting evidence supports; the record's subset checks answer the rest."""
+    if len(cited) == 1:
+        return 1
+    judged = {tuple(c["passages"]): c["label"] == "entailed" for c in checks}
+
+    def holds(passages: set[int]) -> bool:
+        return supporting <= passages or judged[tuple(sorted(passages))]
+
+    return sum(holds({p}) or not holds(set(cited) - {p}) for p in cited)
 
 
 # --- the hand-labelled set through rt4 verify ------------------------------------------------------

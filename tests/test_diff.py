@@ -233,7 +233,7 @@ def test_gate_exit_codes_for_new_worse_and_none(tmp_path: Path) -> None:
                 cwd=tmp_path)
     assert worse.returncode == 1
     assert "another" in worse.stderr.lower() or "differ in judge" in worse.stderr  # said loudly
-    assert "worse beyond the paired CI" in worse.stderr
+    assert "worse by the exact McNemar test" in worse.stderr
     # Without a baseline, new and worse cannot decide anything.
     refused = rt4("verify", str(inputs), "--judge", f"scripted:{rules}", "--fail-on", "new", "-q", cwd=tmp_path)
     assert refused.returncode == 2 and "--baseline" in refused.stderr

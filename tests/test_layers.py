@@ -39,7 +39,7 @@ def layer_of(module: str, order: dict[str, int]) -> int:
 
 
 def modules() -> dict[str, Path]:
-    """Every module of the package by dotted name below ``rt4chart`` (``cli``, ``backends.base``)."""
+    """Every module of the package by dotted name below ``rt4chart`` (``protocol``, ``judges.registry``)."""
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(PACKAGE).with_suffix("").parts

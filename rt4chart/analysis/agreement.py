@@ -622,6 +622,9 @@ class RunsReport(BaseModel):
     """Per judge."""
     differences: list[RunDifference]
     """Every pair of judges, for F1 and balanced accuracy."""
+    flag_everything_f1: float | None = None
+    """The trivial baseline: answer F1 of flagging every one of the samples hallucinated (its
+    balanced accuracy is 0.5 by definition)."""
     resamples: int
     """Bootstrap resamples."""
     seed: int
@@ -732,7 +735,10 @@ def runs_report(
                     warnings=warnings,
                 )
             )
-    return RunsReport(samples=int(g.size), judges=per_judge, differences=differences, resamples=resamples, seed=seed)
+    return RunsReport(
+        samples=int(g.size), judges=per_judge, differences=differences,
+        flag_everything_f1=_f1(g, np.ones_like(g)) if g.size else None, resamples=resamples, seed=seed,
+    )
 
 
 # --- reading output files ----------------------------------------------------------------------

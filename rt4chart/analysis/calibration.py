@@ -24,12 +24,14 @@ Scores: the judge's belief that a claim is not entailed, as the metrics read it
 
 Either way the figures below are what the written profile does on the same answers.
 
-Held-out figures: the answers are split into ``folds`` folds (answers sharing a context, when the
-gold file gives contexts, stay in one fold); each fold's threshold is chosen on the other folds'
-labels only and its claims are flagged with it; precision / recall / F1 are those of the pooled
-held-out flags. Their 95% intervals come from :func:`rt4chart.analysis.metrics.bootstrap_interval` over
-answer groups, redoing the whole cross-validation on each resample (so they carry the choice's
-variability too). The threshold written to the profile is the one chosen on all labels.
+Held-out figures: the answers are split into ``folds`` folds, answers sharing a context in one fold
+(the gold file's contexts, else the records' ``context_sha256``: answers to one context are near
+copies of each other's labels, and a fold that saw one would leak into the other); each fold's
+threshold is chosen on the other folds' labels only and its claims are flagged with it; precision /
+recall / F1 are those of the pooled held-out flags. Their 95% intervals come from
+:func:`rt4chart.analysis.metrics.bootstrap_interval` over the fold groups, redoing the whole
+cross-validation on each resample (so they carry the choice's variability too). The threshold
+written to the profile is the one chosen on all labels.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from pydantic import BaseModel
 
 from rt4chart.analysis.datasets import DatasetError, load_dataset, source_key
 from rt4chart.analysis.metrics import (
+    JUDGE_SCORE,
     ClaimValidation,
     Estimate,
     auroc,
@@ -185,14 +188,20 @@ class Calibration(BaseModel):
     fixed: int
     """Labelled claims whose verdict no threshold moves (decided by a guard)."""
     groups: int
-    """Fold groups (answers, or contexts)."""
+    """Fold groups: contexts (answers to one context share a fold), or answers of records made before
+    records carried their context's hash."""
+    ungrouped: int = 0
+    """Labelled answers whose records carry no context hash: each its own fold group."""
     folds: int
     seed: int
     resamples: int
     threshold: float
     """The operating point chosen on all labels: flag a claim when its score is at or above it."""
     target_reached: bool
-    """Whether the target holds on all labels at :attr:`threshold` (else the nearest point was taken)."""
+    """Whether the target holds at :attr:`threshold` on all labels, the ones it was chosen on: an
+    in-sample statement (else the nearest point was taken); :attr:`held_out` is the estimate."""
+    warnings: list[str] = []
+    """What makes a figure less than a held-out estimate (printed first)."""
     held_out: dict[str, Estimate]
     """``precision``, ``recall``, ``f1`` of the held-out flags, with 95% bootstrap intervals."""
     current: dict[str, Estimate]
@@ -208,6 +217,12 @@ class Calibration(BaseModel):
     """The judge profile written, if any."""
     refit: Refit | None = None
     """The head refitted on these labels (``--refit``), if asked for."""
+
+
+THRESHOLDED_SCORE = "score as thresholded, guard-decided claims at 0 / 1"
+"""What the validation table ranks claims by here: the score a threshold sees (:func:`_effective`),
+not the judge's own score of ``rt4 eval`` (a guard-decided claim's recorded score may disagree with
+its verdict), so its AUROC carries this name and never plain "claim AUROC"."""
 
 
 # --- labels -----------------------------------------------------------------------------------
@@ -231,9 +246,16 @@ def _labelled(
     return LabelledClaim(group, unsupported, score, _fixed(claim), claim.label != Label.ENTAILED, weight, where)
 
 
+def fold_group(record: AuditRecord) -> str:
+    """A record's fold group without a gold file: the context it answered (``context_sha256``), so
+    answers to one context never sit on both sides of a fold; the answer itself for records made
+    before they carried it."""
+    return f"context {record.context_sha256}" if record.context_sha256 is not None else f"answer {record_id(record)}"
+
+
 def gold_claims(records: Sequence[AuditRecord], gold: Path | None) -> list[LabelledClaim]:
-    """Claims labelled by gold spans: ``gold`` (``rt4 convert`` output, by id; its contexts group
-    the folds) or, without it, the gold the records carry (each answer its own group)."""
+    """Claims labelled by gold spans: ``gold`` (``rt4 convert`` output, by id) or, without it, the
+    gold the records carry; the folds grouped by context either way (:func:`fold_group`)."""
     by_id: dict[str, tuple[Gold, str]] = {}
     if gold is not None:
         try:
@@ -243,7 +265,7 @@ def gold_claims(records: Sequence[AuditRecord], gold: Path | None) -> list[Label
     labelled = []
     for record in records:
         found = by_id.get(record.id or "") if gold is not None else (
-            (record.gold, record_id(record)) if record.gold is not None else None
+            (record.gold, fold_group(record)) if record.gold is not None else None
         )
         if found is None:
             continue
@@ -278,7 +300,7 @@ def reviewed_claims(records: Sequence[AuditRecord], reviews: Path) -> tuple[list
             continue
         weight = 1.0 / review.inclusion_probability if review.inclusion_probability else 1.0
         located = (review.record_id, review.claim_index)
-        item = _labelled(claim, review.label != "entailed", review.record_id, located, weight)
+        item = _labelled(claim, review.label != "entailed", fold_group(record), located, weight)
         if item is not None:
             labelled.append(item)
     return labelled, unsure
@@ -599,7 +621,7 @@ def calibrate(
     columns = _columns(labelled)
     groups = len(columns.group_rows)
     if groups < folds:
-        raise CalibrationError(f"{groups} labelled answers cannot fill {folds} folds: label more, or lower --folds")
+        raise CalibrationError(f"{groups} labelled contexts cannot fill {folds} folds: label more, or lower --folds")
     everything = np.arange(len(labelled))
     threshold, reached = choose_threshold(columns, everything, target)
     fold_of = fold_of_groups(groups, folds, seed)
@@ -620,11 +642,14 @@ def calibrate(
         current=_bootstrapped(columns, lambda rows: _figures(columns, rows, current_flags[rows]), resamples, seed),
         fold_points=points,
         validation=claim_validation(
-            len(labelled), [c.unsupported for c in labelled], held_flags.tolist(), [_effective(c) for c in labelled]
+            len(labelled), [c.unsupported for c in labelled], held_flags.tolist(), [_effective(c) for c in labelled],
+            THRESHOLDED_SCORE,
         ),
         changed=int((_flags(columns, everything, threshold) != current_flags).sum()),
         head=_head(records) if embedded else None,
     )
+    result.ungrouped = len({c.group for c in labelled if c.group.startswith("answer ")})
+    result.warnings = in_sample_warnings(result, target)
     if refit is not None:
         if result.score != "p_unsupported" or result.head is None:
             raise CalibrationError("--refit refits the embedded verifier's head: records of the shipped embedded "
@@ -634,6 +659,26 @@ def calibrate(
         write_profile(result, profile, judge_spec)
         result.profile = str(profile)
     return result
+
+
+def in_sample_warnings(result: Calibration, target: Target) -> list[str]:
+    """Where a figure is not a held-out estimate: folds that let answers to one context leak, and a
+    target reached only on the labels the point was chosen on."""
+    warnings = []
+    if result.ungrouped:
+        warnings.append(
+            f"{result.ungrouped} labelled answers carry no context hash (records made before rt4chart kept "
+            "context_sha256): each is its own fold group, so answers to one context can sit on both sides of a "
+            "fold and the held-out figures read high; audit again, or give --gold"
+        )
+    if target.kind != "best-f1" and target.bound is not None:
+        held = result.held_out[target.kind].value
+        if result.target_reached and held is not None and held < target.bound:
+            warnings.append(
+                f"the target holds in-sample only (on the labels the point was chosen on): held out, "
+                f"{target.kind} is {held:.3f} < {target.bound:g}"
+            )
+    return warnings
 
 
 # --- the profile ------------------------------------------------------------------------------
@@ -732,9 +777,11 @@ def judge_of_records(recorded: str, judge: str | None = None) -> tuple[str, str 
 def calibration_markdown(result: Calibration) -> str:
     """The calibration as a Markdown section: the point, held-out figures, folds, the validation table."""
     held, current = result.held_out, result.current
-    note = "" if result.target_reached else " (target not reached on these labels: the nearest point)"
+    note = (" (target reached in-sample: on the labels it was chosen on)" if result.target_reached
+            else " (target not reached on these labels: the nearest point)")
     lines = [
         f"### Calibration of {result.judge}: {result.target}", "",
+        *(f"- **warning**: {warning}" for warning in result.warnings),
         f"- labels: {result.labels}; {result.labelled} labelled claims of {result.claims}"
         + (f", {result.unsure} unsure left out" if result.unsure else "")
         + (", weighted by the plan's inclusion probabilities" if result.weighted else ""),
@@ -742,7 +789,9 @@ def calibration_markdown(result: Calibration) -> str:
         "score 1 in the table below)",
         f"- operating point (chosen on all labels): flag a claim at score >= {result.threshold:g}{note}; "
         f"it changes {result.changed} of the labelled claims' verdicts",
-        f"- held out: {result.folds} folds over {result.groups} answer groups, seed {result.seed}; 95% CIs from "
+        f"- held out: {result.folds} folds over {result.groups} groups (answers to one context share a fold"
+        + (f"; {result.ungrouped} answers without a context hash are groups of their own" if result.ungrouped else "")
+        + f"), seed {result.seed}; 95% CIs from "
         f"{result.resamples} bootstrap resamples of the groups (the cross-validation redone on each)",
         "", "| figure | held out, at the chosen point | the judge's own verdicts |", "|---|---|---|",
         *(f"| {name} | {format_estimate(held[name])} | {format_estimate(current[name])} |"
@@ -763,7 +812,8 @@ def calibration_markdown(result: Calibration) -> str:
             f"the shipped head. {refit.reproduced} of {refit.measured} claims measured again gave the recorded "
             "probability.", "",
             "| figure | refitted head (out of fold) | shipped head |", "|---|---|---|",
-            f"| claim AUROC | {format_estimate(Estimate(value=refit.refit_auroc))} | "
+            f"| claim AUROC ({JUDGE_SCORE}: the head's probability) | "
+            f"{format_estimate(Estimate(value=refit.refit_auroc))} | "
             f"{format_estimate(Estimate(value=refit.shipped_auroc))} |",
             f"| claim log loss | {refit.refit_log_loss:.4f} | {refit.shipped_log_loss:.4f} |",
             *(f"| held-out {name} at {result.target} | {format_estimate(refit.held_out[name])} | "

@@ -152,6 +152,12 @@ class PairedTest(BaseModel):
     def better(self) -> bool:
         return self.ci_high is not None and self.ci_high < 0
 
+    @property
+    def significantly_worse(self) -> bool:
+        """The rate rose (more new than fixed) and the exact McNemar test rejects "no change" at
+        ``1 - confidence``: what ``--fail-on worse`` decides by, the test it prints."""
+        return self.new_only > self.base_only and self.p_value < 1 - self.confidence
+
 
 ComparisonKind = Literal["judge comparison", "system comparison", "mixed", "rerun"]
 
@@ -526,7 +532,8 @@ GATE_POLICIES = (FailOn.NEW, FailOn.WORSE)
 
 def baseline_gate(reports: list[AuditRecord], new_config: RunConfig, baseline: Path, fail_on: FailOn) -> GateOutcome:
     """The regression gate: ``new`` fails on any hallucination this run brings (see
-    :attr:`AnswerDiff.gate_new`); ``worse`` only when the rate rose beyond the paired CI."""
+    :attr:`AnswerDiff.gate_new`); ``worse`` only when the rate rose and the exact McNemar test
+    says so (:attr:`PairedTest.significantly_worse`)."""
     base_reports, base_config, warnings = load_run(baseline)
     result = diff_reports(base_reports, reports, base_config, new_config)
     new_lines = [answer.new_line for answer in result.answers if answer.gate_new and answer.new_line is not None]
@@ -541,8 +548,11 @@ def baseline_gate(reports: list[AuditRecord], new_config: RunConfig, baseline: P
         rate = (f"hallucination rate {test.base_rate:.3f} -> {test.new_rate:.3f}, difference CI "
                 f"[{test.ci_low:+.3f}, {test.ci_high:+.3f}], McNemar p={test.p_value:.3g}")
     reason = f"{len(new_lines)} answers hallucinated now and not in the baseline, {len(pre_existing)} in both; {rate}"
-    fails = bool(new_lines) if fail_on is FailOn.NEW else test.worse if fail_on is FailOn.WORSE else False
+    worse = test.significantly_worse
+    fails = bool(new_lines) if fail_on is FailOn.NEW else worse if fail_on is FailOn.WORSE else False
     if fail_on is FailOn.WORSE:
-        reason = ("worse beyond the paired CI: " if fails else "not worse beyond the paired CI: ") + reason
+        level = f"{1 - test.confidence:.2g}"
+        reason = (f"worse by the exact McNemar test (p < {level}): " if worse
+                  else f"not worse by the exact McNemar test at {level}: ") + reason
     return GateOutcome(fails=fails, reason=reason, new_lines=new_lines, pre_existing_lines=pre_existing,
                        warnings=warnings + result.warnings, diff=result)

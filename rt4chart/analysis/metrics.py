@@ -79,6 +79,10 @@ class SweepPoint(BaseModel):
     f1: float
 
 
+JUDGE_SCORE = "judge's score"
+"""The claim score of ``rt4 eval``: :func:`claim_unsupported_score` as recorded."""
+
+
 class ClaimValidation(BaseModel):
     """Claim-level validation of the verifier against gold hallucination spans."""
 
@@ -95,7 +99,13 @@ class ClaimValidation(BaseModel):
     scored: int
     """Aligned claims for which the judge reported a confidence."""
     auroc: float | None
-    """AUROC of the unsupported score over scored claims; ``None`` without both classes."""
+    """AUROC of :attr:`score_name` over scored claims; ``None`` without both classes."""
+    score_name: str = JUDGE_SCORE
+    """What :attr:`auroc` and the sweep rank claims by (its printed name says it: one name per
+    definition): the judge's own unsupported score (``rt4 eval``), or the score as ``rt4 calibrate``
+    thresholds it, guard-decided claims at 0 or 1."""
+    flag_everything: PRF | None = None
+    """The trivial baseline: every aligned claim flagged unsupported."""
     flagged: int = 0
     """Aligned claims the verifier flagged (label not entailed)."""
     sweep: list[SweepPoint] = Field(default_factory=list)
@@ -143,8 +153,14 @@ class EvaluationMetrics(BaseModel):
     """Scored samples whose gold types every annotation (contradiction vs baseless)."""
     contradiction: PRF | None = None
     """Contradiction detection over the typed samples; ``None`` when there are none."""
+    flag_everything_contradiction: PRF | None = None
+    """The trivial baseline of :attr:`contradiction`: every typed sample flagged contradicted."""
     baseless: PRF | None = None
     """Baseless-information detection over the typed samples; ``None`` when there are none."""
+    flag_everything_baseless: PRF | None = None
+    """The trivial baseline of :attr:`baseless`: every typed sample flagged baseless."""
+    flag_everything_by_task_type: dict[str, PRF] = Field(default_factory=dict)
+    """The trivial baseline of :attr:`by_task_type`: every answer of the task type flagged."""
     evidence_samples: int = 0
     """Samples with a correctly detected contradiction that has alignable gold evidence."""
     evidence: PRF | None
@@ -396,12 +412,14 @@ def _evidence(samples: Sequence[ScoredSample]) -> PRF | None:
     return prf(sum(c[0] for c in counts), sum(c[1] for c in counts), sum(c[2] for c in counts))
 
 
-def _typed_prf(samples: Sequence[ScoredSample], kind: GoldKind) -> PRF | None:
+def _typed_prf(samples: Sequence[ScoredSample], kind: GoldKind, flag_everything: bool = False) -> PRF | None:
+    """Detection of ``kind`` over the samples with typed gold; with ``flag_everything``, the trivial
+    detector that flags every one of them."""
     pairs = [s.contradiction if kind == "contradiction" else s.baseless for s in samples]
     known = [pair for pair in pairs if pair is not None]
     if not known:
         return None
-    return binary_prf([gold for gold, _ in known], [predicted for _, predicted in known])
+    return binary_prf([gold for gold, _ in known], [flag_everything or predicted for _, predicted in known])
 
 
 def _auroc(samples: Sequence[ScoredSample]) -> float | None:
@@ -480,7 +498,8 @@ def validate_claims(pairs: Iterable[tuple[AuditRecord, Gold]]) -> ClaimValidatio
 
 
 def claim_validation(
-    claims: int, gold: Sequence[bool], predicted: Sequence[bool], scores: Sequence[float | None]
+    claims: int, gold: Sequence[bool], predicted: Sequence[bool], scores: Sequence[float | None],
+    score_name: str = JUDGE_SCORE,
 ) -> ClaimValidation:
     """The validation of ``claims`` claims of which these are aligned: each one's gold (unsupported or
     not), whether the verifier flagged it at its operating point, and its unsupported score (``None``:
@@ -496,6 +515,8 @@ def claim_validation(
         at_operating_point=binary_prf(gold, predicted),
         scored=len(known),
         auroc=auroc(scored_gold, known),
+        score_name=score_name,
+        flag_everything=binary_prf(gold, [True] * len(gold)) if gold else None,
         flagged=sum(predicted),
         sweep=[_sweep_point(scored_gold, known, t / 10) for t in range(1, 10)] if known else [],
         best_f1=max(
@@ -569,7 +590,13 @@ def score_reports(
         span=_span(scored) if spans else None,
         typed=sum(s.contradiction is not None for s in scored),
         contradiction=_typed_prf(scored, "contradiction"),
+        flag_everything_contradiction=_typed_prf(scored, "contradiction", flag_everything=True),
         baseless=_typed_prf(scored, "baseless"),
+        flag_everything_baseless=_typed_prf(scored, "baseless", flag_everything=True),
+        flag_everything_by_task_type={
+            task: binary_prf([m.gold for m in members], [True] * len(members))
+            for task, members in sorted(by_task.items())
+        },
         evidence_samples=sum(s.evidence is not None for s in scored) if spans else 0,
         evidence=_evidence(scored) if spans else None,
         claims=validate_claims((r, g) for r, g in pairs if r.hallucinated is not None),
@@ -652,14 +679,20 @@ def metric_rows(metrics: EvaluationMetrics) -> list[tuple[str, str, str]]:
                      "characters of every answer sentence"))
     rows.append(("span chars TP / FP / FN", f"{span.tp} / {span.fp} / {span.fn}" if span else "n/a",
                  "" if span else "claims are not mapped to answer spans (holistic decomposition)"))
-    for name, typed in (("contradiction", metrics.contradiction), ("baseless", metrics.baseless)):
+    for name, typed, trivial in (("contradiction", metrics.contradiction, metrics.flag_everything_contradiction),
+                                 ("baseless", metrics.baseless, metrics.flag_everything_baseless)):
         rows.append((f"{name} TP / FP / FN", f"{typed.tp} / {typed.fp} / {typed.fn}" if typed else "n/a",
                      f"over {metrics.typed} samples with typed gold"))
+        if trivial is not None:
+            rows.append((f"baseline: flag every answer {name}, P / R / F1", _prf_cells(trivial),
+                         f"a {name} F1 below this is no better than calling every typed answer {name}"))
     rows.append(("evidence samples", str(metrics.evidence_samples),
                  "correctly detected contradictions with alignable gold evidence"))
     if len(metrics.by_task_type) > 1:
         for task, result in metrics.by_task_type.items():
             rows.append((f"answer F1 [{task}]", _figure(result.f1), f"P {result.precision:.3f}, R {result.recall:.3f}"))
+            if (trivial := metrics.flag_everything_by_task_type.get(task)) is not None:
+                rows.append((f"baseline [{task}]: flag every answer, P / R / F1", _prf_cells(trivial), ""))
     return rows + claim_rows(metrics.claims)
 
 
@@ -671,7 +704,10 @@ def claim_rows(claims: ClaimValidation, operating_point: str = "label != entaile
     operating = claims.at_operating_point
     rows.append(("claim precision / recall / F1",
                  f"{operating.precision:.3f} / {operating.recall:.3f} / {operating.f1:.3f}", operating_point))
-    rows.append(("claim AUROC", _figure(claims.auroc), f"{claims.scored} claims with a confidence"))
+    if claims.flag_everything is not None:
+        rows.append(("baseline: flag every claim, P / R / F1", _prf_cells(claims.flag_everything),
+                     "a claim F1 below this is no better than flagging all"))
+    rows.append((f"claim AUROC ({claims.score_name})", _figure(claims.auroc), f"{claims.scored} claims with a score"))
     rows.append(("claims flagged", f"{claims.flagged} of {claims.aligned}", operating_point))
     for point in claims.sweep:
         rows.append((f"claim sweep: score >= {point.threshold:g}", _prf_cells(point), f"{point.flagged} flagged"))

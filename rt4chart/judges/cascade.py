@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput, narrow_verify_request
-from rt4chart.protocol import Backend, Capabilities, CostEstimator, JudgeRequest, JudgeResponse
+from rt4chart.protocol import Backend, Capabilities, CostEstimator, JudgeRequest, JudgeResponse, reply_cost_usd
 from rt4chart.types import Usage
 
 
@@ -117,6 +117,11 @@ class CascadeBackend:
         return sum(
             s.backend.max_cost_usd(request) for s in self.stages if isinstance(s.backend, CostEstimator)
         )
+
+    def call_cost_usd(self, request: JudgeRequest, completion_tokens: int) -> float:
+        """The first stage sees every claim; the later ones only those it leaves open, which no plan
+        knows: every stage counted (the figure errs high)."""
+        return sum(reply_cost_usd(s.backend, request, completion_tokens) for s in self.stages)
 
     async def aclose(self) -> None:
         for stage in self.stages:

@@ -375,6 +375,14 @@ class PolicyBackend:
         first = prompt * input_price + output * output_price
         return first + self.settings.max_reasks * (reask_prompt * input_price + output * output_price)
 
+    def call_cost_usd(self, request: JudgeRequest, completion_tokens: int) -> float:
+        """One call at the judge's prices: the prompt as counted (what ``rt4 estimate`` prints) and a
+        reply of ``completion_tokens`` (at most ``max_tokens``), no re-ask."""
+        input_price, output_price = self._prices()
+        request = self._capped(request)
+        output = min(completion_tokens, request.params.max_tokens)
+        return self.count_prompt_tokens(request) * input_price + output * output_price
+
     def _another_endpoint_left(self) -> bool:
         return self.circuit.another_endpoint_left
 

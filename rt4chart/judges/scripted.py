@@ -243,5 +243,8 @@ class ScriptedBackend:
     def max_cost_usd(self, request: JudgeRequest) -> float:
         return self.rules.cost_per_call
 
+    def call_cost_usd(self, request: JudgeRequest, completion_tokens: int) -> float:
+        return self.rules.cost_per_call
+
     async def aclose(self) -> None:
         return None

@@ -24,7 +24,7 @@ import time
 from collections import Counter
 
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput
-from rt4chart.protocol import Backend, Capabilities, CostEstimator, JudgeRequest, JudgeResponse
+from rt4chart.protocol import Backend, Capabilities, CostEstimator, JudgeRequest, JudgeResponse, reply_cost_usd
 from rt4chart.types import Label, Usage
 
 TIE_ORDER = (Label.CONTRADICTED, Label.BASELESS, Label.ENTAILED)
@@ -118,6 +118,10 @@ class VoteBackend:
     def max_cost_usd(self, request: JudgeRequest) -> float:
         """Every member sees every request: the sum of the members' worst cases."""
         return sum(m.max_cost_usd(request) for m in self.members if isinstance(m, CostEstimator))
+
+    def call_cost_usd(self, request: JudgeRequest, completion_tokens: int) -> float:
+        """Every member answers every request."""
+        return sum(reply_cost_usd(m, request, completion_tokens) for m in self.members)
 
     async def aclose(self) -> None:
         for member in self.members:

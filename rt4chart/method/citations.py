@@ -15,24 +15,30 @@ entail the claim: the verification step itself, against a view of those passages
 judge decides. A claim whose evidence already lies in the passages it cites needs no call: the judge
 quoted its support from them, and grounding checked the quotes.
 
-Citation precision and recall follow ALCE (Gao et al. 2023, "Enabling Large Language Models to
-Generate Text with Citations"), with claims as the statements: recall is the share of claims that
-their cited passages support (a claim without citation scores 0); precision the share of citations
-that count, where a citation of a supported claim counts when it is its only one or when its passage
-holds the supporting evidence (ALCE's "alone supports, or needed by the rest", read off where the
-judge's evidence lies instead of one more call per citation). Per answer, then averaged over the
-answers that cite, as ALCE averages over outputs.
+Citation precision and recall are ALCE's (Gao et al. 2023, "Enabling Large Language Models to
+Generate Text with Citations", ``compute_autoais`` in its eval.py), with claims as the statements
+and the judge as the NLI model. Recall: the share of claims that the concatenation of their cited
+passages supports; a claim citing nothing, or citing a ref that names no passage, scores 0.
+Precision: per answer, the citations that count over all citations (a claim with a ref naming no
+passage adds none, as in eval.py; an answer with no citation scores 0). A claim's single citation
+counts when its passages support it; of several citations of a supported claim, each counts that
+alone supports the claim, or without which the rest no longer do (an over-cited passage does not).
+Those judgements are the judge's: against one passage alone, or all cited passages but one
+(:attr:`ClaimCitation.subset_checks`), except where the evidence already settles them: a subset
+that holds all the evidence that supported the claim supports it. The run's figures average over
+every answer to a list-of-passages context, an answer that cites nothing at 0.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rt4chart.method.text import split_sentences
-from rt4chart.method.verification import ClaimVerifier, batches, max_calls
+from rt4chart.method.verification import ClaimVerifier, Judged, batches, max_calls
 from rt4chart.types import (
     AnswerCitations,
     AuditRecord,
@@ -45,6 +51,7 @@ from rt4chart.types import (
     RunCitations,
     Sample,
     Sentence,
+    SubsetCheck,
     Verdict,
 )
 
@@ -193,41 +200,110 @@ def _settle(verdict: ClaimVerdict, citation: ClaimCitation, sentences: Sequence[
         inside = []
     if inside:
         citation.verdict, citation.supporting = "supported", inside
-        single = len(citation.cited) + len(citation.unresolved) == 1
-        citation.relevant = list(citation.cited) if single else [p for p in citation.cited if p in inside]
     else:
         citation.verdict, citation.supporting = "misattributed", citation.evidence_passages
+
+
+async def judge_against_passages(
+    verifier: ClaimVerifier, requests: Sequence[tuple[ClaimVerdict, tuple[int, ...]]], batch_claims: int
+) -> dict[tuple[int, tuple[int, ...]], Judged]:
+    """Each (claim, passages) judged against a view of those passages only, by the verification
+    step itself, in batches of claims asking about the same passages; keyed by (claim index,
+    passages). The calls are charged to their claims."""
+    sentences = verifier.index.sentences
+    groups: dict[tuple[int, ...], list[ClaimVerdict]] = {}
+    for verdict, passages in requests:
+        groups.setdefault(passages, []).append(verdict)
+    calls: list[tuple[tuple[int, ...], Coroutine[Any, Any, dict[int, Judged]]]] = []
+    for passages, members in groups.items():
+        view = [s for s in sentences if s.passage in passages]
+        claims = [Claim(index=v.index, text=v.text, sentence_index=v.sentence_index, answer_span=v.answer_span)
+                  for v in members]
+        calls.extend((passages, verifier.judge(batch, view, "local")) for batch in batches(claims, batch_claims))
+    outcomes = await asyncio.gather(*(call for _, call in calls))
+    found = {
+        (index, passages): judged
+        for (passages, _), outcome in zip(calls, outcomes, strict=True) for index, judged in outcome.items()
+    }
+    for verdict, _ in requests:
+        verdict.calls, verdict.cost_usd = verifier.charges.get(verdict.index, (0, 0.0))
+    return found
 
 
 async def check_cited_passages(
     verifier: ClaimVerifier, verdicts: list[ClaimVerdict], citations: dict[int, ClaimCitation], batch_claims: int
 ) -> int:
     """The extra verification: every claim that needs it (:func:`_needs_cited_check`) judged
-    against its cited passages only, in batches of claims citing the same passages; the outcome
-    goes to its :attr:`ClaimCitation.cited_check`. Returns how many claims were checked."""
-    sentences = verifier.index.sentences
-    groups: dict[tuple[int, ...], list[ClaimVerdict]] = {}
-    for verdict in verdicts:
-        citation = citations[verdict.index]
-        if _needs_cited_check(verdict, citation):
-            groups.setdefault(tuple(sorted(citation.cited)), []).append(verdict)
-    calls = []
-    for cited, members in groups.items():
-        view = [s for s in sentences if s.passage in cited]
-        claims = [Claim(index=v.index, text=v.text, sentence_index=v.sentence_index, answer_span=v.answer_span)
-                  for v in members]
-        for batch in batches(claims, batch_claims):
-            calls.append(verifier.judge(batch, view, "local"))
-    by_claim = {index: judged for outcome in await asyncio.gather(*calls) for index, judged in outcome.items()}
-    for verdict in verdicts:
-        judged = by_claim.get(verdict.index)
-        if judged is None:
-            continue
+    against its cited passages only; the outcome goes to its :attr:`ClaimCitation.cited_check`.
+    Returns how many claims were checked."""
+    requests = [
+        (verdict, tuple(sorted(citations[verdict.index].cited)))
+        for verdict in verdicts if _needs_cited_check(verdict, citations[verdict.index])
+    ]
+    found = await judge_against_passages(verifier, requests, batch_claims)
+    for verdict, passages in requests:
+        judged = found[verdict.index, passages]
         citations[verdict.index].cited_check = Verdict(**judged.verdict_fields())
         if judged.label is None:
             verdict.errors.append(f"citation check failed ({judged.error}); no citation verdict")
-        verdict.calls, verdict.cost_usd = verifier.charges.get(verdict.index, (0, 0.0))
-    return len(by_claim)
+    return len(requests)
+
+
+def _alce_supported(citation: ClaimCitation) -> bool:
+    """ALCE's joint entailment: the claim cites, every ref names a passage, and they support it."""
+    return citation.verdict == "supported" and not citation.unresolved
+
+
+def _settled_by_evidence(citation: ClaimCitation, passages: Iterable[int]) -> bool:
+    """A subset of the cited passages that holds all the evidence that supported the claim supports it."""
+    return set(citation.supporting) <= set(passages)
+
+
+async def check_citation_precision(
+    verifier: ClaimVerifier, verdicts: list[ClaimVerdict], citations: dict[int, ClaimCitation], batch_claims: int
+) -> int:
+    """ALCE's precision test of every citation of a supported claim that cites several passages
+    (:attr:`ClaimCitation.relevant`): first each passage alone, then, for each passage that does not
+    support the claim alone, the other cited passages without it (ALCE's conditions A and B); the
+    judge answers whatever the evidence does not settle. Returns the judge's checks."""
+    several = [v for v in verdicts if _alce_supported(citations[v.index]) and len(citations[v.index].cited) > 1]
+    known: dict[tuple[int, tuple[int, ...]], bool | None] = {}
+
+    async def settle(wanted: list[tuple[ClaimVerdict, tuple[int, ...]]]) -> int:
+        asked = []
+        for verdict, passages in wanted:
+            if (verdict.index, passages) in known:
+                continue
+            if _settled_by_evidence(citations[verdict.index], passages):
+                known[verdict.index, passages] = True
+            else:
+                asked.append((verdict, passages))
+        found = await judge_against_passages(verifier, asked, batch_claims)
+        for verdict, passages in asked:
+            check = found[verdict.index, passages]
+            citations[verdict.index].subset_checks.append(SubsetCheck(passages=list(passages), label=check.label))
+            known[verdict.index, passages] = None if check.label is None else check.label == Label.ENTAILED
+            if check.label is None:
+                verdict.errors.append(f"citation precision check failed ({check.error}); no ALCE figures")
+        return len(asked)
+
+    checks = await settle([(v, (p,)) for v in several for p in citations[v.index].cited])
+    rest = [
+        (v, tuple(sorted(set(citations[v.index].cited) - {p})))
+        for v in several for p in citations[v.index].cited if known[v.index, (p,)] is False
+    ]
+    checks += await settle(rest)
+    for verdict in several:
+        citation = citations[verdict.index]
+        without = {p: tuple(sorted(set(citation.cited) - {p})) for p in citation.cited}
+        citation.relevant = [
+            p for p in citation.cited if known[verdict.index, (p,)] or known.get((verdict.index, without[p])) is False
+        ]
+    for verdict in verdicts:
+        citation = citations[verdict.index]
+        if len(citation.cited) == 1 and _alce_supported(citation):
+            citation.relevant = list(citation.cited)
+    return checks
 
 
 async def audit_citations(
@@ -244,25 +320,34 @@ async def audit_citations(
         if citation.cited_check is None or citation.cited_check.label is not None:
             _settle(verdict, citation, sentences)
         verdict.citation = citation
+    checks += await check_citation_precision(verifier, tied, citations, batch_claims)
     return answer_citations(cited_answer, tied, checks)
+
+
+def _scored(verdict: ClaimVerdict) -> bool:
+    """Whether ALCE can score the claim: it has a verdict, and no check on its citations failed."""
+    citation = verdict.citation
+    return (
+        verdict.label is not None and citation is not None
+        and not (citation.cited_check is not None and citation.cited_check.label is None)
+        and all(check.label is not None for check in citation.subset_checks)
+    )
 
 
 def answer_citations(cited_answer: CitedAnswer, verdicts: list[ClaimVerdict], checks: int) -> AnswerCitations:
     """The answer's counts per citation verdict and its ALCE citation precision and recall."""
-    # A claim without a verdict, or whose cited check failed, is left out, as ALCE would not score it.
-    citations = [
-        v.citation for v in verdicts
-        if v.label is not None and v.citation is not None
-        and not (v.citation.cited_check is not None and v.citation.cited_check.label is None)
-    ]
+    # A claim without a verdict, or with a failed check, is left out, as ALCE would not score it.
+    citations = [v.citation for v in verdicts if _scored(v) and v.citation is not None]
     counts: dict[str, int] = {name: sum(c.verdict == name for c in citations) for name in CITATION_VERDICTS}
-    n_citations = sum(len(c.cited) + len(c.unresolved) for c in citations)
+    # eval.py counts no citation of a statement with an out-of-range ref.
+    n_citations = sum(len(c.cited) for c in citations if not c.unresolved)
+    precision = sum(len(c.relevant) for c in citations) / n_citations if n_citations else 0.0
     return AnswerCitations(
         markers=cited_answer.markers,
         passage_ids=cited_answer.passage_ids,
         verdicts=counts,
-        precision=sum(len(c.relevant) for c in citations) / n_citations if n_citations else None,
-        recall=counts["supported"] / len(citations) if citations else None,
+        precision=precision if citations else None,
+        recall=sum(_alce_supported(c) for c in citations) / len(citations) if citations else None,
         checks=checks,
     )
 
@@ -270,6 +355,8 @@ def answer_citations(cited_answer: CitedAnswer, verdicts: list[ClaimVerdict], ch
 def describe_run(figures: RunCitations) -> str:
     """One line for a summary: ``3 answers with citations · ALCE precision 0.83 · recall 0.75 · ...``."""
     parts = [f"{figures.answers} answer{'s' * (figures.answers != 1)} with citations"]
+    if figures.uncited_answers:
+        parts[0] += f", {figures.uncited_answers} citing nothing (scored 0)"
     for name, value in (("precision", figures.precision), ("recall", figures.recall)):
         parts.append(f"ALCE {name} {value:.2f}" if value is not None else f"ALCE {name} n/a")
     parts.append(", ".join(f"{figures.verdicts.get(name, 0)} {name}" for name in CITATION_VERDICTS))
@@ -303,13 +390,15 @@ def describe_answer(audit: AnswerCitations) -> str:
     return " \u00b7 ".join([*figures, counts])
 
 
-def run_citations(records: Iterable[AuditRecord]) -> RunCitations | None:
-    """The run's citation figures; ``None`` when no answer carried a citation marker."""
-    figures = RunCitations()
-    for record in records:
-        if record.citations is not None:
-            figures.add(record.citations)
-    return figures if figures.answers else None
+def add_record(figures: RunCitations, record: AuditRecord) -> None:
+    """Count a judged record in the run's citation figures: its citation audit, or, for an answer
+    to a list-of-passages context that cites nothing, ALCE's 0."""
+    if record.label is None:
+        return
+    if record.citations is not None:
+        figures.add(record.citations)
+    elif record.passages is not None and any(claim.sentence_index is not None for claim in record.claims):
+        figures.add_uncited()
 
 
 def cited_answer_sentences(sample: Sample, pattern: str | None, language: str = "en") -> list[Sentence]:
@@ -319,14 +408,24 @@ def cited_answer_sentences(sample: Sample, pattern: str | None, language: str = 
 
 
 def max_check_calls(cited: CitedAnswer, claims_of: Callable[[Sentence], int], batch_claims: int) -> int:
-    """The most calls the cited-passages check can make for an answer, whatever the judge answers:
-    every claim of a citing sentence (``claims_of`` it) checked, in batches of claims citing the
-    same passages, each batch at its worst (:func:`rt4chart.method.verification.max_calls`)."""
-    groups: dict[tuple[int, ...], int] = {}
+    """The most calls the citation checks can make for an answer, whatever the judge answers: every
+    claim of a citing sentence (``claims_of`` it) checked against its cited passages, then, where it
+    cites several, against each alone, then against all but each (for three or more), each round in
+    batches of claims asking about the same passages, each batch at its worst
+    (:func:`rt4chart.method.verification.max_calls`)."""
+    rounds: list[dict[tuple[int, ...], int]] = [{}, {}, {}]
     for sentence in cited.sentences:
-        passages = tuple(sorted({p for m in cited.markers if m.sentence_index == sentence.index for p in m.passages}))
-        if passages:
-            groups[passages] = groups.get(passages, 0) + claims_of(sentence)
+        passages = sorted({p for m in cited.markers if m.sentence_index == sentence.index for p in m.passages})
+        claims = claims_of(sentence)
+        views: list[list[tuple[int, ...]]] = [
+            [tuple(passages)] if passages else [],
+            [(p,) for p in passages] if len(passages) > 1 else [],
+            [tuple(q for q in passages if q != p) for p in passages] if len(passages) > 2 else [],
+        ]
+        for round_views, wanted in zip(rounds, views, strict=True):
+            for view in wanted:
+                round_views[view] = round_views.get(view, 0) + claims
     return sum(
-        max_calls(min(batch_claims, n - start)) for n in groups.values() for start in range(0, n, batch_claims)
+        max_calls(min(batch_claims, n - start))
+        for round_views in rounds for n in round_views.values() for start in range(0, n, batch_claims)
     )

@@ -121,6 +121,8 @@ def print_runs(report: RunsReport, console: Console) -> None:
             str(len(judge.files)),
             *[f"{f.mean:.3f} ± {f.std:.3f} [{f.low:.3f}, {f.high:.3f}]" for f in (judge.f1, judge.balanced_accuracy)],
         )
+    if report.flag_everything_f1 is not None:
+        judges.add_row("baseline: flag every answer", "-", f"{report.flag_everything_f1:.3f}", "0.500")
     console.print(judges)
     if not report.differences:
         return

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from rt4chart.analysis.metrics import EvaluationMetrics, metric_rows
 from rt4chart.judges.budget import Ledger
+from rt4chart.method.citations import add_record as add_citations
 from rt4chart.method.citations import describe_run
 from rt4chart.options import FailOn, failing_labels
 from rt4chart.records.manifest import RunCounts
@@ -76,8 +77,7 @@ class RunSummary:
             self.usage = self.usage + report.usage
             return
         self.labels[report.label] += 1
-        if report.citations is not None:
-            self.citations.add(report.citations)
+        add_citations(self.citations, report)
         for claim in report.claims:
             self.claims[claim.label or "unjudged"] += 1
             # A verdict downgraded in the local stage leaves an ungrounded vote behind it.
@@ -352,14 +352,20 @@ class AuditEstimate:
     the most claims a judge decomposer may return)."""
     prompt_tokens: int = 0
     """Prompt tokens of the expected calls."""
+    expected_completion_tokens: int = 0
+    """Completion tokens of the expected calls at typical reply sizes (scaled by the cache's replies
+    where it holds some), cached calls included."""
     max_completion_tokens: int = 0
     """Completion tokens if every expected call used its full ``max_tokens``."""
     expected_usd: float = 0.0
-    """Cost of the expected calls if each used its full ``max_tokens``."""
+    """Cost of the expected calls not in the cache, each at its prompt and a typical reply, no re-ask."""
     worst_case_usd: float = 0.0
-    """Cost of the worst case, each call at its largest prompt and its full ``max_tokens``."""
+    """Cost of the worst case, each call at its largest prompt and its full ``max_tokens``, with
+    every re-ask the judge allows (what a budget must be ready for)."""
     cached: int = 0
     """Expected calls whose reply is already in the cache."""
+    sized_from_cache: int = 0
+    """Cached replies whose real completion tokens scaled the typical sizes of the others."""
     notes: list[str] = field(default_factory=list)
     """What the figures assume."""
     counts_tokens: bool = True
@@ -377,9 +383,10 @@ def print_estimate(plan: AuditEstimate, console: Console) -> None:
     table.add_row("already cached", str(plan.cached))
     if plan.counts_tokens:
         table.add_row("prompt tokens (expected)", str(plan.prompt_tokens))
-        table.add_row("completion tokens (max)", str(plan.max_completion_tokens))
-    table.add_row("cost (expected calls, full replies)", f"${plan.expected_usd:.4f}")
-    table.add_row("worst-case cost", f"${plan.worst_case_usd:.4f}")
+        table.add_row("completion tokens (expected, typical replies)", str(plan.expected_completion_tokens))
+        table.add_row("completion tokens (expected calls, full max_tokens)", str(plan.max_completion_tokens))
+    table.add_row("cost, expected (typical replies, cached calls free)", f"${plan.expected_usd:.4f}")
+    table.add_row("cost, worst case (full replies, every re-ask)", f"${plan.worst_case_usd:.4f}")
     console.print(table)
     for note in plan.notes:
         console.print(note, style="dim", highlight=False)

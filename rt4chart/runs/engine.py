@@ -53,7 +53,16 @@ from rt4chart.records.io import (
     unaudited_report,
     write_reports_atomically,
 )
-from rt4chart.types import AuditRecord, Claim, DecompositionStats, Label, Sample, Sentence, answer_sha256
+from rt4chart.types import (
+    AuditRecord,
+    Claim,
+    DecompositionStats,
+    Label,
+    Sample,
+    Sentence,
+    answer_sha256,
+    context_sha256,
+)
 
 
 class BudgetStop(BaseModel):
@@ -247,6 +256,7 @@ class Pipeline:
                 "prompt_version": self.prompt_version,
                 "gold": sample.gold,
                 "answer_sha256": answer_sha256(sample.answer),
+                "context_sha256": context_sha256(sample.context),
                 "language": language,
             }
         )
@@ -285,6 +295,7 @@ class Pipeline:
             line=0,
             context_sentences=len(sentences),
             chunks=len(chunks),
+            passages=len(sample.context) if isinstance(sample.context, list) else None,
             errors=decomposition.errors,
             decomposition=decomposition.stats,
         )

@@ -7,6 +7,12 @@ is unknown until it answers), no claim is settled early, and every claim reaches
 verification with no location hint. With rule-based claims and no global stage it is exactly what
 a cold audit sends to a judge that answers every claim with grounded evidence.
 
+The *expected cost* prices the expected calls at the sizes replies typically have
+(:func:`typical_completion_tokens`: one judgement per claim quoting about the claim's length of
+evidence with a rationale as long, the claims of a sentence about as long as the sentence), scaled
+per task by the replies the cache already holds for planned calls (their real completion tokens
+over their typical size), and counts a call whose reply is cached as free (the run makes no call).
+
 The *worst case* bounds what a cold run can send whatever the judge answers (what a budget must
 be ready for): each verification batch may be re-asked for ungrounded evidence and split into
 single-claim calls for judgements it left out (:func:`rt4chart.method.verification.max_calls`), a judge
@@ -18,11 +24,32 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
 
 from rt4chart.judges.cache import JudgeCache, request_key
 from rt4chart.languages import audit_language
 from rt4chart.method.citations import find_citations, max_check_calls
 from rt4chart.method.decompose import decompose_by_rules, rule_claims
+from rt4chart.method.tasks import (
+    ClaimJudgement,
+    DecomposedSentence,
+    DecomposeInput,
+    DecomposeOutput,
+    DecomposeSentenceInput,
+    DirectInput,
+    DirectOutput,
+    DirectSpan,
+    HolisticDecomposeInput,
+    HolisticDecomposeOutput,
+    RepairedSentence,
+    RepairInput,
+    RepairOutput,
+    SentenceClaims,
+    VerifyInput,
+    VerifyOutput,
+)
 from rt4chart.method.text import chunk_sentences, segment_context, split_sentences
 from rt4chart.method.verification import max_calls, reask_messages
 from rt4chart.protocol import (
@@ -32,12 +59,14 @@ from rt4chart.protocol import (
     JudgeRequest,
     JudgeResponse,
     Message,
+    approximate_tokens,
     prompt_tokens,
+    reply_cost_usd,
 )
 from rt4chart.records.io import InputLine
 from rt4chart.report.progress import AuditEstimate
 from rt4chart.runs.engine import Pipeline
-from rt4chart.types import Sample, Sentence
+from rt4chart.types import Label, Sample, Sentence
 
 NOT_SENT = "not sent: planning run"
 
@@ -117,10 +146,66 @@ def planned_requests(pipeline: Pipeline, sample: Sample) -> list[JudgeRequest]:
     return planner.requests
 
 
+def typical_reply(request: JudgeRequest) -> BaseModel | None:
+    """The reply a judge typically writes to ``request``: per claim one judgement quoting about the
+    claim's length of evidence, with a rationale as long; the claims of a sentence about as long as
+    the sentence; a repair as long as the sentence it rewrites. ``None`` for a task it cannot size."""
+    payload = request.payload
+    if isinstance(payload, VerifyInput):
+        return VerifyOutput(judgements=[
+            ClaimJudgement(claim=n, label=Label.ENTAILED, evidence=[claim], rationale=claim, confidence=0.9)
+            for n, claim in enumerate(payload.claims)
+        ])
+    if isinstance(payload, DecomposeInput):
+        return DecomposeOutput(sentences=[DecomposedSentence(sentence=n, claims=[text])
+                                          for n, text in enumerate(payload.sentences)])
+    if isinstance(payload, DecomposeSentenceInput):
+        return SentenceClaims(claims=[payload.sentences[payload.target]])
+    if isinstance(payload, HolisticDecomposeInput):
+        return HolisticDecomposeOutput(claims=payload.sentences)
+    if isinstance(payload, DirectInput):
+        return DirectOutput(spans=[DirectSpan(text=text, label=Label.ENTAILED, evidence=[text], confidence=0.9)
+                                   for text in payload.sentences])
+    if isinstance(payload, RepairInput):
+        return RepairOutput(sentences=[RepairedSentence(sentence=item.sentence, text=item.text)
+                                       for item in payload.items])
+    return None
+
+
+def typical_completion_tokens(request: JudgeRequest) -> int:
+    """Completion tokens of :func:`typical_reply` (four characters a token), at most ``max_tokens``;
+    ``max_tokens`` for a task it cannot size."""
+    reply = typical_reply(request)
+    if reply is None:
+        return request.params.max_tokens
+    return min(approximate_tokens(reply.model_dump_json()), request.params.max_tokens)
+
+
+@dataclass
+class _ReplySizes:
+    """Per task, the real completion tokens of the cached replies of planned calls and the typical
+    sizes of the same calls: their ratio scales the typical size of the calls not cached."""
+
+    real: dict[str, int] = field(default_factory=dict)
+    typical: dict[str, int] = field(default_factory=dict)
+
+    def add(self, task: str, real: int, typical: int) -> None:
+        self.real[task] = self.real.get(task, 0) + real
+        self.typical[task] = self.typical.get(task, 0) + typical
+
+    def expected(self, request: JudgeRequest) -> int:
+        typical = typical_completion_tokens(request)
+        seen = self.typical.get(request.task, 0)
+        scaled = round(typical * self.real[request.task] / seen) if seen else typical
+        return min(scaled, request.params.max_tokens)
+
+
 def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache | None) -> AuditEstimate:
     """Plan every request of an audit of ``items`` and price it; calls no judge."""
     judge = pipeline.backend
     plan = AuditEstimate(counts_tokens=not judge.capabilities.answers_offline)
+    planned: list[tuple[JudgeRequest, bool]] = []  # every expected request, and whether its reply is cached
+    sizes = _ReplySizes()
     for item in items:
         if item.sample is None:
             plan.invalid += 1
@@ -132,26 +217,39 @@ def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache
             if not judge.capabilities.answers_offline:  # a verifier that reads no prompt bills no tokens
                 plan.prompt_tokens += prompt_tokens(judge, request)
                 plan.max_completion_tokens += request.params.max_tokens
-            if cache is not None:
-                plan.cached += cache.get(request_key(judge.name, request), request.output_schema) is not None
+            hit = cache.get(request_key(judge.name, request), request.output_schema) if cache is not None else None
+            plan.cached += hit is not None
+            if hit is not None and hit.usage.completion_tokens > 0:
+                sizes.add(request.task, hit.usage.completion_tokens, typical_completion_tokens(request))
+                plan.sized_from_cache += 1
+            planned.append((request, hit is not None))
         worst_calls = max(worst_case_calls(pipeline, item.sample), len(expected))
         plan.calls_worst_case += worst_calls
         if isinstance(judge, CostEstimator) and expected:
             costs = [judge.max_cost_usd(request) for request in expected]
-            plan.expected_usd += sum(costs)
             # A re-ask carries the earlier reply: the largest request plus a reply of max_tokens.
             largest = expected[costs.index(max(costs))]
             padded = largest.model_copy(
                 update={"messages": largest.messages + _longest_reask(largest.params.max_tokens)}
             )
             plan.worst_case_usd += worst_calls * judge.max_cost_usd(padded)
+    for request, cached in planned:
+        tokens = sizes.expected(request)
+        if not judge.capabilities.answers_offline:
+            plan.expected_completion_tokens += tokens
+        if not cached:
+            plan.expected_usd += reply_cost_usd(judge, request, tokens)
     expected_note = (
         f"expected: the calls of the run itself ({judge.name} answered the plan: offline, deterministic, free)"
         if judge.capabilities.answers_offline
         else "expected: rule-based claims, no re-asks, no chunk skipped, one global call per batch of claims"
     )
+    sized = (f"; reply sizes scaled by {plan.sized_from_cache} cached replies of this plan" if plan.sized_from_cache
+             else "")
     plan.notes = [
         expected_note,
+        "expected cost: each call not in the cache at its prompt and a typical reply (one judgement per claim,"
+        f" evidence and rationale about the claim's length){sized}; cached calls cost nothing",
         "worst case: every batch re-asked and split into single claims, global calls split by location hint",
     ]
     if any(item.sample is not None and find_citations(item.sample, pipeline.options.citation_pattern)

@@ -616,6 +616,9 @@ class EmbeddedBackend:
     def max_cost_usd(self, request: JudgeRequest) -> float:
         return 0.0
 
+    def call_cost_usd(self, request: JudgeRequest, completion_tokens: int) -> float:
+        return 0.0
+
     async def aclose(self) -> None:
         # The encoder is shared by every backend of the process and stays loaded.
         return None

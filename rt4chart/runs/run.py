@@ -72,7 +72,7 @@ from rt4chart.types import AuditRecord, Sample
 if TYPE_CHECKING:
     from typing import TextIO
 
-    from rt4chart.runs.planning import AuditEstimate
+    from rt4chart.report.progress import AuditEstimate
 
 
 class RunUsageError(ValueError):
@@ -226,7 +226,7 @@ def cache_location(
     cache_dir: Path | None, cache_url: str | None, *, per_user_default: bool = True
 ) -> Path | str | None:
     """:func:`rt4chart.judges.cache.cache_location`, its refusal a :class:`RunUsageError`."""
-    from rt4chart.judges.registry import cache
+    from rt4chart.judges import cache
     try:
         return cache.cache_location(cache_dir, cache_url, per_user_default=per_user_default)
     except cache.CacheError as error:

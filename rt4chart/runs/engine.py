@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal, Protocol, TextIO
+from typing import Annotated, Literal, Protocol, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,17 +41,19 @@ from rt4chart.method.verification import ClaimVerifier, and_join, answer_halluci
 from rt4chart.options import AuditOptions
 from rt4chart.protocol import Backend
 from rt4chart.records.io import (
+    AUDIT_RECORDS,
     InputLine,
+    RecordKind,
     ReportAppender,
+    RunRecord,
     audit_fingerprint,
     dump_report,
     error_report,
     output_lock,
-    read_completed,
+    read_kept,
     read_reusable,
     record_key,
     resolve_output,
-    unaudited_report,
     write_reports_atomically,
 )
 from rt4chart.types import AuditRecord, Claim, DecompositionStats, Label, Sample, Sentence, answer_sha256
@@ -108,16 +110,20 @@ def stop_of(error: BudgetExhausted | JudgeUnavailable) -> BudgetStop | Unavailab
     return UnavailableStop(endpoint=error.endpoint, failures=error.failures, last_error=error.last_error)
 
 
+R = TypeVar("R", bound=RunRecord)
+"""The kind of record an engine writes (an audit's, a repair's)."""
+
+
 async def in_input_order(
     items: Iterable[InputLine],
-    audit: Callable[[InputLine], Awaitable[AuditRecord]],
+    audit: Callable[[InputLine], Awaitable[R]],
     in_flight: int,
     admission: SampleAdmission | None = None,
-) -> AsyncIterator[AuditRecord]:
+) -> AsyncIterator[R]:
     """``audit`` every item, up to ``in_flight`` at a time (fewer when ``admission``, the budget's,
     says so), yielding the reports in input order; an exception of one audit (a stop) cancels the
     others and propagates."""
-    pending: deque[asyncio.Task[AuditRecord]] = deque()
+    pending: deque[asyncio.Task[R]] = deque()
     iterator = iter(items)
 
     def start_next() -> bool:
@@ -164,12 +170,13 @@ class EngineOptions(BaseModel):
     """CPUs Ray reserves per worker (a judge worker mostly waits on HTTP; litellm costs a few ms of CPU per call)."""
 
 
-class AuditEngine(Protocol):
-    """Where a batch of samples is audited: records in, records out, in input order.
+class AuditEngine(Protocol[R]):
+    """Where a batch of input lines is run (audited, repaired): lines in, records out, in input order.
 
-    ``audit`` yields one report per input line, in order, until it yields a stop (then nothing
-    more: the lines after it are not audited). ``judge_name``, ``prompt_version`` and ``options``
+    ``audit`` yields one record per input line, in order, until it yields a stop (then nothing
+    more: the lines after it are not run). ``judge_name``, ``prompt_version`` and ``options``
     bind the records for ``--resume``: they are the driver's, whatever process makes the calls.
+    ``records`` says how the batch runner reads, judges finished and fills in its records.
     """
 
     @property
@@ -179,9 +186,12 @@ class AuditEngine(Protocol):
     def prompt_version(self) -> str: ...
 
     @property
-    def options(self) -> AuditOptions: ...
+    def options(self) -> BaseModel: ...
 
-    def audit(self, items: Iterable[InputLine]) -> AsyncIterator[AuditRecord | BudgetStop | UnavailableStop]: ...
+    @property
+    def records(self) -> RecordKind[R]: ...
+
+    def audit(self, items: Iterable[InputLine]) -> AsyncIterator[R | BudgetStop | UnavailableStop]: ...
 
 
 MAX_ANSWER_SENTENCES = 300
@@ -206,6 +216,10 @@ class Pipeline:
     @property
     def judge_name(self) -> str:
         return self.backend.name
+
+    @property
+    def records(self) -> RecordKind[AuditRecord]:
+        return AUDIT_RECORDS
 
     @property
     def decomposes_by_judge(self) -> bool:
@@ -355,6 +369,10 @@ class PipelineBound:
     def options(self) -> AuditOptions:
         return self.pipeline.options
 
+    @property
+    def records(self) -> RecordKind[AuditRecord]:
+        return AUDIT_RECORDS
+
 
 @dataclass
 class AuditResult:
@@ -384,17 +402,18 @@ class AuditResult:
 
 
 async def run_audit(
-    engine: AuditEngine,
+    engine: AuditEngine[R],
     items: Iterable[InputLine],
     out: Path | None,
-    on_report: Callable[[AuditRecord], None],
+    on_report: Callable[[R], None],
     *,
     resume: bool = False,
     stdout: TextIO | None = None,
-    enrich: Callable[[AuditRecord], AuditRecord] | None = None,
+    enrich: Callable[[R], R] | None = None,
     baseline: Path | None = None,
 ) -> AuditResult:
-    """Audit ``items`` into ``out`` (or ``stdout``), one record per line, in input order.
+    """Run ``items`` through ``engine`` into ``out`` (or ``stdout``), one record per line, in input
+    order: the one batch runner of ``rt4 verify``, ``rt4 eval``, ``rt4 compare`` and ``rt4 repair``.
 
     With ``baseline`` (another audit's records, ``rt4 verify --baseline``), a line whose content
     and audit configuration are those of a finished baseline record takes that record without a
@@ -422,19 +441,20 @@ async def run_audit(
 
 
 async def _audit(
-    engine: AuditEngine,
+    engine: AuditEngine[R],
     items: Iterable[InputLine],
     out: Path | None,
-    on_report: Callable[[AuditRecord], None],
+    on_report: Callable[[R], None],
     *,
     resume: bool,
     stdout: TextIO | None,
-    enrich: Callable[[AuditRecord], AuditRecord] | None,
+    enrich: Callable[[R], R] | None,
     baseline: Path | None,
 ) -> AuditResult:
     result = AuditResult()
+    kind = engine.records
     fingerprint = audit_fingerprint(engine.judge_name, engine.prompt_version, engine.options)
-    completed = read_completed(out, items, fingerprint) if resume and out else {}
+    completed = read_kept(kind, out, items, fingerprint) if resume and out else {}
     if out is not None:
         # Rewriting first drops a torn tail or foreign records before anything is appended.
         write_reports_atomically(out, [completed[line] for line in sorted(completed)])
@@ -444,10 +464,10 @@ async def _audit(
     kept = set(completed)  # the resumed records are in the file now: only their lines are held
     del completed
     unfinished: Iterable[InputLine] = (item for item in items if item.line not in kept)
-    reused: dict[int, AuditRecord] = {}
+    reused: dict[int, R] = {}
     if baseline is not None:
         unfinished = list(unfinished)
-        reused = read_reusable(baseline, unfinished, fingerprint)
+        reused = read_reusable(kind, baseline, unfinished, fingerprint)
     result.reused = len(reused)
     reuse_order = deque(sorted(reused))
     # Items stream through: each is held from when the engine takes it until its record is written.
@@ -461,7 +481,7 @@ async def _audit(
 
     appender = ReportAppender(out) if out is not None else None
 
-    def write(report: AuditRecord) -> None:
+    def write(report: R) -> None:
         if appender is not None:
             appender.append(report)
         elif stdout is not None:
@@ -475,7 +495,7 @@ async def _audit(
             report = reused[reuse_order.popleft()]
             write(enrich(report) if enrich is not None else report)
 
-    def emit(item: InputLine, report: AuditRecord) -> None:
+    def emit(item: InputLine, report: R) -> None:
         write_reused(item.line)
         # The record is bound to its line's content and this audit's configuration (for --resume).
         report.input_hash = record_key(item, fingerprint)
@@ -484,26 +504,25 @@ async def _audit(
 
     try:
         async for audited in engine.audit(hand_over()):
-            if isinstance(audited, AuditRecord):
-                emit(handed.popleft(), enrich(audited) if enrich is not None else audited)
-                continue
-            result.stop = audited
-            for item in itertools.chain(handed, todo):  # the lines taken but not finished, then the rest
-                result.remaining += 1
-                if isinstance(audited, UnavailableStop):
-                    emit(item, unaudited_report(item, f"not audited: {audited}"))
-            break
+            if isinstance(audited, BudgetStop | UnavailableStop):
+                result.stop = audited
+                for item in itertools.chain(handed, todo):  # the lines taken but not finished, then the rest
+                    result.remaining += 1
+                    if isinstance(audited, UnavailableStop):
+                        emit(item, kind.unaudited(item, str(audited)))
+                break
+            emit(handed.popleft(), enrich(audited) if enrich is not None else audited)
         write_reused(None)
     finally:
         if appender is not None:
             appender.close()
     if out is not None and result.resumed:
-        _restore_input_order(out, items)
+        _restore_input_order(kind, out, items)
     return result
 
 
-def _restore_input_order(out: Path, items: Iterable[InputLine]) -> None:
-    records = read_completed(out, items)
+def _restore_input_order(kind: RecordKind[R], out: Path, items: Iterable[InputLine]) -> None:
+    records = read_kept(kind, out, items)
     lines = [report.line for report in records.values()]
     if lines != sorted(lines):
         write_reports_atomically(out, [records[line] for line in sorted(records)])

@@ -284,7 +284,7 @@ def build_stack(
         raise RunUsageError(str(error)) from error  # the library API re-raises the cause
 
 
-def _engine(spec: RunSpec, stack: JudgeStack) -> AuditEngine:
+def _engine(spec: RunSpec, stack: JudgeStack) -> AuditEngine[AuditRecord]:
     try:
         check_judge_serves(stack, spec.options)  # a method the judge cannot serve is a usage error
     except JudgeConfigError as error:
@@ -721,7 +721,7 @@ async def acompare(
 
 
 async def _run_engine(
-    engine: AuditEngine, items: list[InputLine], out: Path | None, observer: RunObserver | None
+    engine: AuditEngine[AuditRecord], items: list[InputLine], out: Path | None, observer: RunObserver | None
 ) -> tuple[list[AuditRecord], AuditResult, RunSummary]:
     """One engine through :func:`run_audit` (no resume, no stdout), its records and totals collected."""
     summary = RunSummary()

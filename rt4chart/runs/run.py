@@ -24,7 +24,7 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -802,57 +802,50 @@ async def arepair(
     input_name: str = "the input",
     verify_after: bool = False,
     verify_judge: str | None = None,
+    stdout: TextIO | None = None,
 ) -> RepairOutcome:
     """``rt4 repair``: repair the flagged answers of ``records`` (verify records, or why a line is
-    not one) against their ``samples`` with ``spec.judge`` (``None``: no repairing judge), then, with
-    ``verify_after``, re-audit the repaired answers as a run of its own (:func:`aexecute`) with
-    ``verify_judge`` (default: ``spec.judge``, else the embedded verifier)."""
+    not one) against their ``samples`` with ``spec.judge`` (``None``: no repairing judge), through
+    the one batch runner (:func:`rt4chart.runs.engine.run_audit` over a
+    :class:`rt4chart.runs.repair.RepairEngine`): one repair record per verify record, in their
+    order, ``spec.options.samples_in_flight`` at a time, into ``spec.out`` (else ``stdout``), a
+    killed run resumed with ``spec.resume``. With ``verify_after``, the repaired answers are then
+    re-audited as a run of their own (:func:`aexecute`) with ``verify_judge`` (default:
+    ``spec.judge``, else the embedded verifier), and the records rewritten with their re-audits."""
     from rt4chart.method.repair import Repairer, record_reaudit, repaired_samples, summarize
+    from rt4chart.records.io import dump_report, write_reports_atomically
+    from rt4chart.runs.repair import RepairEngine, repair_items
 
-    by_line = {item.line: item for item in input_lines(samples)}
     if strategy == "rewrite" and spec.judge is None:
         raise RunUsageError("--strategy rewrite needs --judge: a judge that writes text")
+    if spec.resume and spec.out is None:
+        raise RunUsageError("--resume needs --out FILE")
+    items, verified = repair_items(records, input_lines(samples), input_name)
     repairing = (
         build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache) if spec.judge else None
     )
-    results: list[RepairRecord | None] = []
-    stop: BudgetStop | UnavailableStop | None = None
+    finished: list[RepairRecord] = []
     try:
         if repairing is not None and not repairing.can_write_text:
             raise RunUsageError(
                 f"judge {repairing.name} cannot write text; repair needs a language-model or scripted judge"
             )
-        repairer = Repairer(strategy, repairing, spec.options.params)
-        jobs: list[tuple[int, AuditRecord, Awaitable[RepairRecord]]] = []
-        for position, record in enumerate(records, start=1):
-            if isinstance(record, str):
-                results.append(RepairRecord(id=None, line=position, strategy=strategy, original=None,
-                                            repaired=None, errors=[record]))
-                continue
-            item = by_line.get(record.line)
-            if item is None or item.sample is None or item.sample.id != record.id:
-                results.append(RepairRecord(
-                    id=record.id, line=record.line, strategy=strategy, original=None, repaired=None,
-                    errors=[f"no valid sample with id {record.id!r} on line {record.line} of {input_name}"],
-                ))
-                continue
-            results.append(None)
-            jobs.append((len(results) - 1, record, repairer.repair(record, item.sample)))
+        engine = RepairEngine(Repairer(strategy, repairing, spec.options.params), verified,
+                              spec.options.samples_in_flight, repairing.ledger if repairing is not None else None)
         try:
-            for (slot, _, _), done in zip(jobs, await asyncio.gather(*(job for _, _, job in jobs)), strict=True):
-                results[slot] = done
-        except (BudgetExhausted, JudgeUnavailable) as error:
-            stop = stop_of(error)
-            for slot, record, _ in jobs:
-                results[slot] = RepairRecord(id=record.id, line=record.line, strategy=strategy, original=None,
-                                             repaired=None, errors=[f"not repaired: {stop}"])
+            # With a re-audit to come, stdout gets the records once they hold it.
+            result = await run_audit(engine, items, spec.out, finished.append, resume=spec.resume,
+                                     stdout=None if verify_after else stdout)
+        except OutputError as error:  # another run holds the output's lock
+            raise RunUsageError(str(error)) from None
     finally:
         if repairing is not None:
             await repairing.aclose()
-    finished = [r for r in results if r is not None]
+    finished.sort(key=lambda record: record.line)
+    stop = result.stop
     reaudit = None
     if verify_after and stop is None:
-        valid = {line: item.sample for line, item in by_line.items() if item.sample is not None}
+        valid = {item.line: item.sample for item in items if item.sample is not None}
         todo = repaired_samples(finished, valid)
         # --api-base belongs to --judge; a separate --verify-judge is resolved on its own.
         rejudge = spec.model_copy(update={
@@ -864,6 +857,10 @@ async def arepair(
         for (repaired, _), after in zip(todo, reaudit.reports, strict=True):
             record_reaudit(repaired, after)
         stop = reaudit.stop
+        if spec.out is not None:
+            write_reports_atomically(spec.out, finished)
+    if verify_after and spec.out is None and stdout is not None:
+        stdout.writelines(dump_report(record) + "\n" for record in finished)
     summary = summarize(strategy, finished)
     found = [RunStatus.FAILED] if summary.residual_hallucinated else []
     if summary.invalid and stop is None:  # records a stop left unrepaired are not bad input

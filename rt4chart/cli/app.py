@@ -712,7 +712,8 @@ def report(
     run: dict[str, Any],
 ) -> None:
     """Turn existing results into an HTML report, JUnit XML or GitHub annotations; exit as rt4 verify would."""
-    from rt4chart.report.outputs import PublishOptions, baseline_problem, publish
+    from rt4chart.report.outputs import PublishOptions, baseline_problem
+    from rt4chart.runs.run import exit_code, report_records
 
     junit, github = run["junit"], run["github"]
     if html is None and junit is None and not github:
@@ -725,13 +726,11 @@ def report(
                              max_rate=run["max_rate"], baseline=run["baseline"])
     if problem := baseline_problem(outputs):
         raise fail(problem)
-    fails = publish(outputs, audited, Console())
+    status = report_records(outputs, audited, Console())
     written = [str(path) for path in (html, junit) if path is not None]
     if written:
         stderr.print("wrote " + ", ".join(written), highlight=False, markup=False)
-    from rt4chart.runs.run import exit_code, records_status
-
-    raise typer.Exit(exit_code(records_status([item.report for item in audited], fails)))
+    raise typer.Exit(exit_code(status))
 
 
 @app.command()

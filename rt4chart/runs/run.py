@@ -39,6 +39,7 @@ from rt4chart.judges.cache import JudgeCache
 from rt4chart.judges.circuit import JudgeUnavailable
 from rt4chart.judges.registry import JudgeConfigError, JudgeStack, check_judge_serves
 from rt4chart.method.repair import RepairRecord, RepairStrategy, RepairSummary
+from rt4chart.options import FailOn
 from rt4chart.protocol import Backend
 from rt4chart.records.io import (
     InputFile,
@@ -49,10 +50,9 @@ from rt4chart.records.io import (
     read_records,
     write_lines_atomically,
 )
-from rt4chart.records.manifest import write_manifest
+from rt4chart.records.manifest import RunCounts, write_manifest
 from rt4chart.report.audited import AuditedSample, pair_with_inputs
-from rt4chart.report.ci_formats import FailureTally
-from rt4chart.report.outputs import PublishOptions, baseline_problem, publish
+from rt4chart.report.outputs import PublishOptions, baseline_gate_of, baseline_problem, gates, publish
 from rt4chart.report.progress import RunSummary
 from rt4chart.runs.engine import (
     AuditEngine,
@@ -72,6 +72,7 @@ from rt4chart.types import AuditRecord, Sample
 if TYPE_CHECKING:
     from typing import TextIO
 
+    from rt4chart.analysis.diff import GateOutcome
     from rt4chart.report.progress import AuditEstimate
 
 
@@ -140,27 +141,6 @@ def signal_spec(
     )
 
 
-class RunCounts(BaseModel):
-    """The figures behind a run's status."""
-
-    records: int = 0
-    """Records of the run (written now or kept by ``--resume``)."""
-    written: int = 0
-    """Records written by this run."""
-    resumed: int = 0
-    """Records kept from an earlier run."""
-    remaining: int = 0
-    """Input lines the run did not audit because it stopped."""
-    invalid: int = 0
-    """Input lines that are not valid samples."""
-    incomplete: int = 0
-    """Records with a verdict left open by judge errors (or not audited)."""
-    hallucinated: int = 0
-    """Answers judged contradicted or baseless."""
-    flagged: int = 0
-    """Records with flagged tokens or spans (``rt4 signals``)."""
-
-
 class RunOutcome(BaseModel):
     """How a run ended: its status (data, for :func:`exit_code`), the counts behind it, the stop."""
 
@@ -169,9 +149,10 @@ class RunOutcome(BaseModel):
     status: RunStatus
     """How the run ended."""
     counts: RunCounts
-    """The figures the status was decided from."""
+    """The run's tally: the figures the status was decided from."""
     fails: bool = False
-    """Whether the answers fail the run's policy (``--fail-on``, ``--max-rate``)."""
+    """Whether the answers fail the run's policy (``--fail-on``, ``--max-rate``, a baseline gate):
+    :func:`policy_fails` of ``counts``."""
     stop: BudgetStop | UnavailableStop | None = None
     """Why the run stopped before its last line, if it did."""
     judge: str = ""
@@ -336,24 +317,40 @@ def _signal_step(spec: SignalSpec, items: Iterable[InputLine]) -> Callable[[Audi
         raise RunUsageError(f"signals: {error}") from None
 
 
+def policy_fails(counts: RunCounts, outputs: PublishOptions, gate: GateOutcome | None = None) -> bool:
+    """The run's pass/fail decision, the one place it is taken: under ``--fail-on new|worse`` the
+    baseline gate's; else whether the share of judged answers failing ``--fail-on`` exceeds
+    ``--max-rate`` (0: any one fails the run; ``never``: none does)."""
+    if gate is not None and gates(outputs, gate):
+        return gate.fails
+    if outputs.fail_on is FailOn.NEVER or not counts.judged:
+        return False
+    return counts.failing / counts.judged > outputs.max_rate
+
+
+def status_of(counts: RunCounts, stop: BudgetStop | UnavailableStop | None, fails: bool) -> RunStatus:
+    """A run's status from its tally, its stop and its decision: the first of 3, 2, 4, 1 that applies."""
+    if isinstance(stop, BudgetStop):
+        return RunStatus.STOPPED_BY_BUDGET
+    if counts.invalid:
+        return RunStatus.INVALID_INPUT
+    if isinstance(stop, UnavailableStop):
+        return RunStatus.JUDGE_UNAVAILABLE
+    if counts.incomplete:
+        return RunStatus.INCOMPLETE
+    return RunStatus.FAILED if fails else RunStatus.PASSED
+
+
 def outcome_of(
     reports: Sequence[AuditRecord], result: AuditResult, summary: RunSummary, fails: bool, ledger: Ledger, judge: str
 ) -> RunOutcome:
-    """The outcome of a run whose records are ``reports``: its status, first of 3, 2, 4, 1 that applies."""
-    counts = RunCounts(
-        records=summary.records, written=result.written, resumed=result.resumed, remaining=result.remaining,
-        invalid=summary.invalid, incomplete=summary.incomplete, hallucinated=summary.hallucinated,
+    """The outcome of a run whose records are ``reports``, tallied in ``summary``, its decision ``fails``
+    (:func:`policy_fails`): its status, first of 3, 2, 4, 1 that applies."""
+    counts = summary.record_counts().model_copy(
+        update={"written": result.written, "resumed": result.resumed, "remaining": result.remaining}
     )
-    if isinstance(result.stop, BudgetStop):
-        status = RunStatus.STOPPED_BY_BUDGET
-    elif counts.invalid:
-        status = RunStatus.INVALID_INPUT
-    elif isinstance(result.stop, UnavailableStop):
-        status = RunStatus.JUDGE_UNAVAILABLE
-    elif counts.incomplete:
-        status = RunStatus.INCOMPLETE
-    else:
-        status = RunStatus.FAILED if fails else RunStatus.PASSED
+    status = status_of(counts, result.stop, fails)
+    summary.fails = fails
     summary.remaining = result.remaining
     summary.stopped_by_budget = result.stopped_by_budget
     summary.spent_usd, summary.budget_usd = ledger.spent_usd, ledger.limit_usd
@@ -386,22 +383,16 @@ def write_signal_records(out: Path, records: Sequence[SignalRecordLike]) -> RunO
     return RunOutcome(status=RunStatus.INVALID_INPUT if invalid else RunStatus.PASSED, counts=counts)
 
 
-def records_status(reports: Sequence[AuditRecord], fails: bool) -> RunStatus:
-    """The status of finished records (``rt4 report`` over an existing file): invalid lines, then
-    verdicts left open, then the policy's decision."""
-    if any(report.label is None and not report.incomplete for report in reports):
-        return RunStatus.INVALID_INPUT
-    if any(report.incomplete for report in reports):
-        return RunStatus.INCOMPLETE
-    return RunStatus.FAILED if fails else RunStatus.PASSED
-
-
-def _publish(
-    spec: RunSpec, reports: Sequence[AuditRecord], items: Iterable[InputLine], console: Console | None
-) -> bool:
-    """Everything a finished run writes besides its records; returns whether the run fails its policy."""
-    return publish(spec.outputs, pair_with_inputs(reports, items), console or Console(), audit_options=spec.options)
-
+def report_records(outputs: PublishOptions, audited: list[AuditedSample], console: Console) -> RunStatus:
+    """``rt4 report``: publish finished records as their run would (:func:`publish`), and their
+    status as the run decided it: invalid lines, then verdicts left open, then :func:`policy_fails`."""
+    summary = RunSummary(fail_on=outputs.fail_on, max_rate=outputs.max_rate)
+    for item in audited:
+        summary.add(item.report)
+    gate = baseline_gate_of(outputs, [item.report for item in audited])
+    publish(outputs, audited, console, gate)
+    counts = summary.record_counts()
+    return status_of(counts, None, policy_fails(counts, outputs, gate))
 
 
 def _publishes_records(outputs: PublishOptions) -> bool:
@@ -464,7 +455,6 @@ async def aexecute(
     enrich = _signal_step(spec.signals, items) if spec.signals is not None else None
     stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)
     summary = RunSummary(fail_on=spec.outputs.fail_on, max_rate=spec.outputs.max_rate)
-    tally = FailureTally(spec.outputs.fail_on)
     reports: list[AuditRecord] = []
     rereads = out is not None and not keep_records  # outputs that need every record read them from out
     try:
@@ -475,7 +465,6 @@ async def aexecute(
 
         def on_report(report: AuditRecord) -> None:
             summary.add(report)
-            tally.add(AuditedSample(report))
             if not rereads and (keep_records or _publishes_records(spec.outputs)):
                 reports.append(report)
             if observer is not None:
@@ -497,9 +486,12 @@ async def aexecute(
     finally:
         await stack.aclose()
     reports.sort(key=lambda report: report.line)
-    fails = tally.fails(spec.outputs.max_rate)
+    gate = None
     if _publishes_records(spec.outputs):
-        fails = _publish(spec, list(_written(out)) if rereads and out is not None else reports, items, console)
+        published = list(_written(out)) if rereads and out is not None else reports
+        gate = baseline_gate_of(spec.outputs, published, spec.options)
+        publish(spec.outputs, pair_with_inputs(published, items), console or Console(), gate)
+    fails = policy_fails(summary.record_counts(), spec.outputs, gate)
     if out is not None:
         # This run's calls are the ledger's: resumed and reused records cost nothing now.
         write_manifest(

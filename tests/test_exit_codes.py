@@ -209,7 +209,8 @@ def test_verify_and_report_pass_a_baseline_gate_that_the_share_would_fail(tmp_pa
     first = runner.invoke(app, ["verify", str(inputs), "--judge", judge, "--no-cache", "-q", "-o", str(base)])
     assert first.exit_code == 1, first.output
     gated = ["--baseline", str(base), "--fail-on", "new"]
-    verified = runner.invoke(app, ["verify", str(inputs), "--judge", judge, "--no-cache", "-q", "-o", str(again), *gated])
+    verified = runner.invoke(app, ["verify", str(inputs), "--judge", judge, "--no-cache", "-q", "-o", str(again),
+                                   *gated])
     reported = runner.invoke(app, ["report", str(again), "--junit", str(junit), *gated])
     ungated = runner.invoke(app, ["report", str(again), "--junit", str(junit), "--baseline", str(base)])
     assert (verified.exit_code, reported.exit_code, ungated.exit_code) == (0, 0, 1), verified.output + reported.output

@@ -21,15 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from rt4chart.judges.budget import BudgetExhausted, SampleAdmission
 from rt4chart.judges.circuit import JudgeUnavailable
 from rt4chart.judges.registry import JudgeStack, claim_threshold_of, language_refusal
-from rt4chart.languages import ENGLISH, audit_language
+from rt4chart.languages import audit_language
 from rt4chart.method.citations import CitedAnswer, audit_citations, find_citations
-from rt4chart.method.decompose import (
-    Decomposition,
-    decompose_by_judge,
-    decompose_holistically,
-    nothing_to_check,
-    rule_decomposition,
-)
+from rt4chart.method.decompose import Decomposition, decompose_answer
 from rt4chart.method.direct import audit_directly
 from rt4chart.method.grounding import ContextIndex
 from rt4chart.method.prompts import PromptTemplate
@@ -56,7 +50,7 @@ from rt4chart.records.io import (
     resolve_output,
     write_reports_atomically,
 )
-from rt4chart.types import AuditRecord, Claim, DecompositionStats, Label, Sample, Sentence, answer_sha256
+from rt4chart.types import AuditRecord, Label, Sample, Sentence, answer_sha256
 
 
 class BudgetStop(BaseModel):
@@ -223,16 +217,47 @@ class Pipeline:
 
     @property
     def decomposes_by_judge(self) -> bool:
-        """Whether answers are decomposed by a judge call (else by rules)."""
-        return self.options.decomposer == "judge" or (
+        """Whether answers are decomposed by a judge call (holistically or by sentence; else by rules)."""
+        return self.options.decomposer in ("judge", "holistic") or (
             self.options.decomposer == "auto" and self.backend.can_write_text
         )
 
-    async def verify_sample(self, sample: Sample, line: int = 1, claims: list[Claim] | None = None) -> AuditRecord:
-        """Audit one sample with the configured method; ``claims``, when given, replace the
-        decomposition (``rt4 compare``: one claim set verified by every judge)."""
+    def _session(self, sample: Sample) -> JudgeSession:
         language = audit_language(sample.language, self.options.language, sample.answer, sample.context)
-        session = JudgeSession(self.backend, self.prompts, self.options.params, language=language)
+        return JudgeSession(self.backend, self.prompts, self.options.params, language=language)
+
+    def _answer(self, sample: Sample, language: str) -> tuple[CitedAnswer | None, list[Sentence]]:
+        """The answer's citations and the sentences the audit decomposes (citation markers leave the
+        text the judge sees; sentences keep the answer's offsets)."""
+        cited = find_citations(sample, self.options.citation_pattern, language)
+        return cited, cited.sentences if cited is not None else split_sentences(sample.answer, language=language)
+
+    async def _decompose(
+        self, session: JudgeSession, sample: Sample, sentences: list[Sentence], cited: CitedAnswer | None
+    ) -> Decomposition:
+        question = sample.question if self.options.decompose_with_question else None
+        return await decompose_answer(
+            session if self.decomposes_by_judge else None, self.options, sentences,
+            cited.answer if cited is not None else sample.answer, question,
+        )
+
+    async def draw_claims(self, sample: Sample) -> Decomposition:
+        """The claims this pipeline's judge would verify for ``sample``: the decomposition front of
+        :meth:`verify_sample` alone (``rt4 compare`` draws them once and has every judge verify them)."""
+        session = self._session(sample)
+        cited, sentences = self._answer(sample, session.language)
+        if not sentences or len(sentences) > MAX_ANSWER_SENTENCES:
+            return Decomposition([])  # every judge's record says why (verify_sample checks first)
+        return await self._decompose(session, sample, sentences, cited)
+
+    async def verify_sample(
+        self, sample: Sample, line: int = 1, decomposition: Decomposition | None = None
+    ) -> AuditRecord:
+        """Audit one sample with the configured method; ``decomposition``, when given, replaces the
+        pipeline's own (``rt4 compare``: one claim set, drawn by :meth:`draw_claims`, verified by
+        every judge)."""
+        session = self._session(sample)
+        language = session.language
         if self.options.method == "direct":
             report = await audit_directly(session, sample)
         elif (refusal := language_refusal(self.backend, language)) is not None:
@@ -240,18 +265,14 @@ class Pipeline:
             # sample stays open (exit 4) and says which judges can audit it.
             report = AuditRecord(id=sample.id, line=line, errors=[f"line {line}: {refusal}"], incomplete=True)
         else:
-            # Citation markers leave the text the judge sees; sentences keep the answer's offsets.
-            cited = find_citations(sample, self.options.citation_pattern, language)
-            answer_sentences = (
-                cited.sentences if cited is not None else split_sentences(sample.answer, language=language)
-            )
+            cited, answer_sentences = self._answer(sample, language)
             if not answer_sentences:
                 # e.g. an answer made only of list markers: nothing to verify is not "all entailed"
                 return AuditRecord(id=sample.id, line=line, errors=[f"line {line}: answer has no sentence to verify"])
             if len(answer_sentences) > MAX_ANSWER_SENTENCES:
                 problem = f"answer of {len(answer_sentences)} sentences, over the limit of {MAX_ANSWER_SENTENCES}"
                 return AuditRecord(id=sample.id, line=line, errors=[f"line {line}: {problem}"])
-            report = await self._rt4chart(session, sample, answer_sentences, claims, cited, language)
+            report = await self._rt4chart(session, sample, answer_sentences, decomposition, cited)
         return report.model_copy(
             update={
                 "id": sample.id,
@@ -271,36 +292,21 @@ class Pipeline:
         session: JudgeSession,
         sample: Sample,
         answer_sentences: list[Sentence],
-        claims: list[Claim] | None,
-        cited: CitedAnswer | None = None,
-        language: str = ENGLISH,
+        decomposition: Decomposition | None,
+        cited: CitedAnswer | None,
     ) -> AuditRecord:
         options = self.options
-        context, sentences = segment_context(sample.context, language)
+        context, sentences = segment_context(sample.context, session.language)
         chunks = chunk_sentences(len(sentences), options.window, options.overlap)
         judge = ClaimVerifier(session, ContextIndex(context, sentences), sample.question, options.ungrounded)
-        question = sample.question if options.decompose_with_question else None
-        if claims is not None:
-            decomposition = Decomposition(claims, [], DecompositionStats(mode="given", sentences=len(answer_sentences)))
-        elif (empty := nothing_to_check(answer_sentences)) is not None:
-            decomposition = empty
-        elif options.decomposer == "holistic":
-            decomposition = await decompose_holistically(
-                session, cited.answer if cited else sample.answer, answer_sentences, question,
-                options.max_claims_per_sentence,
-            )
-        elif self.decomposes_by_judge:
-            decomposition = await decompose_by_judge(
-                session, answer_sentences, question, options.max_claims_per_sentence, options.decompose_per_sentence
-            )
-        else:
-            decomposition = rule_decomposition(answer_sentences)
+        if decomposition is None:
+            decomposition = await self._decompose(session, sample, answer_sentences, cited)
         report = AuditRecord(
             id=sample.id,
             line=0,
             context_sentences=len(sentences),
             chunks=len(chunks),
-            errors=decomposition.errors,
+            errors=list(decomposition.errors),
             decomposition=decomposition.stats,
         )
         if decomposition.nothing_to_check:

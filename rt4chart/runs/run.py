@@ -39,7 +39,7 @@ from rt4chart.judges.cache import JudgeCache
 from rt4chart.judges.circuit import JudgeUnavailable
 from rt4chart.judges.registry import JudgeConfigError, JudgeStack, check_judge_serves
 from rt4chart.method.repair import RepairRecord, RepairStrategy, RepairSummary
-from rt4chart.options import FailOn
+from rt4chart.options import AuditOptions, FailOn
 from rt4chart.protocol import Backend
 from rt4chart.records.io import (
     InputFile,
@@ -671,9 +671,8 @@ async def acompare(
     try:
         for name in [*judges, *([decompose_with] if decompose_with else [])]:
             stacks.append(build_stack(name, api_base=spec.api_base, limits=spec.limits, cache=cache, ledger=ledger))
-        judging, decomposer = stacks[: len(judges)], (stacks[len(judges)] if decompose_with else None)
-        if decomposer is not None and not decomposer.can_write_text:
-            raise RunUsageError(f"--decompose-with {decompose_with}: this judge cannot decompose answers")
+        judging = stacks[: len(judges)]
+        decomposer = _decomposer(spec.options, stacks[len(judges)] if decompose_with else None, judging[0])
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -686,7 +685,7 @@ async def acompare(
         if observer is not None:
             observer.start(len(items) * len(judging), ledger, calls_seen=True)
         try:
-            shared = await decompose_once(items, decomposer, spec.options)
+            shared = await decompose_once(items, decomposer)
             decomposer_stop = None
         except (BudgetExhausted, JudgeUnavailable) as error:
             shared, decomposer_stop = {}, stop_of(error)
@@ -710,6 +709,19 @@ async def acompare(
     if status in (RunStatus.PASSED, RunStatus.FAILED, RunStatus.INVALID_INPUT):
         agreement = _agreement(paths, resamples, seed)
     return CompareOutcome(status=status, by_judge=by_judge, paths=paths, agreement=agreement)
+
+
+def _decomposer(options: AuditOptions, decompose_with: JudgeStack | None, first_judge: JudgeStack) -> Pipeline:
+    """The pipeline whose decomposition front draws a comparison's claims: ``--decompose-with``'s
+    judge, as ``--decomposer`` says; without one, the rule decomposer (no judge is asked)."""
+    if decompose_with is None:
+        if options.decomposer in ("judge", "holistic"):
+            raise RunUsageError(f"--decomposer {options.decomposer} needs --decompose-with JUDGE: the judge "
+                                "that writes every answer's claims once")
+        return Pipeline(first_judge, options.model_copy(update={"decomposer": "rules"}))
+    if not decompose_with.can_write_text:
+        raise RunUsageError(f"--decompose-with {decompose_with.name}: this judge cannot decompose answers")
+    return Pipeline(decompose_with, options)
 
 
 async def _run_engine(

@@ -74,3 +74,32 @@ def test_the_readme_agreement_example_prints_what_the_readme_shows(tmp_path: Pat
     readme = (root / "README.md").read_text(encoding="utf-8")
     assert row in readme, f"README's worked example is stale: rerun it (now {row})"
     assert f"kappa {kappa['value']:.2f}" in readme
+
+
+def test_compare_decomposes_as_verify_does_with_the_holistic_decomposer(tmp_path: Path) -> None:
+    # compare draws its claims through the pipeline's own decomposition front: --decomposer
+    # holistic gives the claim set rt4 verify --decomposer holistic gives (not sentence claims).
+    inputs, rules = EXAMPLES / "free_trial.jsonl", f"scripted:{RULES}"
+    flag = tmp_path / "flag.rules.json"
+    flag.write_text(json.dumps({"default": "baseless"}), encoding="utf-8")
+    holistic = ["--decomposer", "holistic", "--no-cache", "-q"]
+    runner = CliRunner()
+    verified = tmp_path / "verified.jsonl"
+    runner.invoke(app, ["verify", str(inputs), "--judge", rules, *holistic, "-o", str(verified)])
+    compared = runner.invoke(app, ["compare", str(inputs), "--judges", f"scripted:{flag},{rules}", "--decompose-with",
+                                   rules, "--out-dir", str(tmp_path / "cmp"), "--resamples", "20", *holistic])
+    assert compared.exit_code == 0, compared.output
+    expected = json.loads(verified.read_text(encoding="utf-8"))
+    assert expected["decomposition"]["mode"] == "holistic"
+    for path in sorted((tmp_path / "cmp").glob("*.jsonl")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        assert record["decomposition"] == expected["decomposition"]
+        assert [c["text"] for c in record["claims"]] == [c["text"] for c in expected["claims"]]
+
+
+def test_compare_refuses_a_judge_decomposer_without_a_judge_to_decompose(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, [
+        "compare", str(EXAMPLES / "free_trial.jsonl"), "--judges", f"embedded,scripted:{RULES}",
+        "--decomposer", "holistic", "--out-dir", str(tmp_path), "--no-cache", "-q",
+    ])
+    assert result.exit_code == 2 and "needs --decompose-with" in result.output, result.output

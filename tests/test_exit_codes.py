@@ -178,3 +178,39 @@ def test_an_invalid_line_and_an_unreachable_judge_exit_2(tmp_path: Path) -> None
                "--decomposer", "rules", "--no-cache", "-q", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert len(done.stdout.splitlines()) == 4, "every line still has its record"
+
+
+def test_the_pass_fail_decision_is_taken_once_from_the_tally_or_the_gate() -> None:
+    from rt4chart.analysis.diff import GateOutcome
+    from rt4chart.options import FailOn
+    from rt4chart.records.manifest import RunCounts
+    from rt4chart.report.outputs import PublishOptions
+    from rt4chart.runs.run import policy_fails
+
+    counts = RunCounts(labels={"entailed": 3, "contradicted": 1}, failing=1)
+    assert policy_fails(counts, PublishOptions()) is True, "any failing answer fails at --max-rate 0"
+    assert policy_fails(counts, PublishOptions(max_rate=0.25)) is False, "25% is not over 25%"
+    assert policy_fails(counts, PublishOptions(max_rate=0.2)) is True
+    assert policy_fails(counts, PublishOptions(fail_on=FailOn.NEVER)) is False
+    assert policy_fails(RunCounts(invalid=2), PublishOptions()) is False, "nothing judged fails nothing"
+    # Under --fail-on new|worse the gate decides, whatever the share; under another policy it does not.
+    passing_gate = GateOutcome.model_construct(fails=False, pre_existing_lines=[4])
+    assert policy_fails(counts, PublishOptions(fail_on=FailOn.NEW, baseline=Path("b")), passing_gate) is False
+    assert policy_fails(counts, PublishOptions(baseline=Path("b")), passing_gate) is True
+
+
+def test_verify_and_report_pass_a_baseline_gate_that_the_share_would_fail(tmp_path: Path) -> None:
+    # The case publish() used to decide over the run's own tally: every hallucination is in the baseline too.
+    from conftest import EXAMPLES
+
+    inputs, judge = EXAMPLES / "free_trial.jsonl", f"scripted:{EXAMPLES / 'free_trial.rules.json'}"
+    base, again, junit = tmp_path / "base.jsonl", tmp_path / "again.jsonl", tmp_path / "junit.xml"
+    runner = CliRunner()
+    first = runner.invoke(app, ["verify", str(inputs), "--judge", judge, "--no-cache", "-q", "-o", str(base)])
+    assert first.exit_code == 1, first.output
+    gated = ["--baseline", str(base), "--fail-on", "new"]
+    verified = runner.invoke(app, ["verify", str(inputs), "--judge", judge, "--no-cache", "-q", "-o", str(again),
+                                   *gated])
+    reported = runner.invoke(app, ["report", str(again), "--junit", str(junit), *gated])
+    ungated = runner.invoke(app, ["report", str(again), "--junit", str(junit), "--baseline", str(base)])
+    assert (verified.exit_code, reported.exit_code, ungated.exit_code) == (0, 0, 1), verified.output + reported.output

@@ -170,12 +170,24 @@ def test_sigterm_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
     assert [json.loads(line)["id"] for line in out.read_text(encoding="utf-8").splitlines()] == ["a"]
 
 
-def test_the_summary_says_which_policy_failed_and_by_how_much() -> None:
-    summary = RunSummary(fail_on=FailOn.HALLUCINATED, max_rate=0.5)
-    for label in (Label.CONTRADICTED, Label.BASELESS, Label.BASELESS, Label.ENTAILED):
+def _decided(fail_on: FailOn, labels: list[Label]) -> RunSummary:
+    """A summary of records with ``labels``, and the run layer's decision on it (max rate 0.5)."""
+    from rt4chart.report.outputs import PublishOptions
+    from rt4chart.runs.run import policy_fails
+
+    summary = RunSummary(fail_on=fail_on, max_rate=0.5)
+    for label in labels:
         summary.add(finished(label, 1, 0))
+    assert policy_text(summary) is None, "no text before the run layer decides"
+    summary.fails = policy_fails(summary.record_counts(), PublishOptions(fail_on=fail_on, max_rate=0.5))
+    return summary
+
+
+def test_the_summary_says_which_policy_failed_and_by_how_much() -> None:
+    labels = [Label.CONTRADICTED, Label.BASELESS, Label.BASELESS, Label.ENTAILED]
+    summary = _decided(FailOn.HALLUCINATED, labels)
     assert policy_text(summary) == "failed: 3 of 4 answers hallucinated (75%) > --max-rate 0.50"
-    lenient = RunSummary(fail_on=FailOn.CONTRADICTED, max_rate=0.5, labels=summary.labels)
+    lenient = _decided(FailOn.CONTRADICTED, labels)
     assert policy_text(lenient) == "passed: 1 of 4 answers contradicted (25%) <= --max-rate 0.50"
     stream = io.StringIO()
     print_summary(summary, Console(file=stream, width=120))

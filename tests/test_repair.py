@@ -444,3 +444,94 @@ def test_repair_of_an_empty_records_file_is_a_usage_error(tmp_path: Path) -> Non
         verified.write_text(content, encoding="utf-8")
         done = CliRunner().invoke(app, ["repair", str(verified), "--input", str(inputs), "--no-cache"])
         assert done.exit_code == 2 and "hold no record" in done.output, done.output
+
+
+REWRITE = json.dumps({"sentences": [{"sentence": 0, "text": MONDAYS}]})
+"""A repairing judge's reply: the one flagged sentence of each answer rewritten from the context."""
+
+
+def _verified_guides(tmp_path: Path, n: int) -> tuple[Path, Path]:
+    """``n`` answers, each one sentence the scripted judge finds contradicted, and their verify records."""
+    rules = _write(tmp_path / "rules.jsonl", [RULES]).rename(tmp_path / "rules.json")
+    samples = _write(tmp_path / "in.jsonl", [
+        {"id": f"guide-{k}", "context": CONTEXT, "answer": f"It closes on Sundays, says guide {k}."}
+        for k in range(1, n + 1)
+    ])
+    verified = tmp_path / "verified.jsonl"
+    done = CliRunner().invoke(app, ["verify", str(samples), "--out", str(verified), "--decomposer", "rules",
+                                    "--judge", f"scripted:{rules}", "--no-cache", "-q"])
+    assert done.exit_code == 1 and len(verified.read_text(encoding="utf-8").splitlines()) == n, done.output
+    return samples, verified
+
+
+def _rewrite_args(verified: Path, samples: Path, server: Any, out: Path) -> list[str]:
+    return ["repair", str(verified), "--input", str(samples), "--strategy", "rewrite", "--judge", "openai/fault",
+            "--api-base", server.base_url, "--no-cache", "--out", str(out), "-q"]
+
+
+def test_a_killed_repair_resumes_without_rewriting_the_finished_answers(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from faults import fault_server
+
+    samples, verified = _verified_guides(tmp_path, 6)
+    out = tmp_path / "repaired.jsonl"
+    answered: list[int] = []
+
+    def reply(body: dict[str, Any]) -> str:
+        answered.append(1)
+        if len(answered) == 3:
+            server.gate.clear()  # the 4th request is held: the run is caught mid-way
+        return REWRITE
+
+    with fault_server(reply) as server:
+        command = [sys.executable, "-m", "rt4chart", *_rewrite_args(verified, samples, server, out),
+                   "--samples-in-flight", "1"]
+        run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        deadline = time.monotonic() + 300  # a bound on the wait, not a measurement
+        while (len(server.requests) < 4 or not out.is_file() or out.read_text().count("\n") < 3) and (
+            time.monotonic() < deadline and run.poll() is None
+        ):
+            time.sleep(0.05)
+        run.send_signal(signal.SIGKILL)
+        _, stderr = run.communicate(timeout=60)
+        assert len(server.requests) == 4 and out.read_text().count("\n") == 3, stderr.decode()
+        server.gate.set()
+        resumed = CliRunner().invoke(app, [*_rewrite_args(verified, samples, server, out), "--resume"])
+        assert resumed.exit_code == 0, resumed.output
+        assert len(server.requests) == 4 + 3, "only the three answers not yet repaired were sent again"
+    records = [RepairRecord.model_validate_json(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r.id for r in records] == [f"guide-{k}" for k in range(1, 7)]
+    assert all(r.repaired == MONDAYS and not r.errors for r in records)
+
+
+def test_repair_records_come_in_input_order_with_samples_in_flight(tmp_path: Path) -> None:
+    import threading
+
+    from faults import fault_server
+
+    samples, verified = _verified_guides(tmp_path, 6)
+    out = tmp_path / "repaired.jsonl"
+    others = threading.Event()
+
+    def reply(body: dict[str, Any]) -> str:
+        # The first answer's rewrite comes only after another one's: completion order is not input order.
+        if "guide 1." in json.dumps(body, ensure_ascii=False):
+            others.wait(timeout=60)
+        else:
+            others.set()
+        return REWRITE
+
+    with fault_server(reply) as server:
+        done = CliRunner().invoke(app, [*_rewrite_args(verified, samples, server, out), "--samples-in-flight", "2",
+                                        "--concurrency", "8"])
+    assert done.exit_code == 0, done.output
+    assert others.is_set() and server.max_in_flight == 2, "two answers repaired at once, never more"
+    records = [RepairRecord.model_validate_json(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r.id for r in records] == [f"guide-{k}" for k in range(1, 7)]
+    assert [r.line for r in records] == list(range(1, 7))

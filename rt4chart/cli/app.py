@@ -712,7 +712,8 @@ def report(
     run: dict[str, Any],
 ) -> None:
     """Turn existing results into an HTML report, JUnit XML or GitHub annotations; exit as rt4 verify would."""
-    from rt4chart.report.outputs import PublishOptions, baseline_problem, publish
+    from rt4chart.report.outputs import PublishOptions, baseline_problem
+    from rt4chart.runs.run import exit_code, report_records
 
     junit, github = run["junit"], run["github"]
     if html is None and junit is None and not github:
@@ -725,13 +726,11 @@ def report(
                              max_rate=run["max_rate"], baseline=run["baseline"])
     if problem := baseline_problem(outputs):
         raise fail(problem)
-    fails = publish(outputs, audited, Console())
+    status = report_records(outputs, audited, Console())
     written = [str(path) for path in (html, junit) if path is not None]
     if written:
         stderr.print("wrote " + ", ".join(written), highlight=False, markup=False)
-    from rt4chart.runs.run import exit_code, records_status
-
-    raise typer.Exit(exit_code(records_status([item.report for item in audited], fails)))
+    raise typer.Exit(exit_code(status))
 
 
 @app.command()
@@ -828,6 +827,7 @@ def repair(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output JSONL (default: stdout).")] = None,
     verify_after: Annotated[bool, typer.Option("--verify-after", help="Re-audit the repaired answers (with the audit options) and report the residual hallucination rate.")] = False,
     verify_judge: Annotated[str | None, typer.Option(help="Judge of the re-audit (default: --judge, else the embedded verifier).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Keep the finished repair records already in --out; repair only the rest.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
     *,
     options: AuditOptions,
@@ -858,14 +858,9 @@ def repair(
         raise fail(f"the verify records {verified} hold no record (the file is empty or blank)")
     with _usage_errors():
         spec = RunSpec(judge=judge, api_base=run["api_base"], limits=run_limits(None, run["concurrency"], None),
-                       options=options, cache=_run_cache(run))
+                       options=options, cache=_run_cache(run), out=out, resume=resume)
         outcome = run_repair(spec, records, items, chosen, input_name=input_path.name, verify_after=verify_after,
-                             verify_judge=verify_judge)
-    lines = "".join(r.model_dump_json() + "\n" for r in outcome.records)
-    if out is None:
-        sys.stdout.write(lines)
-    else:
-        out.write_text(lines, encoding="utf-8")
+                             verify_judge=verify_judge, stdout=sys.stdout)
     if not quiet:
         judged_by = next((r.verified_after.judge for r in outcome.records if r.verified_after), None)
         _print_repair_summary(outcome.summary, judged_by)

@@ -401,12 +401,6 @@ def add_record(figures: RunCitations, record: AuditRecord) -> None:
         figures.add_uncited()
 
 
-def cited_answer_sentences(sample: Sample, pattern: str | None, language: str = "en") -> list[Sentence]:
-    """The answer sentences an audit decomposes: marker-free when the answer cites."""
-    cited = find_citations(sample, pattern, language)
-    return cited.sentences if cited is not None else split_sentences(sample.answer, language=language)
-
-
 def max_check_calls(cited: CitedAnswer, claims_of: Callable[[Sentence], int], batch_claims: int) -> int:
     """The most calls the citation checks can make for an answer, whatever the judge answers: every
     claim of a citing sentence (``claims_of`` it) checked against its cited passages, then, where it

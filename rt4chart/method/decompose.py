@@ -21,6 +21,7 @@ from rt4chart.method.tasks import (
     SentenceClaims,
 )
 from rt4chart.method.text import STOPWORDS, content_words, numbers_in, same_number
+from rt4chart.options import AuditOptions
 from rt4chart.protocol import JudgeRequest
 from rt4chart.types import Claim, DecompositionStats, Sentence, Span
 
@@ -300,3 +301,21 @@ async def decompose_holistically(
         for position, text in enumerate(texts[:limit])
     ]
     return Decomposition(claims, errors, stats)
+
+
+async def decompose_answer(
+    session: JudgeSession | None, options: AuditOptions, sentences: list[Sentence], answer: str, question: str | None
+) -> Decomposition:
+    """The one decomposition front (``rt4 verify``'s pipeline and ``rt4 compare``'s shared claims):
+    an answer with nothing to check gets its defined verdict; without a decomposing judge
+    (``session`` ``None``) claims come by rules; with one, holistically (``--decomposer holistic``)
+    or sentence by sentence. ``answer`` is what the holistic decomposer reads (citation markers out)."""
+    if (empty := nothing_to_check(sentences)) is not None:
+        return empty
+    if session is None:
+        return rule_decomposition(sentences)
+    if options.decomposer == "holistic":
+        return await decompose_holistically(session, answer, sentences, question, options.max_claims_per_sentence)
+    return await decompose_by_judge(
+        session, sentences, question, options.max_claims_per_sentence, options.decompose_per_sentence
+    )

@@ -136,6 +136,9 @@ class RepairRecord(BaseModel):
     """The re-audit of the repaired answer (``--verify-after``)."""
     errors: list[str] = Field(default_factory=list)
     """Problems: an unusable record, a sentence left unrepaired, a failed rewrite."""
+    input_hash: str | None = None
+    """sha256 binding the record to its verify record, its sample's input line and the repair's
+    configuration (strategy, repairing judge, prompts, parameters): what ``rt4 repair --resume`` checks."""
 
 
 class RepairError(ValueError):

@@ -17,15 +17,15 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from rt4chart.types import AuditRecord, Sample
+from rt4chart.types import AuditRecord, Sample, Usage
 
 
 @dataclass(frozen=True)
@@ -272,9 +272,36 @@ def unaudited_report(item: InputLine, reason: str) -> AuditRecord:
     return AuditRecord(id=item.sample.id, line=item.line, errors=[reason], incomplete=True, gold=item.sample.gold)
 
 
-def dump_report(report: AuditRecord) -> str:
+class RunRecord(Protocol):
+    """What the batch runner (:func:`rt4chart.runs.engine.run_audit`) reads and sets on an output
+    record of any kind (an audit's :class:`AuditRecord`, a repair's)."""
+
+    line: int
+    id: str | None
+    input_hash: str | None
+    usage: Usage
+
+    def model_dump_json(self) -> str: ...
+
+
+R = TypeVar("R", bound=RunRecord)
+
+
+@dataclass(frozen=True)
+class RecordKind(Generic[R]):
+    """What the batch runner needs to know of one kind of output record beyond :class:`RunRecord`."""
+
+    parse: Callable[[Any], R]
+    """A decoded JSON line as a record (raises ``ValidationError`` when it is not one)."""
+    finished: Callable[[R], bool]
+    """Whether a record is done: ``--resume`` keeps it, a baseline stands for its line; else the line runs again."""
+    unaudited: Callable[[InputLine, str], R]
+    """The record of a line a stop (the judge unavailable, given as text) left undone."""
+
+
+def dump_report(report: RunRecord) -> str:
     """One output line (no trailing newline)."""
-    return report.model_dump_json(exclude_none=False)
+    return report.model_dump_json()
 
 
 def audit_fingerprint(judge: str, prompt_version: str, options: BaseModel) -> str:
@@ -293,7 +320,7 @@ def record_key(item: InputLine, fingerprint: str) -> str | None:
     return hashlib.sha256(f"{item.digest}:{fingerprint}".encode()).hexdigest()
 
 
-def _finished(report: AuditRecord) -> bool:
+def finished_audit(report: AuditRecord) -> bool:
     """Whether a record is a finished, clean audit: a label, nothing left open, and no error on the
     record or a claim (an outage may have shaped its verdicts: it is audited again)."""
     return (
@@ -342,14 +369,36 @@ def read_records(path: Path | str) -> Iterator[RecordLine]:
         yield RecordLine(line.number, report, line.value, torn=torn)
 
 
+AUDIT_RECORDS: RecordKind[AuditRecord] = RecordKind(
+    AuditRecord.model_validate, finished_audit, lambda item, stop: unaudited_report(item, f"not audited: {stop}")
+)
+"""The records of ``rt4 verify`` and ``rt4 eval``."""
+
+
 def read_completed(path: Path, items: Iterable[InputLine], fingerprint: str | None = None) -> dict[int, AuditRecord]:
-    """Records already complete in an output file, by input line number.
+    """:func:`read_kept` for audit records."""
+    return read_kept(AUDIT_RECORDS, path, items, fingerprint)
+
+
+def _parsed(kind: RecordKind[R], line: JsonLine) -> R | None:
+    if line.problem is not None:
+        return None
+    try:
+        return kind.parse(line.value)
+    except ValidationError:
+        return None
+
+
+def read_kept(
+    kind: RecordKind[R], path: Path, items: Iterable[InputLine], fingerprint: str | None = None
+) -> dict[int, R]:
+    """Records of ``kind`` already complete in an output file, by input line number.
 
     A record counts only if it parses as a whole :class:`AuditRecord` and names an input line with the
     same id; a torn last line left by a killed run, or a record of some other input, does not.
     With ``fingerprint`` (the audit configuration, :func:`audit_fingerprint`) a record also counts
     only if its ``input_hash`` is that of the line's content under this configuration and it is
-    finished (:func:`_finished`): a record of an edited line, of another judge, prompt set or
+    finished (``kind.finished``): a record of an edited line, of another judge, prompt set or
     options, or one the judge failed on, is audited again.
     """
     expected: dict[int, str | None] = {}
@@ -358,26 +407,26 @@ def read_completed(path: Path, items: Iterable[InputLine], fingerprint: str | No
         expected[item.line] = item.sample.id if item.sample else item.raw_id
         if fingerprint:
             keys[item.line] = record_key(item, fingerprint)
-    completed: dict[int, AuditRecord] = {}
+    completed: dict[int, R] = {}
     if not path.exists():
         return completed
-    for record in read_records(path):
-        if record.torn:
+    for line in read_json_lines(path):
+        if line.text and not line.text.endswith("\n"):
             break  # the run died while writing this line
-        report = record.report
+        report = _parsed(kind, line)
         if report is None or report.line not in expected or expected[report.line] != report.id:
             continue
-        if fingerprint and (report.input_hash != keys[report.line] or not _finished(report)):
+        if fingerprint and (report.input_hash != keys[report.line] or not kind.finished(report)):
             continue
         completed.setdefault(report.line, report)
     return completed
 
 
-def read_reusable(path: Path, items: list[InputLine], fingerprint: str) -> dict[int, AuditRecord]:
+def read_reusable(kind: RecordKind[R], path: Path, items: list[InputLine], fingerprint: str) -> dict[int, R]:
     """Records of another audit file (``rt4 verify --baseline``) that stand for ``items`` as they are,
     by input line number of ``items``: a record counts when its ``input_hash`` is that of an item's
     line content under the configuration ``fingerprint`` (same line, same judge, prompt set and
-    options, wherever the line sits in either file) and it is finished (:func:`_finished`). Lines
+    options, wherever the line sits in either file) and it is finished (``kind.finished``). Lines
     that do not parse are passed over: the baseline is an optimisation, never a source of errors.
     """
     waiting: dict[str, list[InputLine]] = {}
@@ -385,21 +434,18 @@ def read_reusable(path: Path, items: list[InputLine], fingerprint: str) -> dict[
         key = record_key(item, fingerprint)
         if key is not None and item.sample is not None:
             waiting.setdefault(key, []).append(item)
-    reusable: dict[int, AuditRecord] = {}
+    reusable: dict[int, R] = {}
     for line in read_json_lines(path):
-        if line.problem is not None or not waiting:
-            continue
-        try:
-            report = AuditRecord.model_validate(line.value)
-        except ValidationError:
+        if not waiting or (report := _parsed(kind, line)) is None:
             continue
         candidates = waiting.get(report.input_hash or "")
-        if not candidates or not _finished(report):
+        if not candidates or not kind.finished(report):
             continue
         item = candidates.pop(0)
         if not candidates:
             del waiting[report.input_hash or ""]
-        reusable[item.line] = report.model_copy(update={"line": item.line})
+        report.line = item.line  # parsed for this run alone
+        reusable[item.line] = report
     return reusable
 
 
@@ -531,7 +577,7 @@ def write_lines_atomically(path: Path, lines: Iterable[str]) -> None:
     os.replace(temporary, path)
 
 
-def write_reports_atomically(path: Path, reports: list[AuditRecord]) -> None:
+def write_reports_atomically(path: Path, reports: Iterable[RunRecord]) -> None:
     """Replace ``path`` with ``reports``, one per line, via a temporary file and a rename."""
     write_lines_atomically(path, (dump_report(report) for report in reports))
 
@@ -546,7 +592,7 @@ class ReportAppender:
     def __init__(self, path: Path) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def append(self, report: AuditRecord) -> None:
+    def append(self, report: RunRecord) -> None:
         data = (dump_report(report) + "\n").encode("utf-8")
         written = os.write(self._fd, data)
         while written < len(data):

@@ -47,7 +47,8 @@ class InputFacts(BaseModel):
 
 
 class RunCounts(BaseModel):
-    """What the run found."""
+    """The one tally of a run: what it found (the manifest's ``counts``) and, left out of the
+    manifest, how it went (written, resumed, remaining) and what its policy counts as failing."""
 
     records: int = 0
     """Output records (one per input line)."""
@@ -63,6 +64,21 @@ class RunCounts(BaseModel):
     """Input lines that could not be audited."""
     citations: RunCitations | None = Field(default=None, exclude_if=lambda value: value is None)
     """Citation figures over the answers that carry citation markers (left out when none does)."""
+    failing: int = Field(default=0, exclude=True)
+    """Judged answers that fail the run's ``--fail-on`` policy (not in the manifest)."""
+    written: int = Field(default=0, exclude=True)
+    """Records written by this run (the manifest's top level says what was resumed or reused)."""
+    resumed: int = Field(default=0, exclude=True)
+    """Records kept from an earlier run (``--resume``)."""
+    remaining: int = Field(default=0, exclude=True)
+    """Input lines the run did not audit because it stopped."""
+    flagged: int = Field(default=0, exclude=True)
+    """Records with flagged tokens or spans (``rt4 signals``)."""
+
+    @property
+    def judged(self) -> int:
+        """Answers with a verdict (invalid lines and open verdicts excluded)."""
+        return sum(self.labels.values())
 
 
 class RunManifest(BaseModel):

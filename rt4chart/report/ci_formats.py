@@ -1,4 +1,4 @@
-"""What CI systems read: JUnit XML, GitHub Actions annotations, and the pass/fail policy of a run.
+"""What CI systems read: JUnit XML and GitHub Actions annotations, per sample under the run's policy.
 
 JUnit: one test suite per run, one test case per input line. A sample that fails the policy
 (``--fail-on``) is a ``<failure>`` whose text lists its unfaithful claims with their evidence; an
@@ -14,7 +14,6 @@ from __future__ import annotations
 import socket
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,39 +21,6 @@ from rt4chart.method.citations import describe_claim
 from rt4chart.options import CITATION_POLICIES, FailOn
 from rt4chart.report.audited import AuditedSample
 from rt4chart.types import Label
-
-
-@dataclass
-class FailureTally:
-    """The run's pass/fail policy decided one record at a time (a streamed run holds no records)."""
-
-    fail_on: FailOn
-    judged: int = 0
-    """Samples with a verdict (invalid lines and open verdicts excluded)."""
-    failing: int = 0
-    """Of those, the samples that fail under ``fail_on``."""
-
-    def add(self, item: AuditedSample) -> None:
-        if item.report.label is not None:
-            self.judged += 1
-            self.failing += item.fails(self.fail_on)
-
-    @property
-    def share(self) -> float:
-        """Share of judged samples that fail."""
-        return self.failing / self.judged if self.judged else 0.0
-
-    def fails(self, max_rate: float) -> bool:
-        """The run fails when the share of failing samples exceeds ``max_rate`` (0: any one fails it)."""
-        return self.fail_on is not FailOn.NEVER and self.share > max_rate
-
-
-def run_fails(audited: Iterable[AuditedSample], fail_on: FailOn, max_rate: float) -> bool:
-    """The run fails when the share of failing samples exceeds ``max_rate`` (0: any one fails it)."""
-    tally = FailureTally(fail_on)
-    for item in audited:
-        tally.add(item)
-    return tally.fails(max_rate)
 
 
 def _quote(text: str, limit: int = 300) -> str:

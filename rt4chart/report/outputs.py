@@ -1,14 +1,16 @@
 """Everything a finished run writes besides its JSONL records: the readable terminal view, the HTML
-report, JUnit XML, GitHub annotations, and the pass/fail decision (``--fail-on``, ``--max-rate``).
+report, JUnit XML, GitHub annotations.
 
 ``rt4 verify`` (after its audit) and ``rt4 report`` (over an existing results file) both end in
-:func:`publish`, so the two commands write the same files and decide failure the same way.
+:func:`publish`, so the two commands write the same files; the pass/fail decision (``--fail-on``,
+``--max-rate``, a baseline gate) is the run layer's (:func:`rt4chart.runs.run.policy_fails`).
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
@@ -16,8 +18,12 @@ from rich.text import Text
 
 from rt4chart.options import AuditOptions, FailOn
 from rt4chart.report.audited import AuditedSample
-from rt4chart.report.ci_formats import github_annotations, run_fails, write_junit
+from rt4chart.report.ci_formats import github_annotations, write_junit
 from rt4chart.report.terminal_view import print_samples
+from rt4chart.types import AuditRecord
+
+if TYPE_CHECKING:
+    from rt4chart.analysis.diff import GateOutcome
 
 
 class OutputFormat(StrEnum):
@@ -81,31 +87,39 @@ def baseline_problem(options: PublishOptions) -> str | None:
     return None
 
 
+def baseline_gate_of(
+    options: PublishOptions, reports: list[AuditRecord], audit_options: AuditOptions | None = None,
+    stderr: Console | None = None,
+) -> GateOutcome | None:
+    """The baseline gate of a run with ``--baseline`` (``None`` without one); its warnings (any
+    difference of judge or prompt version between the two audits) and its verdict are said on
+    ``stderr``; ``audit_options`` (this run's) are compared with the baseline manifest's."""
+    if options.baseline is None:
+        return None
+    from rt4chart.analysis.diff import baseline_gate, this_run_config  # numpy and scipy: only with a baseline
+
+    gate = baseline_gate(reports, this_run_config(reports, audit_options, options.input_file),
+                         options.baseline, options.fail_on)
+    notices = stderr or Console(stderr=True)
+    for warning in gate.warnings:
+        notices.print(Text.assemble(("warning:", "bold yellow"), " ", warning), highlight=False, soft_wrap=True)
+    notices.print(Text(f"baseline {options.baseline}: {gate.reason}"), highlight=False, soft_wrap=True)
+    return gate
+
+
+def gates(options: PublishOptions, gate: GateOutcome | None) -> bool:
+    """Whether the baseline gate, rather than the share of failing answers, decides the run
+    (``--fail-on new|worse``)."""
+    return gate is not None and options.fail_on in (FailOn.NEW, FailOn.WORSE)
+
+
 def publish(
-    options: PublishOptions, audited: list[AuditedSample], stdout: Console,
-    audit_options: AuditOptions | None = None, stderr: Console | None = None,
-) -> bool:
-    """Write what ``options`` asks for; return whether the run fails its policy.
-
-    With a baseline, the gate's verdict and any difference of judge or prompt version between the
-    two audits are said on ``stderr``; ``audit_options`` (this run's) are compared with the
-    baseline manifest's.
-    """
-    gate = None
-    if options.baseline is not None:
-        from rt4chart.analysis.diff import baseline_gate, this_run_config  # numpy and scipy: only with a baseline
-
-        reports = [item.report for item in audited]
-        gate = baseline_gate(reports, this_run_config(reports, audit_options, options.input_file),
-                             options.baseline, options.fail_on)
-        notices = stderr or Console(stderr=True)
-        for warning in gate.warnings:
-            notices.print(Text.assemble(("warning:", "bold yellow"), " ", warning), highlight=False, soft_wrap=True)
-        notices.print(Text(f"baseline {options.baseline}: {gate.reason}"), highlight=False, soft_wrap=True)
-    gated = gate is not None and options.fail_on in (FailOn.NEW, FailOn.WORSE)
-    # Under a gate, what the baseline had too is not this change's failure; under any other policy
-    # (--fail-on hallucinated with a baseline given) every hallucination still fails.
-    pre_existing = frozenset(gate.pre_existing_lines) if gate is not None and gated else frozenset()
+    options: PublishOptions, audited: list[AuditedSample], stdout: Console, gate: GateOutcome | None = None
+) -> None:
+    """Write what ``options`` asks for; under a baseline gate (:func:`baseline_gate_of`), what the
+    baseline had too is not this change's failure in JUnit and annotations."""
+    # Under any other policy (--fail-on hallucinated with a baseline given) every hallucination still fails.
+    pre_existing = frozenset(gate.pre_existing_lines) if gate is not None and gates(options, gate) else frozenset()
     if options.text_view:
         print_samples(audited, stdout)
     if options.html is not None:
@@ -117,6 +131,3 @@ def publish(
     if options.github:
         for command in github_annotations(audited, options.input_file, options.fail_on, pre_existing):
             stdout.print(command, markup=False, highlight=False, emoji=False, soft_wrap=True)
-    if gate is not None and gated:
-        return gate.fails
-    return run_fails(audited, options.fail_on, options.max_rate)

@@ -23,14 +23,16 @@ from rt4chart.analysis.metrics import EvaluationMetrics, metric_rows
 from rt4chart.judges.budget import Ledger
 from rt4chart.method.citations import add_record as add_citations
 from rt4chart.method.citations import describe_run
-from rt4chart.options import FailOn, failing_labels
+from rt4chart.options import FailOn
 from rt4chart.records.manifest import RunCounts
+from rt4chart.report.audited import AuditedSample
 from rt4chart.types import AuditRecord, Label, RunCitations, Usage
 
 
 @dataclass
 class RunSummary:
-    """Totals over the records of one run."""
+    """Totals over the records of one run: the run's one tally (:meth:`record_counts` is its
+    :class:`~rt4chart.records.manifest.RunCounts`), with what the end-of-run table shows besides."""
 
     records: int = 0
     invalid: int = 0
@@ -63,6 +65,10 @@ class RunSummary:
     not be reached): what says why an incomplete run is incomplete."""
     citations: RunCitations = field(default_factory=RunCitations)
     """Citation figures of the answers that carry citation markers."""
+    failing: int = 0
+    """Judged answers that fail ``fail_on``."""
+    fails: bool | None = None
+    """The run's pass/fail decision, once the run layer has taken it (:func:`rt4chart.runs.run.policy_fails`)."""
 
     def add(self, report: AuditRecord) -> None:
         self.records += 1
@@ -77,6 +83,8 @@ class RunSummary:
             self.usage = self.usage + report.usage
             return
         self.labels[report.label] += 1
+        if self.fail_on is not None:
+            self.failing += AuditedSample(report).fails(self.fail_on)
         add_citations(self.citations, report)
         for claim in report.claims:
             self.claims[claim.label or "unjudged"] += 1
@@ -93,7 +101,7 @@ class RunSummary:
             records=self.records, labels={str(label): self.labels[label] for label in Label},
             hallucinated=self.hallucinated, claims=dict(sorted((str(label), n) for label, n in self.claims.items())),
             incomplete=self.incomplete, invalid=self.invalid,
-            citations=self.citations.model_copy(deep=True) if self.citations.answers else None,
+            citations=self.citations.model_copy(deep=True) if self.citations.answers else None, failing=self.failing,
         )
 
     @property
@@ -126,22 +134,17 @@ def invalid_lines_text(lines: list[int]) -> str:
 
 def policy_text(summary: RunSummary) -> str | None:
     """Why the answers pass or fail the run's policy: ``failed: 3 of 4 answers hallucinated (75%) >
-    --max-rate 0.50``. ``None`` without a policy, and for a baseline gate (which says its own reason)."""
-    if summary.fail_on is None or summary.fail_on in (FailOn.NEW, FailOn.WORSE):
+    --max-rate 0.50``, the run layer's decision (``summary.fails``) with the counts it was taken from.
+    ``None`` without a policy or a decision, and for a baseline gate (which says its own reason)."""
+    if summary.fail_on is None or summary.fails is None or summary.fail_on in (FailOn.NEW, FailOn.WORSE):
         return None
     if summary.fail_on is FailOn.NEVER:
         return "passed: --fail-on never (the verdicts do not decide the exit code)"
     judged = sum(summary.labels.values())
     if not judged:
         return "no answer was judged, so none fails the policy (see the errors for why)"
-    if summary.fail_on is FailOn.MISATTRIBUTED:
-        failing = summary.citations.answers_with.get("misattributed", 0)
-    elif summary.fail_on is FailOn.MISCITED:
-        failing = summary.citations.miscited_answers
-    else:
-        failing = sum(summary.labels[label] for label in failing_labels(summary.fail_on))
+    failing, fails = summary.failing, summary.fails
     share = failing / judged
-    fails = share > summary.max_rate
     return (
         f"{'failed' if fails else 'passed'}: {failing} of {judged} answers {summary.fail_on.value} ({share:.0%}) "
         f"{'>' if fails else '<='} --max-rate {summary.max_rate:.2f}"

@@ -1,10 +1,11 @@
 """``rt4 compare``: several judges verify one claim set, so their claim verdicts are comparable.
 
-Each answer is decomposed once (by a chosen judge, or by the rule decomposer,
-:func:`decompose_once`), and every judge verifies exactly those claims through its own
-:class:`SharedClaimsEngine`, which the run layer (:func:`rt4chart.runs.run.acompare`) drives like any
-other engine: one output file per judge, in input order, one record per input line, the same stop
-policy as ``rt4 verify``; ready for ``rt4 agree --level claim`` (which then aligns claims one to one).
+Each answer is decomposed once (:func:`decompose_once`, through the pipeline's own decomposition
+front: by the ``--decompose-with`` judge as ``--decomposer`` says, else by the rule decomposer),
+and every judge verifies exactly those claims through its own :class:`SharedClaimsEngine`, which
+the run layer (:func:`rt4chart.runs.run.acompare`) drives like any other engine: one output file
+per judge, in input order, one record per input line, the same stop policy as ``rt4 verify``;
+ready for ``rt4 agree --level claim`` (which then aligns claims one to one).
 """
 
 from __future__ import annotations
@@ -14,30 +15,11 @@ import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 
-from rt4chart.languages import audit_language
-from rt4chart.method.citations import cited_answer_sentences
-from rt4chart.method.decompose import Decomposition, decompose_by_judge, rule_decomposition
-from rt4chart.method.session import JudgeSession
-from rt4chart.method.tasks import load_prompts
-from rt4chart.options import AuditOptions
-from rt4chart.protocol import Backend, BudgetExhausted, JudgeUnavailable
+from rt4chart.method.decompose import Decomposition
+from rt4chart.protocol import BudgetExhausted, JudgeUnavailable
 from rt4chart.records.io import InputLine, error_report
 from rt4chart.runs.engine import BudgetStop, Pipeline, PipelineBound, UnavailableStop, in_input_order, stop_of
 from rt4chart.types import AuditRecord, Sample
-
-
-async def shared_claims(sample: Sample, decomposer: Backend | None, options: AuditOptions) -> Decomposition:
-    """The sample's claims: from ``decomposer`` (as the audit would ask it), or by rules when ``None``."""
-    language = audit_language(sample.language, options.language, sample.answer, sample.context)
-    # The audit's own answer sentences: citation markers out, so claims and citations line up.
-    sentences = cited_answer_sentences(sample, options.citation_pattern, language)
-    if decomposer is None:
-        return rule_decomposition(sentences)
-    session = JudgeSession(decomposer, load_prompts(), options.params, language=language)
-    question = sample.question if options.decompose_with_question else None
-    return await decompose_by_judge(
-        session, sentences, question, options.max_claims_per_sentence, options.decompose_per_sentence
-    )
 
 
 def output_name(judge: str) -> str:
@@ -45,18 +27,17 @@ def output_name(judge: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", judge).strip("-") + ".jsonl"
 
 
-async def decompose_once(
-    items: list[InputLine], decomposer: Backend | None, options: AuditOptions
-) -> dict[int, Decomposition]:
-    """Every valid sample's claims, by input line, drawn once (``options.samples_in_flight`` at a
-    time); raises the decomposer's stop (:class:`~rt4chart.protocol.BudgetExhausted`,
+async def decompose_once(items: list[InputLine], decomposer: Pipeline) -> dict[int, Decomposition]:
+    """Every valid sample's claims, by input line, drawn once by ``decomposer``'s front
+    (:meth:`~rt4chart.runs.engine.Pipeline.draw_claims`, ``samples_in_flight`` at a time); raises the
+    decomposer's stop (:class:`~rt4chart.protocol.BudgetExhausted`,
     :class:`~rt4chart.protocol.JudgeUnavailable`)."""
-    slots = asyncio.Semaphore(options.samples_in_flight)
+    slots = asyncio.Semaphore(decomposer.options.samples_in_flight)
     valid = [item for item in items if item.sample is not None]
 
     async def one(sample: Sample) -> Decomposition:
         async with slots:
-            return await shared_claims(sample, decomposer, options)
+            return await decomposer.draw_claims(sample)
 
     drawn = await asyncio.gather(*(one(item.sample) for item in valid if item.sample is not None))
     return {item.line: decomposition for item, decomposition in zip(valid, drawn, strict=True)}
@@ -88,6 +69,4 @@ class SharedClaimsEngine(PipelineBound):
     async def _report(self, item: InputLine) -> AuditRecord:
         if item.sample is None:
             return error_report(item)
-        shared = self.shared[item.line]
-        report = await self.pipeline.verify_sample(item.sample, item.line, shared.claims)
-        return report.model_copy(update={"errors": shared.errors + report.errors, "decomposition": shared.stats})
+        return await self.pipeline.verify_sample(item.sample, item.line, self.shared[item.line])

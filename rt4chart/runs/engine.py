@@ -14,21 +14,15 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal, Protocol, TextIO
+from typing import Annotated, Literal, Protocol, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rt4chart.judges.budget import SampleAdmission
 from rt4chart.judges.registry import JudgeStack
-from rt4chart.languages import ENGLISH, audit_language
+from rt4chart.languages import audit_language
 from rt4chart.method.citations import CitedAnswer, audit_citations, find_citations
-from rt4chart.method.decompose import (
-    Decomposition,
-    decompose_by_judge,
-    decompose_holistically,
-    nothing_to_check,
-    rule_decomposition,
-)
+from rt4chart.method.decompose import Decomposition, decompose_answer
 from rt4chart.method.direct import audit_directly
 from rt4chart.method.grounding import ContextIndex
 from rt4chart.method.prompts import PromptTemplate
@@ -40,23 +34,23 @@ from rt4chart.method.verification import ClaimVerifier, and_join, answer_halluci
 from rt4chart.options import AuditOptions
 from rt4chart.protocol import Backend, BudgetExhausted, JudgeUnavailable
 from rt4chart.records.io import (
+    AUDIT_RECORDS,
     InputLine,
+    RecordKind,
     ReportAppender,
+    RunRecord,
     audit_fingerprint,
     dump_report,
     error_report,
     output_lock,
-    read_completed,
+    read_kept,
     read_reusable,
     record_key,
     resolve_output,
-    unaudited_report,
     write_reports_atomically,
 )
 from rt4chart.types import (
     AuditRecord,
-    Claim,
-    DecompositionStats,
     Label,
     Sample,
     Sentence,
@@ -116,16 +110,20 @@ def stop_of(error: BudgetExhausted | JudgeUnavailable) -> BudgetStop | Unavailab
     return UnavailableStop(endpoint=error.endpoint, failures=error.failures, last_error=error.last_error)
 
 
+R = TypeVar("R", bound=RunRecord)
+"""The kind of record an engine writes (an audit's, a repair's)."""
+
+
 async def in_input_order(
     items: Iterable[InputLine],
-    audit: Callable[[InputLine], Awaitable[AuditRecord]],
+    audit: Callable[[InputLine], Awaitable[R]],
     in_flight: int,
     admission: SampleAdmission | None = None,
-) -> AsyncIterator[AuditRecord]:
+) -> AsyncIterator[R]:
     """``audit`` every item, up to ``in_flight`` at a time (fewer when ``admission``, the budget's,
     says so), yielding the reports in input order; an exception of one audit (a stop) cancels the
     others and propagates."""
-    pending: deque[asyncio.Task[AuditRecord]] = deque()
+    pending: deque[asyncio.Task[R]] = deque()
     iterator = iter(items)
 
     def start_next() -> bool:
@@ -172,12 +170,13 @@ class EngineOptions(BaseModel):
     """CPUs Ray reserves per worker (a judge worker mostly waits on HTTP; litellm costs a few ms of CPU per call)."""
 
 
-class AuditEngine(Protocol):
-    """Where a batch of samples is audited: records in, records out, in input order.
+class AuditEngine(Protocol[R]):
+    """Where a batch of input lines is run (audited, repaired): lines in, records out, in input order.
 
-    ``audit`` yields one report per input line, in order, until it yields a stop (then nothing
-    more: the lines after it are not audited). ``judge_name``, ``prompt_version`` and ``options``
+    ``audit`` yields one record per input line, in order, until it yields a stop (then nothing
+    more: the lines after it are not run). ``judge_name``, ``prompt_version`` and ``options``
     bind the records for ``--resume``: they are the driver's, whatever process makes the calls.
+    ``records`` says how the batch runner reads, judges finished and fills in its records.
     """
 
     @property
@@ -187,9 +186,12 @@ class AuditEngine(Protocol):
     def prompt_version(self) -> str: ...
 
     @property
-    def options(self) -> AuditOptions: ...
+    def options(self) -> BaseModel: ...
 
-    def audit(self, items: Iterable[InputLine]) -> AsyncIterator[AuditRecord | BudgetStop | UnavailableStop]: ...
+    @property
+    def records(self) -> RecordKind[R]: ...
+
+    def audit(self, items: Iterable[InputLine]) -> AsyncIterator[R | BudgetStop | UnavailableStop]: ...
 
 
 MAX_ANSWER_SENTENCES = 300
@@ -216,17 +218,52 @@ class Pipeline:
         return self.backend.name
 
     @property
+    def records(self) -> RecordKind[AuditRecord]:
+        return AUDIT_RECORDS
+
+    @property
     def decomposes_by_judge(self) -> bool:
-        """Whether answers are decomposed by a judge call (else by rules)."""
-        return self.options.decomposer == "judge" or (
+        """Whether answers are decomposed by a judge call (holistically or by sentence; else by rules)."""
+        return self.options.decomposer in ("judge", "holistic") or (
             self.options.decomposer == "auto" and self.backend.capabilities.can_write_text
         )
 
-    async def verify_sample(self, sample: Sample, line: int = 1, claims: list[Claim] | None = None) -> AuditRecord:
-        """Audit one sample with the configured method; ``claims``, when given, replace the
-        decomposition (``rt4 compare``: one claim set verified by every judge)."""
+    def _session(self, sample: Sample) -> JudgeSession:
         language = audit_language(sample.language, self.options.language, sample.answer, sample.context)
-        session = JudgeSession(self.backend, self.prompts, self.options.params, language=language)
+        return JudgeSession(self.backend, self.prompts, self.options.params, language=language)
+
+    def _answer(self, sample: Sample, language: str) -> tuple[CitedAnswer | None, list[Sentence]]:
+        """The answer's citations and the sentences the audit decomposes (citation markers leave the
+        text the judge sees; sentences keep the answer's offsets)."""
+        cited = find_citations(sample, self.options.citation_pattern, language)
+        return cited, cited.sentences if cited is not None else split_sentences(sample.answer, language=language)
+
+    async def _decompose(
+        self, session: JudgeSession, sample: Sample, sentences: list[Sentence], cited: CitedAnswer | None
+    ) -> Decomposition:
+        question = sample.question if self.options.decompose_with_question else None
+        return await decompose_answer(
+            session if self.decomposes_by_judge else None, self.options, sentences,
+            cited.answer if cited is not None else sample.answer, question,
+        )
+
+    async def draw_claims(self, sample: Sample) -> Decomposition:
+        """The claims this pipeline's judge would verify for ``sample``: the decomposition front of
+        :meth:`verify_sample` alone (``rt4 compare`` draws them once and has every judge verify them)."""
+        session = self._session(sample)
+        cited, sentences = self._answer(sample, session.language)
+        if not sentences or len(sentences) > MAX_ANSWER_SENTENCES:
+            return Decomposition([])  # every judge's record says why (verify_sample checks first)
+        return await self._decompose(session, sample, sentences, cited)
+
+    async def verify_sample(
+        self, sample: Sample, line: int = 1, decomposition: Decomposition | None = None
+    ) -> AuditRecord:
+        """Audit one sample with the configured method; ``decomposition``, when given, replaces the
+        pipeline's own (``rt4 compare``: one claim set, drawn by :meth:`draw_claims`, verified by
+        every judge)."""
+        session = self._session(sample)
+        language = session.language
         if self.options.method == "direct":
             report = await audit_directly(session, sample)
         elif (refusal := self.backend.capabilities.language_refusal(language, self.backend.name)) is not None:
@@ -234,18 +271,14 @@ class Pipeline:
             # sample stays open (exit 4) and says which judges can audit it.
             report = AuditRecord(id=sample.id, line=line, errors=[f"line {line}: {refusal}"], incomplete=True)
         else:
-            # Citation markers leave the text the judge sees; sentences keep the answer's offsets.
-            cited = find_citations(sample, self.options.citation_pattern, language)
-            answer_sentences = (
-                cited.sentences if cited is not None else split_sentences(sample.answer, language=language)
-            )
+            cited, answer_sentences = self._answer(sample, language)
             if not answer_sentences:
                 # e.g. an answer made only of list markers: nothing to verify is not "all entailed"
                 return AuditRecord(id=sample.id, line=line, errors=[f"line {line}: answer has no sentence to verify"])
             if len(answer_sentences) > MAX_ANSWER_SENTENCES:
                 problem = f"answer of {len(answer_sentences)} sentences, over the limit of {MAX_ANSWER_SENTENCES}"
                 return AuditRecord(id=sample.id, line=line, errors=[f"line {line}: {problem}"])
-            report = await self._rt4chart(session, sample, answer_sentences, claims, cited, language)
+            report = await self._rt4chart(session, sample, answer_sentences, decomposition, cited)
         return report.model_copy(
             update={
                 "id": sample.id,
@@ -266,37 +299,22 @@ class Pipeline:
         session: JudgeSession,
         sample: Sample,
         answer_sentences: list[Sentence],
-        claims: list[Claim] | None,
-        cited: CitedAnswer | None = None,
-        language: str = ENGLISH,
+        decomposition: Decomposition | None,
+        cited: CitedAnswer | None,
     ) -> AuditRecord:
         options = self.options
-        context, sentences = segment_context(sample.context, language)
+        context, sentences = segment_context(sample.context, session.language)
         chunks = chunk_sentences(len(sentences), options.window, options.overlap)
         judge = ClaimVerifier(session, ContextIndex(context, sentences), sample.question, options.ungrounded)
-        question = sample.question if options.decompose_with_question else None
-        if claims is not None:
-            decomposition = Decomposition(claims, [], DecompositionStats(mode="given", sentences=len(answer_sentences)))
-        elif (empty := nothing_to_check(answer_sentences)) is not None:
-            decomposition = empty
-        elif options.decomposer == "holistic":
-            decomposition = await decompose_holistically(
-                session, cited.answer if cited else sample.answer, answer_sentences, question,
-                options.max_claims_per_sentence,
-            )
-        elif self.decomposes_by_judge:
-            decomposition = await decompose_by_judge(
-                session, answer_sentences, question, options.max_claims_per_sentence, options.decompose_per_sentence
-            )
-        else:
-            decomposition = rule_decomposition(answer_sentences)
+        if decomposition is None:
+            decomposition = await self._decompose(session, sample, answer_sentences, cited)
         report = AuditRecord(
             id=sample.id,
             line=0,
             context_sentences=len(sentences),
             chunks=len(chunks),
             passages=len(sample.context) if isinstance(sample.context, list) else None,
-            errors=decomposition.errors,
+            errors=list(decomposition.errors),
             decomposition=decomposition.stats,
         )
         if decomposition.nothing_to_check:
@@ -365,6 +383,10 @@ class PipelineBound:
     def options(self) -> AuditOptions:
         return self.pipeline.options
 
+    @property
+    def records(self) -> RecordKind[AuditRecord]:
+        return AUDIT_RECORDS
+
 
 @dataclass
 class AuditResult:
@@ -394,17 +416,18 @@ class AuditResult:
 
 
 async def run_audit(
-    engine: AuditEngine,
+    engine: AuditEngine[R],
     items: Iterable[InputLine],
     out: Path | None,
-    on_report: Callable[[AuditRecord], None],
+    on_report: Callable[[R], None],
     *,
     resume: bool = False,
     stdout: TextIO | None = None,
-    enrich: Callable[[AuditRecord], AuditRecord] | None = None,
+    enrich: Callable[[R], R] | None = None,
     baseline: Path | None = None,
 ) -> AuditResult:
-    """Audit ``items`` into ``out`` (or ``stdout``), one record per line, in input order.
+    """Run ``items`` through ``engine`` into ``out`` (or ``stdout``), one record per line, in input
+    order: the one batch runner of ``rt4 verify``, ``rt4 eval``, ``rt4 compare`` and ``rt4 repair``.
 
     With ``baseline`` (another audit's records, ``rt4 verify --baseline``), a line whose content
     and audit configuration are those of a finished baseline record takes that record without a
@@ -432,19 +455,20 @@ async def run_audit(
 
 
 async def _audit(
-    engine: AuditEngine,
+    engine: AuditEngine[R],
     items: Iterable[InputLine],
     out: Path | None,
-    on_report: Callable[[AuditRecord], None],
+    on_report: Callable[[R], None],
     *,
     resume: bool,
     stdout: TextIO | None,
-    enrich: Callable[[AuditRecord], AuditRecord] | None,
+    enrich: Callable[[R], R] | None,
     baseline: Path | None,
 ) -> AuditResult:
     result = AuditResult()
+    kind = engine.records
     fingerprint = audit_fingerprint(engine.judge_name, engine.prompt_version, engine.options)
-    completed = read_completed(out, items, fingerprint) if resume and out else {}
+    completed = read_kept(kind, out, items, fingerprint) if resume and out else {}
     if out is not None:
         # Rewriting first drops a torn tail or foreign records before anything is appended.
         write_reports_atomically(out, [completed[line] for line in sorted(completed)])
@@ -454,10 +478,10 @@ async def _audit(
     kept = set(completed)  # the resumed records are in the file now: only their lines are held
     del completed
     unfinished: Iterable[InputLine] = (item for item in items if item.line not in kept)
-    reused: dict[int, AuditRecord] = {}
+    reused: dict[int, R] = {}
     if baseline is not None:
         unfinished = list(unfinished)
-        reused = read_reusable(baseline, unfinished, fingerprint)
+        reused = read_reusable(kind, baseline, unfinished, fingerprint)
     result.reused = len(reused)
     reuse_order = deque(sorted(reused))
     # Items stream through: each is held from when the engine takes it until its record is written.
@@ -471,7 +495,7 @@ async def _audit(
 
     appender = ReportAppender(out) if out is not None else None
 
-    def write(report: AuditRecord) -> None:
+    def write(report: R) -> None:
         if appender is not None:
             appender.append(report)
         elif stdout is not None:
@@ -485,7 +509,7 @@ async def _audit(
             report = reused[reuse_order.popleft()]
             write(enrich(report) if enrich is not None else report)
 
-    def emit(item: InputLine, report: AuditRecord) -> None:
+    def emit(item: InputLine, report: R) -> None:
         write_reused(item.line)
         # The record is bound to its line's content and this audit's configuration (for --resume).
         report.input_hash = record_key(item, fingerprint)
@@ -494,26 +518,25 @@ async def _audit(
 
     try:
         async for audited in engine.audit(hand_over()):
-            if isinstance(audited, AuditRecord):
-                emit(handed.popleft(), enrich(audited) if enrich is not None else audited)
-                continue
-            result.stop = audited
-            for item in itertools.chain(handed, todo):  # the lines taken but not finished, then the rest
-                result.remaining += 1
-                if isinstance(audited, UnavailableStop):
-                    emit(item, unaudited_report(item, f"not audited: {audited}"))
-            break
+            if isinstance(audited, BudgetStop | UnavailableStop):
+                result.stop = audited
+                for item in itertools.chain(handed, todo):  # the lines taken but not finished, then the rest
+                    result.remaining += 1
+                    if isinstance(audited, UnavailableStop):
+                        emit(item, kind.unaudited(item, str(audited)))
+                break
+            emit(handed.popleft(), enrich(audited) if enrich is not None else audited)
         write_reused(None)
     finally:
         if appender is not None:
             appender.close()
     if out is not None and result.resumed:
-        _restore_input_order(out, items)
+        _restore_input_order(kind, out, items)
     return result
 
 
-def _restore_input_order(out: Path, items: Iterable[InputLine]) -> None:
-    records = read_completed(out, items)
+def _restore_input_order(kind: RecordKind[R], out: Path, items: Iterable[InputLine]) -> None:
+    records = read_kept(kind, out, items)
     lines = [report.line for report in records.values()]
     if lines != sorted(lines):
         write_reports_atomically(out, [records[line] for line in sorted(records)])

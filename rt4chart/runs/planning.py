@@ -104,7 +104,7 @@ def worst_case_calls(pipeline: Pipeline, sample: Sample) -> int:
         return 0
     _, sentences = segment_context(sample.context, language)
     chunks = chunk_sentences(len(sentences), options.window, options.overlap)
-    by_judge = options.decomposer == "holistic" or pipeline.decomposes_by_judge
+    by_judge = pipeline.decomposes_by_judge
     n_claims = (
         options.max_claims_per_sentence * len(answer_sentences)
         if by_judge
@@ -259,7 +259,7 @@ def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache
             " them alone (in the worst case every citing claim; in the expected plan only where the judge"
             " that answered the plan put it)"
         )
-    if pipeline.decomposes_by_judge or pipeline.options.decomposer == "holistic":
+    if pipeline.decomposes_by_judge:
         plan.notes.append(
             f"worst case: up to {pipeline.options.max_claims_per_sentence} claims per answer sentence"
             " from the decomposer"

@@ -24,7 +24,7 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -38,6 +38,7 @@ from rt4chart.judges.budget import Ledger, RunLimits
 from rt4chart.judges.cache import JudgeCache
 from rt4chart.judges.registry import JudgeConfigError, JudgeStack, check_judge_serves
 from rt4chart.method.repair import RepairRecord, RepairStrategy, RepairSummary
+from rt4chart.options import AuditOptions, FailOn
 from rt4chart.protocol import Backend, BudgetExhausted, JudgeUnavailable
 from rt4chart.records.io import (
     InputFile,
@@ -48,10 +49,9 @@ from rt4chart.records.io import (
     read_records,
     write_lines_atomically,
 )
-from rt4chart.records.manifest import write_manifest
+from rt4chart.records.manifest import RunCounts, write_manifest
 from rt4chart.report.audited import AuditedSample, pair_with_inputs
-from rt4chart.report.ci_formats import FailureTally
-from rt4chart.report.outputs import PublishOptions, baseline_problem, publish
+from rt4chart.report.outputs import PublishOptions, baseline_gate_of, baseline_problem, gates, publish
 from rt4chart.report.progress import RunSummary
 from rt4chart.runs.engine import (
     AuditEngine,
@@ -71,6 +71,7 @@ from rt4chart.types import AuditRecord, Sample
 if TYPE_CHECKING:
     from typing import TextIO
 
+    from rt4chart.analysis.diff import GateOutcome
     from rt4chart.report.progress import AuditEstimate
 
 
@@ -139,27 +140,6 @@ def signal_spec(
     )
 
 
-class RunCounts(BaseModel):
-    """The figures behind a run's status."""
-
-    records: int = 0
-    """Records of the run (written now or kept by ``--resume``)."""
-    written: int = 0
-    """Records written by this run."""
-    resumed: int = 0
-    """Records kept from an earlier run."""
-    remaining: int = 0
-    """Input lines the run did not audit because it stopped."""
-    invalid: int = 0
-    """Input lines that are not valid samples."""
-    incomplete: int = 0
-    """Records with a verdict left open by judge errors (or not audited)."""
-    hallucinated: int = 0
-    """Answers judged contradicted or baseless."""
-    flagged: int = 0
-    """Records with flagged tokens or spans (``rt4 signals``)."""
-
-
 class RunOutcome(BaseModel):
     """How a run ended: its status (data, for :func:`exit_code`), the counts behind it, the stop."""
 
@@ -168,9 +148,10 @@ class RunOutcome(BaseModel):
     status: RunStatus
     """How the run ended."""
     counts: RunCounts
-    """The figures the status was decided from."""
+    """The run's tally: the figures the status was decided from."""
     fails: bool = False
-    """Whether the answers fail the run's policy (``--fail-on``, ``--max-rate``)."""
+    """Whether the answers fail the run's policy (``--fail-on``, ``--max-rate``, a baseline gate):
+    :func:`policy_fails` of ``counts``."""
     stop: BudgetStop | UnavailableStop | None = None
     """Why the run stopped before its last line, if it did."""
     judge: str = ""
@@ -283,7 +264,7 @@ def build_stack(
         raise RunUsageError(str(error)) from error  # the library API re-raises the cause
 
 
-def _engine(spec: RunSpec, stack: JudgeStack) -> AuditEngine:
+def _engine(spec: RunSpec, stack: JudgeStack) -> AuditEngine[AuditRecord]:
     try:
         check_judge_serves(stack, spec.options)  # a method the judge cannot serve is a usage error
     except JudgeConfigError as error:
@@ -335,24 +316,40 @@ def _signal_step(spec: SignalSpec, items: Iterable[InputLine]) -> Callable[[Audi
         raise RunUsageError(f"signals: {error}") from None
 
 
+def policy_fails(counts: RunCounts, outputs: PublishOptions, gate: GateOutcome | None = None) -> bool:
+    """The run's pass/fail decision, the one place it is taken: under ``--fail-on new|worse`` the
+    baseline gate's; else whether the share of judged answers failing ``--fail-on`` exceeds
+    ``--max-rate`` (0: any one fails the run; ``never``: none does)."""
+    if gate is not None and gates(outputs, gate):
+        return gate.fails
+    if outputs.fail_on is FailOn.NEVER or not counts.judged:
+        return False
+    return counts.failing / counts.judged > outputs.max_rate
+
+
+def status_of(counts: RunCounts, stop: BudgetStop | UnavailableStop | None, fails: bool) -> RunStatus:
+    """A run's status from its tally, its stop and its decision: the first of 3, 2, 4, 1 that applies."""
+    if isinstance(stop, BudgetStop):
+        return RunStatus.STOPPED_BY_BUDGET
+    if counts.invalid:
+        return RunStatus.INVALID_INPUT
+    if isinstance(stop, UnavailableStop):
+        return RunStatus.JUDGE_UNAVAILABLE
+    if counts.incomplete:
+        return RunStatus.INCOMPLETE
+    return RunStatus.FAILED if fails else RunStatus.PASSED
+
+
 def outcome_of(
     reports: Sequence[AuditRecord], result: AuditResult, summary: RunSummary, fails: bool, ledger: Ledger, judge: str
 ) -> RunOutcome:
-    """The outcome of a run whose records are ``reports``: its status, first of 3, 2, 4, 1 that applies."""
-    counts = RunCounts(
-        records=summary.records, written=result.written, resumed=result.resumed, remaining=result.remaining,
-        invalid=summary.invalid, incomplete=summary.incomplete, hallucinated=summary.hallucinated,
+    """The outcome of a run whose records are ``reports``, tallied in ``summary``, its decision ``fails``
+    (:func:`policy_fails`): its status, first of 3, 2, 4, 1 that applies."""
+    counts = summary.record_counts().model_copy(
+        update={"written": result.written, "resumed": result.resumed, "remaining": result.remaining}
     )
-    if isinstance(result.stop, BudgetStop):
-        status = RunStatus.STOPPED_BY_BUDGET
-    elif counts.invalid:
-        status = RunStatus.INVALID_INPUT
-    elif isinstance(result.stop, UnavailableStop):
-        status = RunStatus.JUDGE_UNAVAILABLE
-    elif counts.incomplete:
-        status = RunStatus.INCOMPLETE
-    else:
-        status = RunStatus.FAILED if fails else RunStatus.PASSED
+    status = status_of(counts, result.stop, fails)
+    summary.fails = fails
     summary.remaining = result.remaining
     summary.stopped_by_budget = result.stopped_by_budget
     summary.spent_usd, summary.budget_usd = ledger.spent_usd, ledger.limit_usd
@@ -385,22 +382,16 @@ def write_signal_records(out: Path, records: Sequence[SignalRecordLike]) -> RunO
     return RunOutcome(status=RunStatus.INVALID_INPUT if invalid else RunStatus.PASSED, counts=counts)
 
 
-def records_status(reports: Sequence[AuditRecord], fails: bool) -> RunStatus:
-    """The status of finished records (``rt4 report`` over an existing file): invalid lines, then
-    verdicts left open, then the policy's decision."""
-    if any(report.label is None and not report.incomplete for report in reports):
-        return RunStatus.INVALID_INPUT
-    if any(report.incomplete for report in reports):
-        return RunStatus.INCOMPLETE
-    return RunStatus.FAILED if fails else RunStatus.PASSED
-
-
-def _publish(
-    spec: RunSpec, reports: Sequence[AuditRecord], items: Iterable[InputLine], console: Console | None
-) -> bool:
-    """Everything a finished run writes besides its records; returns whether the run fails its policy."""
-    return publish(spec.outputs, pair_with_inputs(reports, items), console or Console(), audit_options=spec.options)
-
+def report_records(outputs: PublishOptions, audited: list[AuditedSample], console: Console) -> RunStatus:
+    """``rt4 report``: publish finished records as their run would (:func:`publish`), and their
+    status as the run decided it: invalid lines, then verdicts left open, then :func:`policy_fails`."""
+    summary = RunSummary(fail_on=outputs.fail_on, max_rate=outputs.max_rate)
+    for item in audited:
+        summary.add(item.report)
+    gate = baseline_gate_of(outputs, [item.report for item in audited])
+    publish(outputs, audited, console, gate)
+    counts = summary.record_counts()
+    return status_of(counts, None, policy_fails(counts, outputs, gate))
 
 
 def _publishes_records(outputs: PublishOptions) -> bool:
@@ -463,7 +454,6 @@ async def aexecute(
     enrich = _signal_step(spec.signals, items) if spec.signals is not None else None
     stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)
     summary = RunSummary(fail_on=spec.outputs.fail_on, max_rate=spec.outputs.max_rate)
-    tally = FailureTally(spec.outputs.fail_on)
     reports: list[AuditRecord] = []
     rereads = out is not None and not keep_records  # outputs that need every record read them from out
     try:
@@ -474,7 +464,6 @@ async def aexecute(
 
         def on_report(report: AuditRecord) -> None:
             summary.add(report)
-            tally.add(AuditedSample(report))
             if not rereads and (keep_records or _publishes_records(spec.outputs)):
                 reports.append(report)
             if observer is not None:
@@ -496,9 +485,12 @@ async def aexecute(
     finally:
         await stack.aclose()
     reports.sort(key=lambda report: report.line)
-    fails = tally.fails(spec.outputs.max_rate)
+    gate = None
     if _publishes_records(spec.outputs):
-        fails = _publish(spec, list(_written(out)) if rereads and out is not None else reports, items, console)
+        published = list(_written(out)) if rereads and out is not None else reports
+        gate = baseline_gate_of(spec.outputs, published, spec.options)
+        publish(spec.outputs, pair_with_inputs(published, items), console or Console(), gate)
+    fails = policy_fails(summary.record_counts(), spec.outputs, gate)
     if out is not None:
         # This run's calls are the ledger's: resumed and reused records cost nothing now.
         write_manifest(
@@ -678,9 +670,8 @@ async def acompare(
     try:
         for name in [*judges, *([decompose_with] if decompose_with else [])]:
             stacks.append(build_stack(name, api_base=spec.api_base, limits=spec.limits, cache=cache, ledger=ledger))
-        judging, decomposer = stacks[: len(judges)], (stacks[len(judges)] if decompose_with else None)
-        if decomposer is not None and not decomposer.capabilities.can_write_text:
-            raise RunUsageError(f"--decompose-with {decompose_with}: this judge cannot decompose answers")
+        judging = stacks[: len(judges)]
+        decomposer = _decomposer(spec.options, stacks[len(judges)] if decompose_with else None, judging[0])
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -693,7 +684,7 @@ async def acompare(
         if observer is not None:
             observer.start(len(items) * len(judging), ledger, calls_seen=True)
         try:
-            shared = await decompose_once(items, decomposer, spec.options)
+            shared = await decompose_once(items, decomposer)
             decomposer_stop = None
         except (BudgetExhausted, JudgeUnavailable) as error:
             shared, decomposer_stop = {}, stop_of(error)
@@ -719,8 +710,21 @@ async def acompare(
     return CompareOutcome(status=status, by_judge=by_judge, paths=paths, agreement=agreement)
 
 
+def _decomposer(options: AuditOptions, decompose_with: JudgeStack | None, first_judge: JudgeStack) -> Pipeline:
+    """The pipeline whose decomposition front draws a comparison's claims: ``--decompose-with``'s
+    judge, as ``--decomposer`` says; without one, the rule decomposer (no judge is asked)."""
+    if decompose_with is None:
+        if options.decomposer in ("judge", "holistic"):
+            raise RunUsageError(f"--decomposer {options.decomposer} needs --decompose-with JUDGE: the judge "
+                                "that writes every answer's claims once")
+        return Pipeline(first_judge, options.model_copy(update={"decomposer": "rules"}))
+    if not decompose_with.capabilities.can_write_text:
+        raise RunUsageError(f"--decompose-with {decompose_with.name}: this judge cannot decompose answers")
+    return Pipeline(decompose_with, options)
+
+
 async def _run_engine(
-    engine: AuditEngine, items: list[InputLine], out: Path | None, observer: RunObserver | None
+    engine: AuditEngine[AuditRecord], items: list[InputLine], out: Path | None, observer: RunObserver | None
 ) -> tuple[list[AuditRecord], AuditResult, RunSummary]:
     """One engine through :func:`run_audit` (no resume, no stdout), its records and totals collected."""
     summary = RunSummary()
@@ -801,57 +805,50 @@ async def arepair(
     input_name: str = "the input",
     verify_after: bool = False,
     verify_judge: str | None = None,
+    stdout: TextIO | None = None,
 ) -> RepairOutcome:
     """``rt4 repair``: repair the flagged answers of ``records`` (verify records, or why a line is
-    not one) against their ``samples`` with ``spec.judge`` (``None``: no repairing judge), then, with
-    ``verify_after``, re-audit the repaired answers as a run of its own (:func:`aexecute`) with
-    ``verify_judge`` (default: ``spec.judge``, else the embedded verifier)."""
+    not one) against their ``samples`` with ``spec.judge`` (``None``: no repairing judge), through
+    the one batch runner (:func:`rt4chart.runs.engine.run_audit` over a
+    :class:`rt4chart.runs.repair.RepairEngine`): one repair record per verify record, in their
+    order, ``spec.options.samples_in_flight`` at a time, into ``spec.out`` (else ``stdout``), a
+    killed run resumed with ``spec.resume``. With ``verify_after``, the repaired answers are then
+    re-audited as a run of their own (:func:`aexecute`) with ``verify_judge`` (default:
+    ``spec.judge``, else the embedded verifier), and the records rewritten with their re-audits."""
     from rt4chart.method.repair import Repairer, record_reaudit, repaired_samples, summarize
+    from rt4chart.records.io import dump_report, write_reports_atomically
+    from rt4chart.runs.repair import RepairEngine, repair_items
 
-    by_line = {item.line: item for item in input_lines(samples)}
     if strategy == "rewrite" and spec.judge is None:
         raise RunUsageError("--strategy rewrite needs --judge: a judge that writes text")
+    if spec.resume and spec.out is None:
+        raise RunUsageError("--resume needs --out FILE")
+    items, verified = repair_items(records, input_lines(samples), input_name)
     repairing = (
         build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache) if spec.judge else None
     )
-    results: list[RepairRecord | None] = []
-    stop: BudgetStop | UnavailableStop | None = None
+    finished: list[RepairRecord] = []
     try:
         if repairing is not None and not repairing.capabilities.can_write_text:
             raise RunUsageError(
                 f"judge {repairing.name} cannot write text; repair needs a language-model or scripted judge"
             )
-        repairer = Repairer(strategy, repairing, spec.options.params)
-        jobs: list[tuple[int, AuditRecord, Awaitable[RepairRecord]]] = []
-        for position, record in enumerate(records, start=1):
-            if isinstance(record, str):
-                results.append(RepairRecord(id=None, line=position, strategy=strategy, original=None,
-                                            repaired=None, errors=[record]))
-                continue
-            item = by_line.get(record.line)
-            if item is None or item.sample is None or item.sample.id != record.id:
-                results.append(RepairRecord(
-                    id=record.id, line=record.line, strategy=strategy, original=None, repaired=None,
-                    errors=[f"no valid sample with id {record.id!r} on line {record.line} of {input_name}"],
-                ))
-                continue
-            results.append(None)
-            jobs.append((len(results) - 1, record, repairer.repair(record, item.sample)))
+        engine = RepairEngine(Repairer(strategy, repairing, spec.options.params), verified,
+                              spec.options.samples_in_flight, repairing.ledger if repairing is not None else None)
         try:
-            for (slot, _, _), done in zip(jobs, await asyncio.gather(*(job for _, _, job in jobs)), strict=True):
-                results[slot] = done
-        except (BudgetExhausted, JudgeUnavailable) as error:
-            stop = stop_of(error)
-            for slot, record, _ in jobs:
-                results[slot] = RepairRecord(id=record.id, line=record.line, strategy=strategy, original=None,
-                                             repaired=None, errors=[f"not repaired: {stop}"])
+            # With a re-audit to come, stdout gets the records once they hold it.
+            result = await run_audit(engine, items, spec.out, finished.append, resume=spec.resume,
+                                     stdout=None if verify_after else stdout)
+        except OutputError as error:  # another run holds the output's lock
+            raise RunUsageError(str(error)) from None
     finally:
         if repairing is not None:
             await repairing.aclose()
-    finished = [r for r in results if r is not None]
+    finished.sort(key=lambda record: record.line)
+    stop = result.stop
     reaudit = None
     if verify_after and stop is None:
-        valid = {line: item.sample for line, item in by_line.items() if item.sample is not None}
+        valid = {item.line: item.sample for item in items if item.sample is not None}
         todo = repaired_samples(finished, valid)
         # --api-base belongs to --judge; a separate --verify-judge is resolved on its own.
         rejudge = spec.model_copy(update={
@@ -863,6 +860,10 @@ async def arepair(
         for (repaired, _), after in zip(todo, reaudit.reports, strict=True):
             record_reaudit(repaired, after)
         stop = reaudit.stop
+        if spec.out is not None:
+            write_reports_atomically(spec.out, finished)
+    if verify_after and spec.out is None and stdout is not None:
+        stdout.writelines(dump_report(record) + "\n" for record in finished)
     summary = summarize(strategy, finished)
     found = [RunStatus.FAILED] if summary.residual_hallucinated else []
     if summary.invalid and stop is None:  # records a stop left unrepaired are not bad input

@@ -38,21 +38,21 @@ def judge_call(path: str, base_url: str, timeout_s: float, headroom_mib: int) ->
     from rt4chart.text import segment_context
 
     backend: PolicyBackend
-    call = {"name": "fault", "model": "openai/fault", "timeout_s": timeout_s, "max_attempts": 1}
+    call: dict[str, object] = {"name": "fault", "model": "openai/fault", "timeout_s": timeout_s, "max_attempts": 1}
     if path == "openai_compat":
         from rt4chart.backends.openai_compat import OpenAICompatBackend, OpenAICompatSettings
 
-        backend = OpenAICompatBackend(OpenAICompatSettings(**call), api_key="sk-fault", api_base=base_url)
+        backend = OpenAICompatBackend(OpenAICompatSettings.model_validate(call), api_key="sk-fault", api_base=base_url)
     elif path == "litellm":
         from rt4chart.backends.litellm import LiteLLMBackend, LiteLLMSettings
 
-        backend = LiteLLMBackend(LiteLLMSettings(**call), api_key="sk-fault", api_base=base_url)
+        backend = LiteLLMBackend(LiteLLMSettings.model_validate(call), api_key="sk-fault", api_base=base_url)
     else:
         from rt4chart.backends.fleet import FleetBackend, FleetMember, FleetRouting
         from rt4chart.backends.litellm import LiteLLMSettings
 
         member = FleetMember(model="openai/fault", api_base=base_url, api_key="sk-fault")
-        backend = FleetBackend(LiteLLMSettings(**call), [member], FleetRouting())
+        backend = FleetBackend(LiteLLMSettings.model_validate(call), [member], FleetRouting())
     _, sentences = segment_context("The sky is blue.")
     payload = VerifyInput(stage="global", claims=["The sky is green."], sentences=sentences, chunk=0, question=None)
     request = build_request(payload, load_prompts(), GenerationParams(max_tokens=256))

@@ -21,7 +21,9 @@ import pytest
 from faults import Fault, fault_server, judge_every_claim
 
 from rt4chart.backends.bounded_http import DecodedBody, RedirectRefused, ReplyTooLarge, redirect_target
+from rt4chart.backends.policy import reply_body_cap_bytes
 from rt4chart.signals.base import ScoreRequest, SignalError
+from rt4chart.signals.vllm_client import REPLY_BYTES_PER_PROMPT_TOKEN, REPLY_SLACK_BYTES
 
 CLIENT = Path(__file__).resolve().parent / "bounded_reply_client.py"
 
@@ -37,6 +39,14 @@ the 1 GiB a gzip bomb inflates to."""
 
 HANG_GUARD_S = 180
 """How long the child may run before the test calls it hung (a bounded client ends in seconds)."""
+
+
+def cap_bytes(path: str) -> int:
+    """The decoded-body cap of the one call the child makes over ``path`` (256 tokens for a judge,
+    one prompt of 3 tokens for the vLLM client)."""
+    if path == "vllm":
+        return REPLY_SLACK_BYTES + 3 * REPLY_BYTES_PER_PROMPT_TOKEN
+    return reply_body_cap_bytes(256)
 
 
 def call(path: str, base_url: str) -> dict[str, Any]:
@@ -58,7 +68,7 @@ def test_a_gzip_bomb_is_cut_at_the_cap(path: str) -> None:
     with fault_server(judge_every_claim("baseless"), Fault("gzip_bomb")) as server:
         outcome = call(path, server.base_url)
     assert not outcome["ok"]
-    assert "over the cap" in outcome["error"]
+    assert f"over {cap_bytes(path):,} bytes (decoded), over the cap" in outcome["error"]
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -66,7 +76,7 @@ def test_a_body_that_never_ends_is_cut_at_the_cap(path: str) -> None:
     with fault_server(judge_every_claim("baseless"), Fault("endless_body")) as server:
         outcome = call(path, server.base_url)
     assert not outcome["ok"]
-    assert "over the cap" in outcome["error"]
+    assert f"over {cap_bytes(path):,} bytes (decoded), over the cap" in outcome["error"]
 
 
 @pytest.mark.parametrize("behaviour", ["trickle_headers", "trickle_body"])
@@ -103,6 +113,7 @@ def test_a_redirect_within_the_origin_is_followed(path: str) -> None:
 def test_a_vllm_reply_without_usable_logprobs_is_a_signal_error(behaviour: Any) -> None:
     from rt4chart.signals.vllm_client import VllmPromptLogprobsBackend
 
+    # The tokenizer is never used: the request is given as token ids.
     with fault_server("", Fault(behaviour)) as server:
         client = VllmPromptLogprobsBackend(server.base_url, None, "fault", model="fault", timeout_s=TIMEOUT_S)  # type: ignore[arg-type]
         with pytest.raises(SignalError, match="token 2 at position 1"):

@@ -4,7 +4,9 @@ SGLang, OpenAI itself, most gateways), sent with aiohttp and nothing heavier.
 A thin sender (:class:`OpenAICompatSender`): one POST of ``/chat/completions``, the reply's text
 and token counts. The transport policy (:mod:`rt4chart.backends.policy`) does the rest, as for the
 litellm sender: retries and backoff (Retry-After honoured), the circuit breaker, concurrency,
-reply parsing and re-asks, key scrubbing, the reply size cap. It never imports litellm (seconds of
+reply parsing and re-asks, key scrubbing, the reply size cap. The reply is read under the HTTP
+reply contract (:mod:`rt4chart.backends.bounded_http`), applied here by hand: aiohttp neither
+inflates bodies nor follows redirects itself. It never imports litellm (seconds of
 start-up, milliseconds of CPU per call): prices are the profile's, prompt tokens the policy's
 tokenizer-free bound. The client is aiohttp, not httpx: on the same calls httpx spends about seven
 times aiohttp's CPU per request (its pool, anyio and h11 layers; evals/bench/RESULTS.md), which

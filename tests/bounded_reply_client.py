@@ -1,5 +1,5 @@
 """One call over one HTTP path, in a process of its own under an address-space limit; prints the
-outcome as one JSON object (``{"ok": bool, "error": str | null}``).
+outcome as one JSON object (``{"ok": bool, "error": str | null, "max_rss_mib": float}``).
 
     python tests/bounded_reply_client.py PATH BASE_URL TIMEOUT_S HEADROOM_MIB
 
@@ -81,6 +81,7 @@ def main() -> None:
         outcome = vllm_call(base_url, timeout_s, headroom_mib)
     else:
         outcome = judge_call(path, base_url, timeout_s, headroom_mib)
+    outcome["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(outcome))
 
 

@@ -9,6 +9,7 @@ child's own timeout only guards against a hang; no test asserts on time.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -19,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import VerifyRequestFactory, backend_over
 from faults import Fault, fault_server, judge_every_claim
 
 from rt4chart.backends.bounded_http import DecodedBody, RedirectRefused, ReplyTooLarge, redirect_target
 from rt4chart.backends.policy import reply_body_cap_bytes
+from rt4chart.judges import JudgeProfile
 from rt4chart.signals.base import ScoreRequest, SignalError
 from rt4chart.signals.vllm_client import REPLY_BYTES_PER_PROMPT_TOKEN, REPLY_SLACK_BYTES
 
@@ -106,7 +109,7 @@ def test_a_redirect_within_the_origin_is_followed(path: str) -> None:
     endpoint = "/v1/completions" if path == "vllm" else "/v1/chat/completions"
     with fault_server(judge_every_claim("baseless"), Fault("redirect", location=f"/moved{endpoint}")) as server:
         outcome = call(path, server.base_url)
-    assert outcome == {"ok": True, "error": None}
+    assert outcome["ok"] and outcome["error"] is None
     assert server.paths == [endpoint, f"/moved{endpoint}"]
 
 
@@ -143,3 +146,15 @@ def test_origins_compare_scheme_host_and_port() -> None:
     for elsewhere in ("https://h/v1/x", "http://h:81/v1/x", "http://h.evil/v1/x", "//other/v1"):
         with pytest.raises(RedirectRefused):
             redirect_target("http://h/v1/x", 307, elsewhere)
+
+
+def test_a_refused_reply_is_not_retried(transport: str, verify_request: VerifyRequestFactory) -> None:
+    """A second attempt would meet the same server: a refused reply is the call's error at once."""
+    with fault_server(judge_every_claim("baseless")) as elsewhere:
+        redirect = Fault("redirect", location=elsewhere.base_url + "/chat/completions")
+        with fault_server(judge_every_claim("baseless"), redirect) as server:
+            profile = JudgeProfile(name="fault", model="openai/fault", max_attempts=3, backoff_s=0.0)
+            backend = backend_over(transport, profile, api_base=server.base_url)
+            response = asyncio.run(backend.complete(verify_request(["The trial lasts 30 days."])))
+    assert response.parsed is None and response.error is not None and "another origin" in response.error
+    assert len(server.requests) == 1 and elsewhere.requests == []

@@ -8,11 +8,15 @@ from the server's side of the wire.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import socket
+import struct
 import sys
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,7 +36,17 @@ Behaviour = Literal[
     "think",  # a <think>...</think> block (holding a decoy verdict) before the reply
     "reasoning",  # the reply with a `reasoning_content` field holding a decoy verdict
     "echo_key",  # 401 whose message echoes the Authorization header, as some providers do
+    "gzip_bomb",  # 200, Content-Encoding gzip: about 1 MB that inflates to GZIP_BOMB_BYTES
+    "endless_body",  # 200, chunked: the start of a completion, then spaces that never end
+    "trickle_headers",  # a status line, then one header byte every `trickle_s`, never ending
+    "trickle_body",  # headers promising a large body, then one byte of it every `trickle_s`
+    "redirect",  # 307 to `location` (a path of this server, or another server's URL)
+    "nan_logprobs",  # /completions: prompt_logprobs whose values are NaN
+    "bare_logprobs",  # /completions: prompt_logprobs entries holding a bare number, not an object
 ]
+
+GZIP_BOMB_BYTES = 1 << 30
+"""What the ``gzip_bomb`` reply inflates to: 1 GiB of zeros from about 1 MB on the wire."""
 
 DECOY = '{"judgements": [{"claim": 0, "label": "contradicted"}]}'
 """A verdict-shaped string placed where a verdict must never be taken from."""
@@ -48,6 +62,10 @@ class Fault:
     """Retry-After header value for ``rate_limit``."""
     hang_s: float = 5.0
     """How long ``hang`` keeps the client waiting."""
+    trickle_s: float = 0.2
+    """Seconds between the bytes of ``trickle_headers`` and ``trickle_body``."""
+    location: str = ""
+    """Where ``redirect`` sends the client."""
 
 
 @dataclass
@@ -75,6 +93,12 @@ class FaultServer:
     """Bodies of the requests received, in arrival order."""
     headers: list[dict[str, str]] = field(default_factory=list)
     """Headers of the requests received (names in lower case)."""
+    paths: list[str] = field(default_factory=list)
+    """Paths of the requests received, in arrival order."""
+    bytes_streamed: int = 0
+    """Body bytes sent by ``endless_body`` and the trickles, all requests together."""
+    stopped: threading.Event = field(default_factory=threading.Event)
+    """Set when the server shuts down: replies that never end stop then."""
     in_flight: int = 0
     """Requests being answered now."""
     max_in_flight: int = 0
@@ -119,6 +143,39 @@ def _completion(
     }
 
 
+def _prompt_logprobs(body: dict[str, Any], behaviour: Behaviour) -> dict[str, Any]:
+    """A vLLM completions reply to ``body`` (prompts as token-id lists) with ``prompt_logprobs``:
+    -1.0 for every token, or NaN values, or bare numbers in place of vLLM's objects."""
+    value: Any
+    choices = []
+    for index, ids in enumerate(body.get("prompt") or []):
+        entries: list[Any] = [None]
+        for token in ids[1:]:
+            if behaviour == "bare_logprobs":
+                value = -1.0
+            else:
+                value = {"logprob": math.nan if behaviour == "nan_logprobs" else -1.0, "rank": 1, "decoded_token": "x"}
+            entries.append({str(token): value})
+        choices.append({"index": index, "text": "", "prompt_logprobs": entries})
+    return {"id": "cmpl-fault", "object": "text_completion", "choices": choices}
+
+
+@functools.cache
+def gzip_bomb() -> bytes:
+    """A gzip stream of :data:`GZIP_BOMB_BYTES` zeros, built from one compressed 16 MiB segment
+    repeated (a full flush makes each segment independent), so it costs seconds, not minutes."""
+    block = bytes(1 << 24)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    segment = compressor.compress(block) + compressor.flush(zlib.Z_FULL_FLUSH)
+    count = GZIP_BOMB_BYTES // len(block)
+    crc = 0
+    for _ in range(count):
+        crc = zlib.crc32(block, crc)
+    end = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS).flush()
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
+    return header + segment * count + end + struct.pack("<II", crc, GZIP_BOMB_BYTES & 0xFFFFFFFF)
+
+
 def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -144,6 +201,7 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
             fault = state.next_fault()
             with state.lock:
                 state.requests.append(body)
+                state.paths.append(self.path)
                 state.headers.append({name.lower(): value for name, value in self.headers.items()})
                 state.in_flight += 1
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
@@ -158,7 +216,16 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
         def _answer(self, fault: Fault, body: dict[str, Any]) -> None:
             model = str(body.get("model", "fault"))
             behaviour = fault.behaviour
-            if (body.get("response_format") or {}).get("type") in state.refused_formats:
+            if behaviour in _STREAMED:
+                self._stream(fault)
+            elif behaviour == "redirect":
+                self.send_response(307)
+                self.send_header("Location", fault.location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif self.path.endswith("/completions") and not self.path.endswith("/chat/completions"):
+                self._send(200, _prompt_logprobs(body, behaviour))
+            elif (body.get("response_format") or {}).get("type") in state.refused_formats:
                 error = {"error": {"message": "response_format is not supported", "type": "invalid_request_error"}}
                 self._send(400, error)
             elif behaviour == "rate_limit":
@@ -184,12 +251,60 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 content = state.content_for(behaviour, body)
                 self._send(200, _completion(model, content, None, self._usage(body, content)))
 
+        def _stream(self, fault: Fault) -> None:
+            """A reply too large, too slow or endless, until the client hangs up or the server stops."""
+            self.close_connection = True
+            try:
+                if fault.behaviour == "gzip_bomb":
+                    bomb = gzip_bomb()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Encoding", "gzip")
+                    self.send_header("Content-Length", str(len(bomb)))
+                    self.end_headers()
+                    self.wfile.write(bomb)
+                elif fault.behaviour == "trickle_headers":
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                    while not state.stopped.wait(fault.trickle_s):
+                        self.wfile.write(b"a")
+                        self._count(1)
+                elif fault.behaviour == "trickle_body":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(1 << 30))
+                    self.end_headers()
+                    while not state.stopped.wait(fault.trickle_s):
+                        self.wfile.write(b" ")
+                        self._count(1)
+                else:  # endless_body
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    chunk = b" " * 65_536
+                    framed = b"%x\r\n%s\r\n" % (len(chunk), chunk)
+                    opening = b'{"choices":[{"message":{"content":"'
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(opening), opening))
+                    while not state.stopped.is_set():
+                        self.wfile.write(framed)
+                        self._count(len(chunk))
+            except OSError:
+                pass  # the client hung up: what these replies wait for
+
+        def _count(self, sent: int) -> None:
+            with state.lock:
+                state.bytes_streamed += sent
+
         def _usage(self, body: dict[str, Any], content: str) -> tuple[int, int]:
             counted = state.completion_tokens
             tokens = counted(content) if callable(counted) else counted
             return state.prompt_tokens(body), min(tokens, int(body.get("max_tokens") or tokens))
 
     return Handler
+
+
+_STREAMED = frozenset({"gzip_bomb", "endless_body", "trickle_headers", "trickle_body"})
+"""Behaviours whose reply is written by ``_stream``."""
 
 
 class _Server(ThreadingHTTPServer):
@@ -219,6 +334,7 @@ def fault_server(
         yield state
     finally:
         state.gate.set()
+        state.stopped.set()
         server.shutdown()
         server.server_close()
         thread.join()

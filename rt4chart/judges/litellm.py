@@ -3,8 +3,10 @@
 A thin sender (:class:`LiteLLMSender`): the call arguments (structured output, seed, the key for
 this endpoint), ``litellm.acompletion``, the reply's text and tokens, and litellm's price. The
 transport policy (:mod:`rt4chart.judges.policy`) does the rest: retries and backoff, the circuit
-breaker, concurrency, reply parsing and key scrubbing. ``reasoning_content`` is never read, so a
-verdict a model merely thinks about is never taken as the verdict.
+breaker, concurrency, reply parsing and key scrubbing. Every reply is read under the HTTP reply
+contract (:mod:`rt4chart.judges.bounded_http`): litellm's clients get a transport that enforces
+it. ``reasoning_content`` is never read, so a verdict a model merely thinks about is never taken as
+the verdict.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import litellm
 from litellm.exceptions import APIConnectionError, Timeout
 
-from rt4chart.judges.policy import EndpointSender, EndpointSettings, PolicyBackend, Reply
+from rt4chart.judges.bounded_http import ReplyLimits, reply_limits
+from rt4chart.judges.bounded_httpx import bound_litellm_transports
+from rt4chart.judges.policy import EndpointSender, EndpointSettings, PolicyBackend, Reply, reply_body_cap_bytes
 from rt4chart.judges.replies import parse_reply
 from rt4chart.judges.scrubbing import scrub, scrub_value, secrets_in_environment
 from rt4chart.protocol import JudgeRequest, output_json_schema
@@ -38,6 +42,9 @@ __all__ = [
 ]
 
 litellm.suppress_debug_info = True
+# litellm reads a whole reply before handing it over, with per-read timeouts only: every client it
+# builds reads under the reply contract instead (size cap, deadline, no cross-origin redirect).
+bound_litellm_transports()
 
 _SCHEMA_PROVIDERS = frozenset({"hosted_vllm"})
 """Providers whose servers enforce a JSON schema (vLLM guided decoding) although litellm's
@@ -184,7 +191,10 @@ class LiteLLMSender(EndpointSender):
         return None
 
     async def send(self, messages: list[dict[str, str]], request: JudgeRequest) -> Reply:
-        response = await self.call(messages, self.call_arguments(request))
+        cap = reply_body_cap_bytes(request.params.max_tokens)
+        limits = ReplyLimits(max_bytes=cap, deadline_s=self.settings.timeout_s)
+        with reply_limits(limits):
+            response = await self.call(messages, self.call_arguments(request))
         counts = getattr(response, "usage", None)
         # litellm's own price (it knows cached-token discounts) when its price table has the model.
         priced_by_litellm = self._table_prices is not None

@@ -4,7 +4,9 @@ SGLang, OpenAI itself, most gateways), sent with aiohttp and nothing heavier.
 A thin sender (:class:`OpenAICompatSender`): one POST of ``/chat/completions``, the reply's text
 and token counts. The transport policy (:mod:`rt4chart.judges.policy`) does the rest, as for the
 litellm sender: retries and backoff (Retry-After honoured), the circuit breaker, concurrency,
-reply parsing and re-asks, key scrubbing, the reply size cap. It never imports litellm (seconds of
+reply parsing and re-asks, key scrubbing, the reply size cap. The reply is read under the HTTP
+reply contract (:mod:`rt4chart.judges.bounded_http`), applied here by hand: aiohttp neither
+inflates bodies nor follows redirects itself. It never imports litellm (seconds of
 start-up, milliseconds of CPU per call): prices are the profile's, prompt tokens the policy's
 tokenizer-free bound. The client is aiohttp, not httpx: on the same calls httpx spends about seven
 times aiohttp's CPU per request (its pool, anyio and h11 layers; evals/bench/RESULTS.md), which
@@ -30,14 +32,8 @@ import aiohttp
 import pydantic_core
 from pydantic import BaseModel
 
-from rt4chart.judges.policy import (
-    EndpointSender,
-    EndpointSettings,
-    InvalidReply,
-    PolicyBackend,
-    Reply,
-    reply_cap_chars,
-)
+from rt4chart.judges.bounded_http import ACCEPTED_ENCODINGS, DecodedBody, redirect_target
+from rt4chart.judges.policy import EndpointSender, EndpointSettings, PolicyBackend, Reply, reply_body_cap_bytes
 from rt4chart.protocol import JudgeRequest, output_json_schema
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -55,8 +51,8 @@ _ACCEPTED_MODE: dict[tuple[str, str], str] = {}
 _ERROR_MESSAGE_CHARS = 500
 """How much of a server's error message an exception quotes (scrubbed by the policy)."""
 
-_BODY_SLACK_BYTES = 65_536
-"""Bytes a reply body may hold beyond its content: the JSON around it, escapes, usage."""
+MAX_REDIRECTS = 5
+"""Same-origin redirects (307/308) followed for one attempt; another origin's are refused."""
 
 
 @functools.cache
@@ -158,13 +154,16 @@ class OpenAICompatSender(EndpointSender):
         return held[0]
 
     async def _session_while_the_loop_runs(self) -> AsyncGenerator[aiohttp.ClientSession, None]:
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", "Accept-Encoding": ACCEPTED_ENCODINGS}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         # No pool limit of its own: the policy bounds the calls in flight.
         connector = aiohttp.TCPConnector(limit=0)
         timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
-        session = aiohttp.ClientSession(headers=headers, timeout=timeout, connector=connector)
+        # Bodies are inflated by the reply contract (bounded), not by aiohttp.
+        session = aiohttp.ClientSession(
+            headers=headers, timeout=timeout, connector=connector, auto_decompress=False
+        )
         try:
             while True:
                 yield session
@@ -205,19 +204,27 @@ class OpenAICompatSender(EndpointSender):
             raise
 
     async def _post(self, body: bytes, request: JudgeRequest) -> Reply:
-        limit = 4 * reply_cap_chars(request.params.max_tokens) + _BODY_SLACK_BYTES
+        """One attempt under the reply contract (:mod:`rt4chart.judges.bounded_http`): the decoded
+        body capped, the whole exchange (same-origin redirects included) within ``timeout_s``."""
+        limit = reply_body_cap_bytes(request.params.max_tokens)
         client = await self._client()
-        async with client.post(self._url, data=body) as response:
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.content.iter_any():
-                size += len(chunk)
-                if size > limit:
-                    # Read no further: such a body is not a reply max_tokens can produce.
-                    raise InvalidReply(f"a reply body of over {limit:,} bytes, over the cap", "", final=True)
-                chunks.append(chunk)
-            status, headers = response.status, response.headers
-        data = b"".join(chunks)
+        url = self._url
+        async with asyncio.timeout(self.settings.timeout_s):
+            for _ in range(MAX_REDIRECTS + 1):
+                # Redirects are followed here, not by aiohttp, so that another origin's is refused
+                # before the audited text is sent there; 307/308 keep the method and the body.
+                async with client.post(url, data=body, allow_redirects=False) as response:
+                    status, headers = response.status, response.headers
+                    target = redirect_target(url, status, headers.get("Location"))
+                    if target is None or status not in (307, 308):
+                        reader = DecodedBody(headers.get("Content-Encoding"), limit)
+                        async for chunk in response.content.iter_any():
+                            reader.feed(chunk)
+                        break
+                url = target
+            else:
+                raise MalformedResponse(f"more than {MAX_REDIRECTS} redirects from {self.endpoint}")
+        data = reader.finish()
         if status >= 400:
             raise EndpointError(self._error_message(status, data), ErrorResponse(status, headers))
         try:

@@ -36,6 +36,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
 
+from rt4chart.judges.bounded_http import ReplyRefused
 from rt4chart.judges.circuit import (
     NON_TRANSIENT_ATTEMPTS,
     NON_TRANSIENT_WAIT_S,
@@ -134,6 +135,12 @@ def _causes(error: BaseException) -> list[BaseException]:
     return chain
 
 
+def refused_reply(error: BaseException) -> ReplyRefused | None:
+    """The :class:`~rt4chart.judges.bounded_http.ReplyRefused` behind ``error`` (a client library
+    wraps it in its own connection error), or ``None``."""
+    return next((cause for cause in _causes(error) if isinstance(cause, ReplyRefused)), None)
+
+
 def non_transient_reason(error: BaseException) -> str | None:
     """Why ``error`` will not go away by waiting, or ``None`` for a failure worth backing off on.
 
@@ -177,6 +184,17 @@ def reply_cap_chars(max_tokens: int) -> int:
     """The longest reply kept: ``max_tokens`` can produce no more text than this, so a longer body
     (a server sending 20 MB) is not the model's answer and is neither parsed, stored nor cached."""
     return max(MIN_REPLY_CAP_CHARS, CHARS_PER_TOKEN_CAP * max_tokens)
+
+
+REPLY_BODY_SLACK_BYTES = 65_536
+"""Bytes a reply body may hold beyond its content: the JSON around it, escapes, usage."""
+
+
+def reply_body_cap_bytes(max_tokens: int) -> int:
+    """The most bytes of decoded HTTP body read for a reply of at most ``max_tokens`` tokens: the
+    content cap at up to four bytes a character (UTF-8), plus :data:`REPLY_BODY_SLACK_BYTES`. Every
+    transport stops reading there (:mod:`rt4chart.judges.bounded_http`)."""
+    return 4 * reply_cap_chars(max_tokens) + REPLY_BODY_SLACK_BYTES
 
 
 def timed_out(error: BaseException) -> bool:
@@ -389,6 +407,8 @@ class PolicyBackend:
     def _retryable(self, error: BaseException) -> bool:
         if isinstance(error, InvalidReply):
             return not error.final
+        if refused_reply(error) is not None:
+            return False
         if self.sender.refusal(error) is not None:
             # A refusing deployment is retried elsewhere while some deployment may still answer;
             # a lone endpoint that refuses gets its one retry only when the failure also looks transient.
@@ -508,7 +528,8 @@ class PolicyBackend:
         except InvalidReply as invalid:
             error = f"no valid reply after {len(usage)} attempts: {invalid.reason}"
         except Exception as failure:  # any provider, network or client failure becomes data
-            error = f"{type(failure).__name__} after {len(usage)} attempts: {failure}"
+            # A reply the HTTP contract refused is named for itself, not for the client's wrapper of it.
+            error = f"{type(failure).__name__} after {len(usage)} attempts: {refused_reply(failure) or failure}"
             unreachable = self.sender.refusal(failure)
             if unreachable is None and self.sender.timed_out(failure):
                 unreachable = f"no answer within the timeout on {len(usage)} attempts"

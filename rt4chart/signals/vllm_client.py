@@ -21,15 +21,28 @@ that answers vLLM's format from the transformers backend.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 
+from rt4chart.judges.bounded_http import ReplyLimits, ReplyRefused
+from rt4chart.judges.bounded_httpx import BoundedAsyncTransport
 from rt4chart.signals.base import ScoreRequest, SignalError, TokenizedText, Tokenizer
 
 REQUESTS_PER_CALL = 16
 """Prompts sent in one HTTP request (the server batches them)."""
+
+REPLY_BYTES_PER_PROMPT_TOKEN = 1024
+"""Reply bytes one prompt token may take (its entry: the token's own log-probability and the most
+likely one's, each with its decoded text); a longer reply is no vLLM answer and is not read."""
+
+REPLY_SLACK_BYTES = 65_536
+"""Reply bytes beyond the prompt tokens' entries (the choices' other fields), and the cap of ``/models``."""
 
 
 class VllmPromptLogprobsBackend:
@@ -49,7 +62,7 @@ class VllmPromptLogprobsBackend:
         if not self.base_url.endswith("/v1"):
             self.base_url += "/v1"
         self.tokenizer = tokenizer
-        self._client = httpx.Client(timeout=timeout_s)
+        self._timeout_s = timeout_s
         self.model = model or self._served_model()
         self._identity = f"vllm:{self.model}@{self.base_url}#{tokenizer_identity}"
         self._max_positions = max_positions
@@ -66,19 +79,32 @@ class VllmPromptLogprobsBackend:
         return self.tokenizer.encode(text)
 
     def _served_model(self) -> str:
-        body = self._call("GET", "/models")
+        body = self._call("GET", "/models", None, REPLY_SLACK_BYTES)
         try:
             return str(body["data"][0]["id"])
         except (KeyError, IndexError, TypeError):
             raise SignalError(f"{self.base_url}/models lists no model") from None
 
-    def _call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+    def _call(self, method: str, path: str, payload: dict[str, Any] | None, max_bytes: int) -> Any:
+        """One request, its reply read under the reply contract (:mod:`rt4chart.judges.bounded_http`):
+        at most ``max_bytes`` decoded, the whole exchange within ``timeout_s``, no redirect to
+        another origin. Sent from a thread of its own with its own event loop, so a caller inside a
+        running loop (a notebook) can call it too."""
+        limits = ReplyLimits(max_bytes=max_bytes, deadline_s=self._timeout_s)
+        with ThreadPoolExecutor(max_workers=1) as worker:
+            return worker.submit(asyncio.run, self._request(method, path, payload, limits)).result()
+
+    async def _request(self, method: str, path: str, payload: dict[str, Any] | None, limits: ReplyLimits) -> Any:
+        transport = BoundedAsyncTransport(httpx.AsyncHTTPTransport(), limits)
         try:
-            response = self._client.request(method, self.base_url + path, json=payload)
+            async with httpx.AsyncClient(transport=transport, timeout=self._timeout_s, follow_redirects=True) as client:
+                response = await client.request(method, self.base_url + path, json=payload)
             response.raise_for_status()
-            return response.json()
+            return json.loads(response.content)
         except httpx.HTTPStatusError as error:
             raise SignalError(f"{self.base_url}{path} answered {error.response.status_code}") from None
+        except ReplyRefused as error:
+            raise SignalError(f"{self.base_url}{path}: {error}") from None
         except (httpx.HTTPError, ValueError) as error:
             raise SignalError(f"{self.base_url}{path}: {type(error).__name__}: {error}") from None
 
@@ -86,18 +112,15 @@ class VllmPromptLogprobsBackend:
         results: list[list[float]] = []
         for begin in range(0, len(requests), REQUESTS_PER_CALL):
             group = requests[begin : begin + REQUESTS_PER_CALL]
-            body = self._call(
-                "POST",
-                "/completions",
-                {
-                    "model": self.model,
-                    "prompt": [request.ids for request in group],
-                    "max_tokens": 1,
-                    "temperature": 0.0,
-                    "prompt_logprobs": 0,
-                },
-            )
-            results.extend(parse_prompt_logprobs(body, group))
+            payload = {
+                "model": self.model,
+                "prompt": [request.ids for request in group],
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "prompt_logprobs": 0,
+            }
+            cap = REPLY_SLACK_BYTES + REPLY_BYTES_PER_PROMPT_TOKEN * sum(len(request.ids) for request in group)
+            results.extend(parse_prompt_logprobs(self._call("POST", "/completions", payload, cap), group))
         return results
 
 
@@ -120,6 +143,21 @@ def parse_prompt_logprobs(body: Any, requests: Sequence[ScoreRequest]) -> list[l
             token = str(request.ids[position])
             if not isinstance(entry, dict) or token not in entry:
                 raise SignalError(f"prompt_logprobs has no value for token {token} at position {position}")
-            values.append(float(entry[token]["logprob"]))
+            values.append(_logprob(entry[token], token, position))
         results.append(values)
     return results
+
+
+def _logprob(value: Any, token: str, position: int) -> float:
+    """The log-probability in a prompt_logprobs value (``{"logprob": float, ...}``), or a
+    :class:`SignalError` naming the token: a value of another shape, or one that is no log-probability
+    (NaN, +inf), would otherwise crash the run or be read as a score."""
+    logprob = value.get("logprob") if isinstance(value, dict) else None
+    if isinstance(logprob, bool) or not isinstance(logprob, int | float):
+        raise SignalError(
+            f"prompt_logprobs for token {token} at position {position} is not an object with a numeric logprob: "
+            f"{json.dumps(value)[:200]}"
+        )
+    if math.isnan(logprob) or logprob == math.inf:
+        raise SignalError(f"prompt_logprobs for token {token} at position {position} is {logprob}: no log-probability")
+    return float(logprob)

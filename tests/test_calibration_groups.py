@@ -20,7 +20,7 @@ from sklearn.metrics import precision_recall_curve, precision_score
 from sklearn.model_selection import LeaveOneGroupOut
 from typer.testing import CliRunner
 
-from rt4chart.cli import app
+from rt4chart.cli.app import app
 from rt4chart.types import AuditRecord, ClaimVerdict, Gold, Label, Span, context_sha256
 
 # Per context: each claim's (stated unsupported score, gold unsupported).

@@ -20,7 +20,7 @@ from audit_fixtures import write_samples
 from faults import FaultServer, fault_server, grounded
 from typer.testing import CliRunner
 
-from rt4chart.cli import app
+from rt4chart.cli.app import app
 
 INPUT_USD, OUTPUT_USD = 1.0e-6, 4.0e-6
 """The judge profile's prices per token (1 and 4 USD per million)."""

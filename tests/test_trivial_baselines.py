@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from rt4chart.analysis.agreement import runs_report
 from rt4chart.analysis.metrics import metric_rows, score_reports
-from rt4chart.cli import app
+from rt4chart.cli.app import app
 from rt4chart.report.agreement_view import print_runs
 from rt4chart.types import AuditRecord, ClaimVerdict, Gold, GoldAnnotation, GoldKind, JudgeScore, Label, Span
 

@@ -82,6 +82,7 @@ class TorchMiniLM(torch.nn.Module):
         self.load_state_dict({name: torch.from_numpy(array) for name, array in state.items()})
         self.eval()
         self.checkpoint = checkpoint
+        self.tokenizer = checkpoint.tokenizer
         self.width = width
 
     def forward(self, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:

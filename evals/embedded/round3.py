@@ -29,7 +29,7 @@ from sklearn.preprocessing import StandardScaler
 
 from rt4chart.analysis.datasets import load_dataset
 from rt4chart.judges.embedded.fit import platt, regression
-from rt4chart.judges.embedded.minilm import MiniLM
+from rt4chart.judges.embedded.minilm_torch import TorchMiniLM
 from rt4chart.judges.embedded.model import features
 from rt4chart.judges.embedded.verifier import load_encoder, model_dir
 from rt4chart.method.decompose import decompose_by_rules
@@ -180,7 +180,7 @@ def aggregation(dev: Dev) -> None:
     nested("stack: max, noisy-OR, mean, claims, novelty", stacked([0, 1, 2, 3, 4]), best_threshold)
 
 
-def token_states(model: MiniLM, texts: list[str]) -> dict[str, torch.Tensor]:
+def token_states(model: TorchMiniLM, texts: list[str]) -> dict[str, torch.Tensor]:
     """Unit-length last-layer states of each text's tokens (special tokens left out)."""
     states: dict[str, torch.Tensor] = {}
     ordered = sorted(set(texts), key=len)
@@ -207,7 +207,7 @@ def tokens(dev: Dev) -> None:
     """BERTScore-style recall of the claim's tokens in the whole context and in its best sentences."""
     texts = [dev.texts(i) for i in range(len(dev.samples))]
     started = time.perf_counter()
-    states = token_states(MiniLM(model_dir()), [t for claims, sentences in texts for t in claims + sentences])
+    states = token_states(TorchMiniLM(model_dir()), [t for claims, sentences in texts for t in claims + sentences])
     print(f"token states of {len(states)} texts in {time.perf_counter() - started:.0f}s", flush=True)
     extra = []
     for i, answered in enumerate(dev.answered):
@@ -237,8 +237,8 @@ def pair(dev: Dev) -> None:
     for i, answered in enumerate(dev.answered):
         claims, sentences = dev.texts(i)
         for j, analysis in enumerate(answered.analyses):
-            u, v = encoder.encode([claims[j], sentences[(analysis.evidence or [0])[0]]]).float()
-            vectors.append(torch.cat([u * v, (u - v).abs()]).numpy())
+            u, v = encoder.encode([claims[j], sentences[(analysis.evidence or [0])[0]]])
+            vectors.append(np.concatenate([u * v, np.abs(u - v)]))
     pairs = np.array(vectors)
     dev.report(dev.out_of_fold(dev.matrix, dev.c), "shipped features")
     for c in (0.01, 0.03, 0.1):
@@ -268,7 +268,7 @@ def cross_encoder(dev: Dev, epochs: int) -> None:
         claims, sentences = dev.texts(i)
         pairs += [(claims[j], " ".join(sentences[k] for k in a.evidence[:2])) for j, a in enumerate(answered.analyses)]
     train_rows, held = dev.folds[0]
-    model = MiniLM(model_dir())
+    model = TorchMiniLM(model_dir())
     model.tokenizer.enable_truncation(128)
     model.train()
     head = torch.nn.Linear(model.width, 1)

@@ -127,14 +127,14 @@ class CachedEncoder:
         self.known: dict[str, torch.Tensor] = torch.load(self.path) if self.path.is_file() else {}
         self.added = 0
 
-    def encode(self, texts: list[str]) -> torch.Tensor:
+    def encode(self, texts: list[str]) -> np.ndarray:
         unseen = sorted({t for t in texts if t not in self.known})
         if unseen:
-            self.known.update(zip(unseen, self.encoder.encode(unseen), strict=True))
+            self.known.update(zip(unseen, torch.from_numpy(self.encoder.encode(unseen)), strict=True))
             self.added += len(unseen)
         if not texts:
-            return torch.zeros((0, self.encoder.model.width))
-        return torch.stack([self.known[t] for t in texts])
+            return np.zeros((0, self.encoder.model.width), dtype=np.float32)
+        return torch.stack([self.known[t] for t in texts]).numpy()
 
     def save(self) -> None:
         if self.added:

@@ -317,6 +317,9 @@ def cache_clear(*, run: dict[str, Any]) -> None:
 def main() -> None:
     """The ``rt4`` command; an exception no command handled exits 2 (a full disk, an unwritable
     output) or 5 (a bug, its traceback in a log), never 1 (:mod:`rt4chart.cli.crash`)."""
+    from rt4chart.report.progress import time_runs_from_process_start
+
+    time_runs_from_process_start()
     try:
         app()
     except Exception as error:  # the last stop before a traceback, by design

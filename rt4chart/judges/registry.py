@@ -22,6 +22,7 @@ their values. litellm (slow to import) is imported only when a litellm judge is 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tomllib
 from collections.abc import Callable
@@ -449,14 +450,24 @@ def _calibrated_judge(
     return CalibratedJudge(inner, profile.claim_threshold)
 
 
+EMBEDDED_PARTS = ("safetensors", "tokenizers", "threadpoolctl")
+"""Packages of the embedded extra the encoder imports when it loads (on the first request)."""
+
+
 def _embedded_backend(thresholds: dict[HeadName, float]) -> Backend:
     try:
-        from rt4chart.judges.embedded.verifier import EmbeddedBackend
+        from rt4chart.judges.embedded.verifier import INSTALL_HINT, EmbeddedBackend, model_dir
     except ImportError as error:
         raise JudgeConfigError(
             f"the embedded verifier is not installed ({error}); pip install 'rt4chart[embedded]'"
         ) from error
     try:
+        # The encoder loads on the first request; what it needs is looked for now (no import), so a
+        # missing part is a usage error before the run, not an error on every record.
+        missing = [part for part in EMBEDDED_PARTS if importlib.util.find_spec(part) is None]
+        if missing:
+            raise ImportError(f"the embedded verifier needs {', '.join(missing)}: {INSTALL_HINT}")
+        model_dir()
         if not thresholds:
             return EmbeddedBackend()
         from rt4chart.judges.embedded.verifier import VERSION

@@ -24,9 +24,40 @@ from rt4chart.judges.budget import Ledger
 from rt4chart.method.citations import add_record as add_citations
 from rt4chart.method.citations import describe_run
 from rt4chart.options import FailOn
+from rt4chart.protocol import loading_now
 from rt4chart.records.manifest import RunCounts
 from rt4chart.report.audited import AuditedSample
 from rt4chart.types import AuditRecord, Label, RunCitations, Usage
+
+
+def process_start() -> float:
+    """This process's start on the :func:`time.monotonic` clock: from ``/proc`` (Linux, to the clock
+    tick), else the moment this module was imported."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat:
+            # The fields after the command name (which may hold spaces), from the third: starttime is the 22nd.
+            fields = stat.read().rsplit(")", 1)[1].split()
+        since_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot
+    except (OSError, IndexError, ValueError, AttributeError):
+        return _IMPORTED
+    return time.monotonic() - max(age, 0.0)
+
+
+_IMPORTED = time.monotonic()
+_wall_clock_start: float | None = None
+
+
+def time_runs_from_process_start() -> None:
+    """Make every later :class:`RunSummary`'s wall time count from this process's start: the CLI does,
+    so the summary includes the imports and the model load a CI job pays for (an API caller's
+    summaries count from their own start)."""
+    global _wall_clock_start
+    _wall_clock_start = process_start()
+
+
+def _run_clock_start() -> float:
+    return time.monotonic() if _wall_clock_start is None else _wall_clock_start
 
 
 @dataclass
@@ -58,8 +89,9 @@ class RunSummary:
     """The run's pass/fail policy, when it has one (``rt4 verify``), so the summary can say why it passed or failed."""
     max_rate: float = 0.0
     """The share of failing answers the policy tolerates."""
-    started: float = field(default_factory=time.monotonic)
-    """When the run began (monotonic clock): the summary's wall time."""
+    started: float = field(default_factory=_run_clock_start)
+    """When the run began (monotonic clock): the summary's wall time. Under the ``rt4`` command, the
+    process's start (:func:`time_runs_from_process_start`)."""
     first_open_error: str | None = None
     """The first error of a record the judge left open (it names the endpoint when the judge could
     not be reached): what says why an incomplete run is incomplete."""
@@ -199,6 +231,10 @@ HEARTBEAT_ENV = "RT4_HEARTBEAT_S"
 """Environment variable: seconds between progress lines when stderr is not a terminal (default 10)."""
 
 
+_LOADING_CHECK_S = 0.5
+"""How often the heartbeat thread looks for a model starting to load (and refreshes the bar)."""
+
+
 def heartbeat_interval_s() -> float:
     """Seconds between the plain progress lines: ``$RT4_HEARTBEAT_S`` when it is a positive number, else 10."""
     try:
@@ -260,8 +296,9 @@ class AuditProgress:
             )
             self._bar.start()
             self._task = self._bar.add_task("audit", total=self.total, status=self.status())
-        elif self.enabled and self.log_every_s > 0:
-            # A thread, not the event loop: the line must come while a sample's calls still wait.
+        if self._bar is not None or (self.enabled and self.log_every_s > 0):
+            # A thread, not the event loop: the line must come while a sample's calls still wait (and
+            # the bar must say what is loading while no sample has finished).
             self._heartbeat = threading.Thread(target=self._beat, name="rt4-heartbeat", daemon=True)
             self._heartbeat.start()
         return self
@@ -276,16 +313,25 @@ class AuditProgress:
             self._heartbeat.join()
 
     def _beat(self) -> None:
-        while not self._stop_heartbeat.wait(self.log_every_s / 4):
-            self._print_line_when_due()
+        interval = min(self.log_every_s / 4, _LOADING_CHECK_S) if self.log_every_s > 0 else _LOADING_CHECK_S
+        announced = None
+        while not self._stop_heartbeat.wait(interval):
+            if self._bar is not None and self._task is not None:
+                self._bar.update(self._task, status=self.status())
+                continue
+            loading = loading_now()
+            # A model starting to load is said at once: it is why the first records take a while.
+            self._print_line_when_due(now=loading is not None and loading != announced)
+            announced = loading
 
-    def _print_line_when_due(self) -> None:
-        """The plain line, when ``log_every_s`` has passed since the last one (a record's or the heartbeat's)."""
+    def _print_line_when_due(self, *, now: bool = False) -> None:
+        """The plain line, when ``log_every_s`` has passed since the last one (a record's or the
+        heartbeat's), or ``now``."""
         with self._line_lock:
-            now = time.monotonic()
-            if now - self._last_line < self.log_every_s:
+            now_s = time.monotonic()
+            if not now and now_s - self._last_line < self.log_every_s:
                 return
-            self._last_line = now
+            self._last_line = now_s
             self.console.print(self.plain_line(), highlight=False, soft_wrap=True)
 
     def plain_line(self) -> str:
@@ -295,15 +341,17 @@ class AuditProgress:
         return f"rt4: {self._done}/{self.total} samples | {calls}{self.status()} | {elapsed:.0f}s elapsed"
 
     def status(self) -> str:
-        """One line: calls in flight, samples/s, spend vs budget, cache hit rate."""
+        """One line: what is loading (a judge's model), calls in flight, samples/s, spend vs budget,
+        cache hit rate."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
         usage = self._summary.usage
         lookups = usage.calls + usage.cache_hits
         hit_rate = usage.cache_hits / lookups if lookups else 0.0
         budget = f" of ${self.ledger.limit_usd:.4f}" if self.ledger.limit_usd is not None else ""
         in_flight = f"{self.ledger.in_flight} calls in flight | " if self.calls_seen else ""
+        loading = loading_now()
         return (
-            f"{in_flight}{self._done / elapsed:.2f} samples/s | "
+            f"{f'loading {loading} | ' if loading else ''}{in_flight}{self._done / elapsed:.2f} samples/s | "
             f"${self.ledger.spent_usd:.4f}{budget} | cache hits {hit_rate:.0%}"
         )
 

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from conftest import EXAMPLES, LLAMA_MAX_TOKENS, VerifyRequestFactory, require_module
+from conftest import EXAMPLES, LLAMA_MAX_TOKENS, VerifyRequestFactory, require_embedded
 from test_policy import HttpxSender
 
 from rt4chart.judges.cascade import CascadeBackend, CascadeStage
@@ -36,7 +36,7 @@ BACKENDS = [
 
 
 def _embedded() -> Backend:
-    require_module("torch", "torch (the embedded extra)")
+    require_embedded()
     module = pytest.importorskip("rt4chart.judges.embedded.verifier", reason="the embedded verifier is not installed")
     backend: Backend = module.EmbeddedBackend()
     return backend

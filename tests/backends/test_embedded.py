@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-pytest.importorskip("torch", reason="needs torch (the embedded extra)")
-pytest.importorskip("transformers", reason="needs transformers (the embedded extra)")
+from conftest import require_embedded
 
 from rt4chart.judges.embedded.verifier import VERSION, EmbeddedBackend, load_encoder
 from rt4chart.method.tasks import ClaimJudgement, DecomposeInput, DecomposeOutput, VerifyInput, VerifyOutput
@@ -16,6 +14,8 @@ from rt4chart.options import AuditOptions
 from rt4chart.protocol import Backend, JudgeRequest
 from rt4chart.runs.engine import Pipeline
 from rt4chart.types import AuditRecord, Label, Sample
+
+require_embedded()
 
 CONTEXT = [
     "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris. "
@@ -94,7 +94,7 @@ def test_output_is_deterministic(backend: EmbeddedBackend) -> None:
 def test_model_is_loaded_once_per_process(backend: EmbeddedBackend) -> None:
     other = EmbeddedBackend(name="embedded-2")
     assert other.encoder is backend.encoder
-    assert load_encoder.cache_info().misses == 1
+    assert load_encoder() is backend.encoder
 
 
 def test_decompose_request_gets_an_error_not_an_exception(backend: EmbeddedBackend) -> None:

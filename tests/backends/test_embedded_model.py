@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import require_embedded
 
 from rt4chart.judges.embedded.model import (
     ARTEFACT,
@@ -88,8 +89,7 @@ def test_artefact_round_trips_as_plain_json() -> None:
 
 
 def test_pinned_predictions_are_reproduced() -> None:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    require_embedded()
     from rt4chart.judges.embedded.verifier import VERSION, EmbeddedBackend
     from rt4chart.method.tasks import VerifyInput
     from rt4chart.method.text import segment_context

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLES, VerifyRequestFactory, require_module
+from conftest import EXAMPLES, VerifyRequestFactory, require_embedded
 from faults import Fault, claims_in, fault_server, judge_every_claim
 from typer.testing import CliRunner
 
@@ -122,7 +122,7 @@ def test_all_stages_failing_is_an_error(verify_request: VerifyRequestFactory) ->
 
 
 def test_decompose_goes_to_the_first_stage_that_can(decompose_request: JudgeRequest) -> None:
-    require_module("torch", "torch (the embedded extra)")
+    require_embedded()
     embedded = pytest.importorskip("rt4chart.judges.embedded.verifier").EmbeddedBackend()
     backend = cascade(embedded, sure_about_duration())
     assert not embedded.capabilities.can_write_text and backend.capabilities.can_write_text

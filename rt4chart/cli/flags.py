@@ -166,7 +166,9 @@ def _problem(error: ErrorDetails, offered: Mapping[str, Any]) -> str:
 
 def _spec_of(values: dict[str, Any], defaults: Mapping[str, Any], per_user_cache: bool) -> RunSpec:
     """The run the flags ask for (values by field path), or a usage error naming every wrong flag."""
-    fields = _nested(values)
+    # A required field whose flag is not given is left out, so that the model says it is missing.
+    given = {path: value for path, value in values.items() if value is not None or not field_at(path).is_required()}
+    fields = _nested(given)
     if "cache" in fields:
         choice = CacheChoice(**fields["cache"])
         fields["cache"] = _cache_of(choice, per_user_cache)

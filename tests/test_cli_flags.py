@@ -120,7 +120,7 @@ def test_without_flags_the_run_is_the_default_one_with_the_cache_the_command_cho
         (["--decomposer", "spans"], "--decomposer must be judge, rules, auto or holistic (got 'spans')"),
         (["--engine", "spark"], "--engine must be local or ray (got 'spark')"),
         (["--signals", "logits", "--signal-model", "m.gguf"], "--signals must be csr or attention (got 'logits')"),
-        (["--signals", "csr"], "--signal-model is required: Model directory or GGUF file for --signals."),
+        (["--signals", "csr"], "--signal-model is required: Model directory or GGUF file for --signals"),
         # A signal flag without --signals was ignored: it is refused, naming the flag that is missing.
         (["--signal-delta", "0.3"], "--signals is required"),
         (["--signals", "csr", "--signal-model", "m", "--signal-delta", "nan"], "--signal-delta: must be a finite"),

@@ -157,7 +157,7 @@ def _problem(error: ErrorDetails, offered: Mapping[str, Any]) -> str:
     if path not in offered:
         return f"{path or 'options'}: {error['msg']}"
     if error["type"] == "missing":
-        return f"{_named(path)} is required: {field_at(path).description}"
+        return f"{_named(path)} is required: {(field_at(path).description or '').rstrip('.')}"
     if error["type"] == "literal_error":
         *choices, last = get_args(field_at(path).annotation)
         return f"{_named(path)} must be {', '.join(choices)} or {last} (got {error['input']!r})"

@@ -4,10 +4,10 @@
 (the field docstring, which is also the ``--help`` text of its CLI flag). The CLI, the Python API,
 the evaluation harness and the benchmarks all build this model; validation happens here only.
 
-Adding an option: add a field here (with a docstring and bounds), read it where the method needs
-it; ``rt4 verify``, ``estimate``, ``eval``, ``compare`` and ``repair`` get the flag
-``--<field-name>`` from :func:`rt4chart.cli.flags.audit_options` automatically, and an evaluation
-records it in its result.
+Adding an option: add a field here (with a docstring, bounds and its ``--help`` panel,
+``json_schema_extra={"panel": HelpPanel...}``), read it where the method needs it; ``rt4 verify``,
+``estimate``, ``eval``, ``compare`` and ``repair`` get the flag ``--<field-name>`` from
+:data:`rt4chart.cli.flags.AUDIT_FLAGS` automatically, and an evaluation records it in its result.
 """
 
 from __future__ import annotations
@@ -32,27 +32,18 @@ UngroundedPolicy = Literal["downgrade", "keep"]
 """What an entailed or contradicted verdict whose evidence is not in the context becomes."""
 
 
-_JUDGE, _METHOD, _OUTPUTS, _RESUME, _SCALE, _SIGNALS = (
-    "Judge and cost", "Method", "Outputs and CI", "Resume", "Scale-out", "Signals",
-)
-HELP_PANELS: dict[str, str] = {
-    **dict.fromkeys(
-        ["judge", "api_base", "concurrency", "budget", "cache_dir", "no_cache", "cache_url", "timeout",
-         "max_tokens", "temperature", "sampling_seed"], _JUDGE),
-    **dict.fromkeys(
-        ["method", "decomposer", "decompose_per_sentence", "decompose_with_question", "max_claims_per_sentence",
-         "window", "overlap", "batch_claims", "global_verification", "global_auto", "ungrounded", "skip_decided",
-         "citation_pattern", "language"],
-        _METHOD),
-    **dict.fromkeys(
-        ["out", "quiet", "output_format", "report", "junit", "github", "fail_on", "max_rate", "baseline"],
-        _OUTPUTS),
-    "resume": _RESUME,
-    **dict.fromkeys(["engine", "address", "workers", "worker_cpus", "samples_in_flight"], _SCALE),
-    **dict.fromkeys(["signals", "signal_model", "signal_probe", "signal_server", "signal_delta"], _SIGNALS),
-}
-"""The ``--help`` panel of each option (by parameter name), declared once for every command that
-offers it: ``rt4 verify --help`` reads as six short groups instead of one wall."""
+class HelpPanel(StrEnum):
+    """The ``--help`` panel of a flag, declared on the field it is built from
+    (``json_schema_extra={"panel": HelpPanel.METHOD}``; :mod:`rt4chart.cli.flags` reads it): ``rt4 verify
+    --help`` reads as six short groups instead of one wall, and ``tests/test_cli.py`` fails for a flag
+    whose field declares none."""
+
+    JUDGE = "Judge and cost"
+    METHOD = "Method"
+    OUTPUTS = "Outputs and CI"
+    RESUME = "Resume"
+    SCALE = "Scale-out"
+    SIGNALS = "Signals"
 
 
 class AuditOptions(BaseModel):
@@ -62,49 +53,55 @@ class AuditOptions(BaseModel):
     # Field docstrings become descriptions: the CLI shows them as --help text.
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    method: Method = "rt4chart"
+    method: Method = Field(default="rt4chart", json_schema_extra={"panel": HelpPanel.METHOD})
     """rt4chart (the full method) or direct (one call per answer, the paper's baseline)."""
-    decomposer: DecomposerKind = "auto"
+    decomposer: DecomposerKind = Field(default="auto", json_schema_extra={"panel": HelpPanel.METHOD})
     """judge, rules, auto (the judge when it can decompose, else rules), or holistic (an ablation: no answer spans)."""
-    decompose_per_sentence: bool = False
+    decompose_per_sentence: bool = Field(default=False, json_schema_extra={"panel": HelpPanel.METHOD})
     """A judge decomposer gets one call per answer sentence (the paper's reference; the rest of the
     answer is shown read-only for pronouns) instead of one call per answer."""
-    decompose_with_question: bool = False
+    decompose_with_question: bool = Field(default=False, json_schema_extra={"panel": HelpPanel.METHOD})
     """Show the question to the decomposer (the paper's decomposer sees only the answer)."""
-    max_claims_per_sentence: int = Field(default=8, ge=1)
+    max_claims_per_sentence: int = Field(default=8, ge=1, json_schema_extra={"panel": HelpPanel.METHOD})
     """Most claims a judge decomposer may draw from one answer sentence (more are dropped with an error:
     a runaway reply cannot multiply an audit's cost)."""
-    window: int = Field(default=25, ge=1)
+    window: int = Field(default=25, ge=1, json_schema_extra={"panel": HelpPanel.METHOD})
     """Context sentences per chunk (W)."""
-    overlap: int = Field(default=10, ge=0)
+    overlap: int = Field(default=10, ge=0, json_schema_extra={"panel": HelpPanel.METHOD})
     """Sentences shared by consecutive chunks (O < W)."""
-    batch_claims: int = Field(default=8, ge=1)
+    batch_claims: int = Field(default=8, ge=1, json_schema_extra={"panel": HelpPanel.METHOD})
     """Claims judged per call; 1 = reference algorithm."""
-    global_verification: bool = Field(default=True, json_schema_extra={"flag": "--global/--no-global"})
+    global_verification: bool = Field(
+        default=True, json_schema_extra={"flag": "--global/--no-global", "panel": HelpPanel.METHOD}
+    )
     """Re-judge claims against the full context (adaptive by local label)."""
-    global_auto: bool = False
+    global_auto: bool = Field(default=False, json_schema_extra={"panel": HelpPanel.METHOD})
     """Skip the global call when the whole context fits one chunk (the local verdict stands: the
     global stage would re-read the same text); off by default, as in the paper."""
-    ungrounded: UngroundedPolicy = "downgrade"
+    ungrounded: UngroundedPolicy = Field(default="downgrade", json_schema_extra={"panel": HelpPanel.METHOD})
     """downgrade (the paper's rule: a verdict whose evidence is not in the context, even after a
     re-ask, becomes baseless, the judge's text kept) or keep."""
-    skip_decided: bool = True
+    skip_decided: bool = Field(default=True, json_schema_extra={"panel": HelpPanel.METHOD})
     """Ask no further chunk about a claim already contradicted (its OR-join is settled)."""
-    max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
+    max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1, json_schema_extra={"panel": HelpPanel.JUDGE})
     """Most completion tokens per judge call (what a budget reserves for each)."""
-    temperature: float = Field(default=0.0, ge=0.0)
+    temperature: float = Field(default=0.0, ge=0.0, json_schema_extra={"panel": HelpPanel.JUDGE})
     """Sampling temperature of judge calls; 0 for reproducible verdicts."""
-    sampling_seed: int | None = 42
+    sampling_seed: int | None = Field(default=42, json_schema_extra={"panel": HelpPanel.JUDGE})
     """Sampling seed of judge calls, for providers that honour one (the paper's 42)."""
-    samples_in_flight: int = Field(default=16, ge=1)
+    samples_in_flight: int = Field(default=16, ge=1, json_schema_extra={"panel": HelpPanel.SCALE})
     """Samples audited at once (fewer finish sooner under a budget)."""
-    citation_pattern: str | None = Field(default=None, exclude_if=lambda pattern: pattern is None)
+    citation_pattern: str | None = Field(
+        default=None, exclude_if=lambda pattern: pattern is None, json_schema_extra={"panel": HelpPanel.METHOD}
+    )
     """A regular expression for the citation markers of your answers, in place of the built-in forms
     ([1], [1, 3], [1][2], [^1], (Source 2)); its group `refs` (else its first group) holds what a
     marker cites, refs separated by commas: a 1-based passage number or a passage id. Left out of
     the audit's fingerprint when unset, so records written before this option resume."""
 
-    language: str | None = Field(default=None, exclude_if=lambda language: language is None)
+    language: str | None = Field(
+        default=None, exclude_if=lambda language: language is None, json_schema_extra={"panel": HelpPanel.METHOD}
+    )
     """The language of the answers (an ISO 639-1 code: de, ja, zh...) for lines that give none in
     their "language" field; default: detected per answer. English runs leave it out of the audit's
     fingerprint, so their --resume bindings are those of before."""

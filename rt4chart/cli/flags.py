@@ -1,8 +1,11 @@
-"""How the ``rt4`` command spells models as flags, declared once in the models: a flag per field of
-:class:`~rt4chart.options.AuditOptions` (:func:`audit_options`) and of
-:class:`~rt4chart.runs.spec.RunSpec` (:func:`run_options`), with the field's default and docstring as
-``--help`` (panels: :data:`rt4chart.options.HELP_PANELS`, by parameter name); and the usage error
-(:func:`fail`) both raise. Light to import: ``rt4 --help`` builds every flag from here.
+"""How the ``rt4`` command spells a run as flags, declared once in the models: :func:`run_spec` gives a
+command a flag per field of :class:`~rt4chart.runs.spec.RunSpec` it names (``limits.budget_usd`` ->
+``--budget``, ``options.window`` -> ``--window``; :data:`AUDIT_FLAGS`: every
+:class:`~rt4chart.options.AuditOptions` field) and calls it with ``spec=`` the validated model. A flag's
+default and help are its field's default and docstring, its ``--help`` panel the field's
+``json_schema_extra["panel"]`` (:class:`~rt4chart.options.HelpPanel`), its spelling the field's name unless
+``json_schema_extra["flag"]`` says otherwise. An invalid value, and the usage error (:func:`fail`), exit 2
+with a message that names the flag. Light to import: ``rt4 --help`` builds every flag from here.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
@@ -18,6 +21,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import typer
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 from rich.console import Console
 from rich.text import Text
 
@@ -37,30 +41,52 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
-def _field_flag(name: str, info: FieldInfo) -> str:
-    """The CLI flag of a model field: its ``json_schema_extra["flag"]`` as written, else its name
-    (``--window``; a bool both ways, ``--batch-claims/--no-batch-claims``)."""
-    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-    if "flag" in extra:
-        return str(extra["flag"])
-    flag = "--" + name.replace("_", "-")
+def field_at(path: str) -> FieldInfo:
+    """The :class:`RunSpec` field at ``path`` (``limits.budget_usd``, ``options.window``); ``cache.*`` are
+    the fields of :class:`CacheChoice`, the three flags of the one field ``RunSpec.cache``."""
+    model: type[BaseModel] = RunSpec
+    *parents, name = path.split(".")
+    for parent in parents:
+        annotation = CacheChoice if (model, parent) == (RunSpec, "cache") else model.model_fields[parent].annotation
+        model = next(m for m in (annotation, *get_args(annotation)) if isinstance(m, type) and issubclass(m, BaseModel))
+    return model.model_fields[name]
+
+
+def _extra(info: FieldInfo) -> dict[str, Any]:
+    return info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+
+
+def flag_of(path: str) -> str:
+    """Every spelling of the flag of the field at ``path``: its ``json_schema_extra["flag"]`` as written
+    (``--out,-o``), else its name (``--window``; a bool both ways, ``--batch-claims/--no-batch-claims``)."""
+    info = field_at(path)
+    if "flag" in _extra(info):
+        return str(_extra(info)["flag"])
+    flag = "--" + path.rsplit(".", 1)[-1].replace("_", "-")
     return f"{flag}/--no-{flag.removeprefix('--')}" if info.annotation is bool else flag
 
 
-def _flag(name: str) -> str:
-    """The CLI flag of an :class:`AuditOptions` field (``--window``, ``--global/--no-global``)."""
-    return _field_flag(name, AuditOptions.model_fields[name])
+def panel_of(path: str) -> str | None:
+    """The ``--help`` panel the field at ``path`` declares (``json_schema_extra["panel"]``), if any."""
+    panel = _extra(field_at(path)).get("panel")
+    return None if panel is None else str(panel)
+
+
+def _named(path: str) -> str:
+    """The first spelling of the flag at ``path`` (``--out``, ``--global``): what a message names."""
+    return flag_of(path).split(",")[0].split("/")[0]
 
 
 _CLI_TYPES = (str, int, float, bool, Path, type(None))
 
 
-def _field_parameter(name: str, info: FieldInfo, flag: str, *, bounded: bool = False) -> inspect.Parameter:
-    """A typer option for a model field: its default and docstring, a Literal offered as text (the model
-    checks it: one place, one message), members the CLI cannot parse (a Backend) left out, and a
-    required field optional on the CLI (the command decides what its absence means)."""
+def _parameter(path: str, help_text: str | None) -> inspect.Parameter:
+    """A typer option for the field at ``path``: its default, docstring and panel; a Literal offered as
+    text (the model checks it: one place, one message); members the CLI cannot parse (a Backend) left out;
+    and a required field optional on the CLI (the model says when it is missing)."""
+    info = field_at(path)
     annotation: Any = info.annotation
-    help_text = info.description or ""
+    help_text = help_text or info.description or ""
     if get_origin(annotation) is Literal:
         help_text = f"{help_text} One of: {', '.join(get_args(annotation))}."
         annotation = str
@@ -69,28 +95,15 @@ def _field_parameter(name: str, info: FieldInfo, flag: str, *, bounded: bool = F
     default = info.default
     if info.is_required():
         annotation, default = annotation | None, None
-    # ``bounded``: the model's ge/le bounds are the flag's too, checked by typer, which names the flag (run
-    # flags; audit options are checked by AuditOptions itself, one message per flag).
-    constraints = info.metadata if bounded else []
+    # A run field's ge/le bounds are its flag's too, checked by typer and shown in --help; audit options are
+    # checked by AuditOptions alone (one message per flag, as rt4chart.verify(...) gets it).
+    constraints = [] if path.startswith("options.") else info.metadata
     bounds = {key: getattr(item, key) for item in constraints for key in ("ge", "le") if hasattr(item, key)}
     limits = {"min": bounds["ge"]} if "ge" in bounds else {}
     limits |= {"max": bounds["le"]} if "le" in bounds else {}
-    return inspect.Parameter(
-        name, inspect.Parameter.KEYWORD_ONLY, default=default,
-        annotation=Annotated[annotation, typer.Option(*flag.split(","), help=help_text, **limits)],
-    )
-
-
-def _option_parameter(name: str) -> inspect.Parameter:
-    return _field_parameter(name, AuditOptions.model_fields[name], _flag(name))
-
-
-def _options_error(error: ValidationError) -> str:
-    problems = []
-    for item in error.errors():
-        where = _flag(str(item["loc"][0])).split("/")[0] if item["loc"] else "options"
-        problems.append(f"{where}: {item['msg']}")
-    return "; ".join(problems)
+    option = typer.Option(*flag_of(path).split(","), help=help_text, rich_help_panel=panel_of(path), **limits)
+    return inspect.Parameter(path.replace(".", "_"), inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=Annotated[annotation, option])
 
 
 Command = TypeVar("Command", bound=Callable[..., None])
@@ -113,50 +126,93 @@ def _with_flags(command: Command, keyword: str, added: list[inspect.Parameter],
     return with_flags  # type: ignore[return-value]
 
 
-def _audit_options_of(values: dict[str, Any]) -> AuditOptions:
+def _cache_of(choice: CacheChoice, per_user_default: bool) -> Path | str | None:
+    """``RunSpec.cache`` from its three flags: ``None`` with ``--no-cache``, else the Redis URL, the
+    directory, or the per-user cache (none without ``per_user_default``)."""
+    from rt4chart.judges.cache import CacheError, cache_location  # diskcache: not for --help
+
+    if choice.no_cache:
+        return None
     try:
-        return AuditOptions(**values)
+        return cache_location(choice.cache_dir, choice.cache_url, per_user_default=per_user_default)
+    except CacheError as error:
+        raise fail(str(error)) from None
+
+
+def _nested(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Values by dotted path as the nested fields of a model (``{"limits": {"budget_usd": 1.0}}``)."""
+    fields: dict[str, Any] = {}
+    for path, value in values.items():
+        *parents, name = path.split(".")
+        level = fields
+        for parent in parents:
+            level = level.setdefault(parent, {})
+        level[name] = value
+    return fields
+
+
+def _problem(error: ErrorDetails, offered: Mapping[str, Any]) -> str:
+    """One validation error as the user wrote it: the flag, and what is wrong with its value."""
+    path = ".".join(str(part) for part in error["loc"])
+    if path not in offered:
+        return f"{path or 'options'}: {error['msg']}"
+    if error["type"] == "missing":
+        return f"{_named(path)} is required: {(field_at(path).description or '').rstrip('.')}"
+    if error["type"] == "literal_error":
+        *choices, last = get_args(field_at(path).annotation)
+        return f"{_named(path)} must be {', '.join(choices)} or {last} (got {error['input']!r})"
+    return f"{_named(path)}: {error['msg'].removeprefix('Value error, ')}"
+
+
+def _spec_of(values: dict[str, Any], defaults: Mapping[str, Any], per_user_cache: bool) -> RunSpec:
+    """The run the flags ask for (values by field path), or a usage error naming every wrong flag."""
+    # A required field whose flag is not given is left out, so that the model says it is missing.
+    given = {path: value for path, value in values.items() if value is not None or not field_at(path).is_required()}
+    fields = _nested(given)
+    if "cache" in fields:
+        choice = CacheChoice(**fields["cache"])
+        fields["cache"] = _cache_of(choice, per_user_cache)
+        if "signals" in fields:
+            fields["signals"]["use_cache"] = not choice.no_cache
+    # An optional part of the run (--signals) none of whose flags is given is left out.
+    for name in [name for name, value in fields.items() if isinstance(value, dict)]:
+        flags = [path for path in values if path.startswith(f"{name}.")]
+        if RunSpec.model_fields[name].default is None and all(values[path] == defaults[path] for path in flags):
+            del fields[name]
+    try:
+        return RunSpec.model_validate(fields)
     except ValidationError as error:
-        raise fail(_options_error(error)) from None
+        raise fail("; ".join(_problem(problem, values) for problem in error.errors())) from None
 
 
-def audit_options(command: Command) -> Command:
-    """Give ``command`` a flag for every :class:`AuditOptions` field and call it with ``options=``
-    the validated model; an invalid value is a usage error (exit 2) naming its flag."""
-    return _with_flags(command, "options", [_option_parameter(name) for name in AuditOptions.model_fields],
-                       _audit_options_of)
+def run_spec(
+    *paths: str, per_user_cache: bool = True, help_texts: Mapping[str, str] | None = None
+) -> Callable[[Command], Command]:
+    """Give ``command`` a flag for each :class:`RunSpec` field in ``paths`` and call it with ``spec=`` the
+    validated :class:`RunSpec` they make (fields not offered keep their defaults); an invalid value is a
+    usage error (exit 2) naming its flag. ``cache.*`` are the flags of ``RunSpec.cache`` (a directory,
+    by default the per-user cache, or none without ``per_user_cache``; a Redis URL; ``--no-cache``, which
+    also keeps ``--signals`` from their cache); ``help_texts`` replaces a field's help where a command
+    means it differently."""
+    added = [_parameter(path, (help_texts or {}).get(path)) for path in paths]
+    by_name = dict(zip([parameter.name for parameter in added], paths, strict=True))
+    defaults = {by_name[parameter.name]: parameter.default for parameter in added}
+
+    def spec_of(values: dict[str, Any]) -> RunSpec:
+        return _spec_of({by_name[name]: value for name, value in values.items()}, defaults, per_user_cache)
+
+    return lambda command: _with_flags(command, "spec", added, spec_of)
 
 
-def _run_field(path: str) -> FieldInfo:
-    """The :class:`RunSpec` field at ``path`` (``limits.budget_usd``); ``cache.*`` are the fields of
-    :class:`CacheChoice`, the three flags of the one field ``RunSpec.cache``."""
-    model: type[BaseModel] = RunSpec
-    *parents, name = path.split(".")
-    for parent in parents:
-        annotation = CacheChoice if (model, parent) == (RunSpec, "cache") else model.model_fields[parent].annotation
-        model = next(m for m in (annotation, *get_args(annotation)) if isinstance(m, type) and issubclass(m, BaseModel))
-    return model.model_fields[name]
+AUDIT_FLAGS = tuple(f"options.{name}" for name in AuditOptions.model_fields)
+"""A flag per :class:`AuditOptions` field: ``rt4 verify``, ``estimate``, ``eval``, ``compare`` and ``repair``."""
 
-
-def _run_parameter(path: str) -> inspect.Parameter:
-    """The flag of a run field, its parameter named after the flag (``--signal-model``: ``signal_model``)."""
-    info = _run_field(path)
-    flag = _field_flag(path.rsplit(".", 1)[-1], info)
-    return _field_parameter(flag.split(",")[0].split("/")[0].removeprefix("--").replace("-", "_"), info, flag,
-                            bounded=True)
-
-
-def run_options(*paths: str) -> Callable[[Command], Command]:
-    """Give ``command`` a flag for each :class:`~rt4chart.runs.spec.RunSpec` field in ``paths`` (help from the
-    field's docstring, panel from :data:`HELP_PANELS`) and call it with ``run=`` the values by parameter name
-    (``run["budget"]``): the command builds its spec with the run layer's checks, which name the flags."""
-    added = [_run_parameter(path) for path in paths]
-    return lambda command: _with_flags(command, "run", added, dict)
-
+CACHE_FLAGS = ("cache.cache_dir", "cache.cache_url", "cache.no_cache")
+"""``--cache-dir``, ``--cache-url`` and ``--no-cache``: the judge cache of a run."""
 
 RUN_FLAGS = (
     "out", "resume", "judge", "api_base", "limits.concurrency", "limits.budget_usd", "limits.timeout_s",
-    "cache.cache_dir", "cache.cache_url", "cache.no_cache", "engine.engine", "engine.address", "engine.workers",
+    *CACHE_FLAGS, "engine.engine", "engine.address", "engine.workers",
     "engine.worker_cpus", "signals.kind", "signals.model", "signals.probe", "signals.server", "signals.delta",
 )
 """The run flags of ``rt4 verify``, in the order of its ``--help``."""

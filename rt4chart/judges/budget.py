@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rt4chart.options import HelpPanel
 from rt4chart.protocol import Backend, BackendWrapper, BudgetExhausted, JudgeRequest, JudgeResponse
 from rt4chart.types import Usage
 
@@ -38,12 +39,16 @@ class RunLimits(BaseModel):
 
     model_config = ConfigDict(allow_inf_nan=False, frozen=True, use_attribute_docstrings=True)
 
-    # The docstrings are the --help text of the flags (rt4chart.runs.spec).
-    budget_usd: float | None = Field(default=None, ge=0.0, json_schema_extra={"flag": "--budget"})
+    # The docstrings are the --help text of the flags (rt4chart.runs.spec), the panels their --help panel.
+    budget_usd: float | None = Field(
+        default=None, ge=0.0, json_schema_extra={"flag": "--budget", "panel": HelpPanel.JUDGE}
+    )
     """Hard cap on judge spend in USD; exit 3 when reached."""
-    concurrency: int | None = Field(default=None, ge=1)
+    concurrency: int | None = Field(default=None, ge=1, json_schema_extra={"panel": HelpPanel.JUDGE})
     """Judge calls in flight (default: the judge profile's)."""
-    timeout_s: float | None = Field(default=None, gt=0.0, json_schema_extra={"flag": "--timeout"})
+    timeout_s: float | None = Field(
+        default=None, gt=0.0, json_schema_extra={"flag": "--timeout", "panel": HelpPanel.JUDGE}
+    )
     """Seconds one judge HTTP attempt may take (default: the judge profile's)."""
 
 

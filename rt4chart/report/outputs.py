@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.text import Text
 
-from rt4chart.options import AuditOptions, FailOn
+from rt4chart.options import AuditOptions, FailOn, HelpPanel
 from rt4chart.report.audited import AuditedSample
 from rt4chart.report.ci_formats import github_annotations, write_junit
 from rt4chart.report.terminal_view import print_samples
@@ -46,16 +46,16 @@ def readable_stdout(output_format: OutputFormat, out: Path | None, stdout_is_ter
 
 class PublishOptions(BaseModel):
     """The outputs a run asked for, and how it decides failure. The fields a user sets are flags of
-    ``rt4 verify`` and ``rt4 report`` (:func:`rt4chart.cli.flags.run_options`: ``outputs.junit``, ...),
-    their docstrings the flags' help."""
+    ``rt4 verify`` and ``rt4 report`` (:func:`rt4chart.cli.flags.run_spec`: ``outputs.junit``, ...),
+    their docstrings the flags' help, their ``panel`` the flags' ``--help`` panel."""
 
     model_config = ConfigDict(use_attribute_docstrings=True)
 
-    html: Path | None = Field(default=None, json_schema_extra={"flag": "--report"})
+    html: Path | None = Field(default=None, json_schema_extra={"flag": "--report", "panel": HelpPanel.OUTPUTS})
     """Also write a self-contained HTML report here."""
-    junit: Path | None = None
+    junit: Path | None = Field(default=None, json_schema_extra={"panel": HelpPanel.OUTPUTS})
     """Also write JUnit XML here (one test case per sample)."""
-    github: bool = Field(default=False, json_schema_extra={"flag": "--github"})
+    github: bool = Field(default=False, json_schema_extra={"flag": "--github", "panel": HelpPanel.OUTPUTS})
     """Print GitHub Actions annotations on the offending input lines."""
     text_view: bool = False
     """Print the readable view of every sample on stdout."""
@@ -63,11 +63,11 @@ class PublishOptions(BaseModel):
     """The input file as the user named it: what annotations point at."""
     title: str = "rt4chart audit"
     """Title of the HTML report and name of the JUnit test suite."""
-    fail_on: FailOn = FailOn.HALLUCINATED
+    fail_on: FailOn = Field(default=FailOn.HALLUCINATED, json_schema_extra={"panel": HelpPanel.OUTPUTS})
     """Which answers fail the run (exit 1)."""
-    max_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    max_rate: float = Field(default=0.0, ge=0.0, le=1.0, json_schema_extra={"panel": HelpPanel.OUTPUTS})
     """Fail only when the share of failing answers exceeds R (0: any one)."""
-    baseline: Path | None = None
+    baseline: Path | None = Field(default=None, json_schema_extra={"panel": HelpPanel.OUTPUTS})
     """An earlier audit of these answers (its --out): --fail-on new|worse gate against it, unchanged lines
     reuse its records without a judge call, and JUnit and annotations warn (rather than fail) on the
     hallucinations it had too."""

@@ -31,7 +31,7 @@ from rt4chart.method.settlement import settle_at_threshold
 from rt4chart.method.tasks import load_prompts, prompt_set_version
 from rt4chart.method.text import chunk_sentences, segment_context, split_sentences
 from rt4chart.method.verification import ClaimVerifier, and_join, answer_hallucinated, hallucinated_spans, verify_claims
-from rt4chart.options import AuditOptions
+from rt4chart.options import AuditOptions, HelpPanel
 from rt4chart.protocol import Backend, BudgetExhausted, JudgeUnavailable
 from rt4chart.records.io import (
     AUDIT_RECORDS,
@@ -160,13 +160,13 @@ class EngineOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    engine: Engine = "local"
+    engine: Engine = Field(default="local", json_schema_extra={"panel": HelpPanel.SCALE})
     """local (this process) or ray (a Ray Data pipeline over worker actors; the ray extra)."""
-    address: str | None = None
+    address: str | None = Field(default=None, json_schema_extra={"panel": HelpPanel.SCALE})
     """Ray cluster to join (auto: the one started on this machine with `ray start`); default: a local one."""
-    workers: int = Field(default=2, ge=1)
+    workers: int = Field(default=2, ge=1, json_schema_extra={"panel": HelpPanel.SCALE})
     """Ray workers, each with its own judge stack and --concurrency calls in flight."""
-    worker_cpus: float = Field(default=1.0, gt=0.0)
+    worker_cpus: float = Field(default=1.0, gt=0.0, json_schema_extra={"panel": HelpPanel.SCALE})
     """CPUs Ray reserves per worker (a judge worker mostly waits on HTTP; litellm costs a few ms of CPU per call)."""
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import math
 import signal
 import threading
 import time
@@ -30,7 +29,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
 from rt4chart.analysis.agreement import AgreementReport
@@ -117,27 +116,6 @@ def exit_code(status: RunStatus) -> int:
     return _EXIT_CODES[status]
 
 
-def signal_spec(
-    kind: str | None,
-    model: Path | None,
-    *,
-    probe: Path | None = None,
-    server: str | None = None,
-    delta: float = 0.2,
-    use_cache: bool = True,
-) -> SignalSpec | None:
-    """The ``--signals`` of a run (``None`` without one), or a :class:`RunUsageError` naming the flag."""
-    if kind is None:
-        return None
-    if kind not in ("csr", "attention"):
-        raise RunUsageError(f"--signals must be csr or attention (got {kind!r})")
-    if model is None:
-        raise RunUsageError(f"--signals {kind} needs --signal-model PATH (a model directory or a GGUF file)")
-    if not math.isfinite(delta):
-        raise RunUsageError("--signal-delta must be a finite number")
-    return SignalSpec.model_validate(
-        {"kind": kind, "model": model, "probe": probe, "server": server, "delta": delta, "use_cache": use_cache}
-    )
 
 
 class RunOutcome(BaseModel):
@@ -202,44 +180,15 @@ def input_lines(samples: Iterable[Sample | Mapping[str, Any] | InputLine]) -> li
     return lines
 
 
-def cache_location(
-    cache_dir: Path | None, cache_url: str | None, *, per_user_default: bool = True
-) -> Path | str | None:
-    """:func:`rt4chart.judges.cache.cache_location`, its refusal a :class:`RunUsageError`."""
-    from rt4chart.judges import cache
-    try:
-        return cache.cache_location(cache_dir, cache_url, per_user_default=per_user_default)
-    except cache.CacheError as error:
-        raise RunUsageError(str(error)) from None
-
-
-def run_limits(budget: float | None, concurrency: int | None, timeout: float | None) -> RunLimits:
-    """Validated limits, or a :class:`RunUsageError` naming the flag."""
-    try:
-        return RunLimits(budget_usd=budget, concurrency=concurrency, timeout_s=timeout)
-    except ValidationError as error:
-        flags = {"budget_usd": "--budget", "concurrency": "--concurrency", "timeout_s": "--timeout"}
-        problem = error.errors()[0]
-        raise RunUsageError(f"{flags[str(problem['loc'][0])]}: {problem['msg']}") from None
-
-
-def engine_options(engine: str, address: str | None, workers: int, worker_cpus: float) -> EngineOptions:
-    """Validated engine options (Ray checked importable when asked for), or a :class:`RunUsageError`."""
-    try:
-        options = EngineOptions.model_validate(
-            {"engine": engine, "address": address, "workers": workers, "worker_cpus": worker_cpus}
-        )
-    except ValidationError as error:
-        problem = error.errors()[0]
-        raise RunUsageError(f"--{str(problem['loc'][0]).replace('_', '-')}: {problem['msg']}") from None
-    if options.engine == "ray":
+def check_engine(engine: EngineOptions) -> None:
+    """A :class:`RunUsageError` (before any work) when the run asks for Ray and it cannot be imported."""
+    if engine.engine == "ray":
         from rt4chart.runs.ray_engine import RayUnavailable, ray_available
 
         try:
             ray_available()
         except RayUnavailable as error:
             raise RunUsageError(str(error)) from None
-    return options
 
 
 def build_stack(

@@ -1,13 +1,13 @@
 """What a run is, declared once and light to import: :class:`RunSpec` and the models nested in it that
 only a run has (:class:`SignalSpec`, :class:`CacheChoice`).
 
-Every field's docstring is its ``--help`` text: :func:`rt4chart.cli.flags.run_options` gives a command a flag
-per field it names (``limits.budget_usd`` -> ``--budget``), as :func:`rt4chart.cli.flags.audit_options` does
-for :class:`~rt4chart.options.AuditOptions`. A field whose flag is not its name says so in
-``json_schema_extra={"flag": ...}`` (spellings separated by commas: ``"--out,-o"``; a bool written
-as one switch, ``"--no-cache"``, is that switch alone). This module imports
-nothing heavy (no numpy, no litellm): ``rt4 --help`` builds its flags from it; the run itself lives in
-:mod:`rt4chart.runs.run`.
+Every field's docstring is its ``--help`` text and its ``json_schema_extra["panel"]`` its ``--help`` panel
+(:class:`~rt4chart.options.HelpPanel`): :func:`rt4chart.cli.flags.run_spec` gives a command a flag per field it
+names (``limits.budget_usd`` -> ``--budget``, ``options.window`` -> ``--window``) and calls it with the
+``RunSpec`` the flags make. A field whose flag is not its name says so in ``json_schema_extra={"flag": ...}``
+(spellings separated by commas: ``"--out,-o"``; a bool written as one switch, ``"--no-cache"``, is that
+switch alone). This module imports nothing heavy (no numpy, no litellm): ``rt4 --help`` builds its flags
+from it; the run itself lives in :mod:`rt4chart.runs.run`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rt4chart.judges.budget import RunLimits
-from rt4chart.options import AuditOptions
+from rt4chart.options import AuditOptions, HelpPanel
 from rt4chart.protocol import Backend
 from rt4chart.report.outputs import PublishOptions
 from rt4chart.runs.engine import EngineOptions
@@ -30,16 +30,16 @@ class SignalSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    kind: Literal["csr", "attention"] = Field(json_schema_extra={"flag": "--signals"})
+    kind: Literal["csr", "attention"] = Field(json_schema_extra={"flag": "--signals", "panel": HelpPanel.SIGNALS})
     """Add white-box token signals to each record before it is written: csr, or attention (needs
     --signal-probe); both need --signal-model."""
-    model: Path = Field(json_schema_extra={"flag": "--signal-model"})
+    model: Path = Field(json_schema_extra={"flag": "--signal-model", "panel": HelpPanel.SIGNALS})
     """Model directory or GGUF file for --signals."""
-    probe: Path | None = Field(default=None, json_schema_extra={"flag": "--signal-probe"})
+    probe: Path | None = Field(default=None, json_schema_extra={"flag": "--signal-probe", "panel": HelpPanel.SIGNALS})
     """Probe file from `rt4 signals train`, for --signals attention."""
-    server: str | None = Field(default=None, json_schema_extra={"flag": "--signal-server"})
+    server: str | None = Field(default=None, json_schema_extra={"flag": "--signal-server", "panel": HelpPanel.SIGNALS})
     """Base URL of a vLLM server for --signals (prompt_logprobs)."""
-    delta: float = Field(default=0.2, json_schema_extra={"flag": "--signal-delta"})
+    delta: float = Field(default=0.2, json_schema_extra={"flag": "--signal-delta", "panel": HelpPanel.SIGNALS})
     """CSR threshold for --signals csr."""
     use_cache: bool = True
     """Read and write the per-user signal cache (the CLI: not --no-cache)."""
@@ -54,16 +54,16 @@ class SignalSpec(BaseModel):
 
 class CacheChoice(BaseModel):
     """How the CLI spells :attr:`RunSpec.cache` (one field, three flags): a directory, a Redis URL, or
-    none. :func:`rt4chart.runs.run.cache_location` turns the choice into the field's value."""
+    none. :func:`rt4chart.cli.flags.run_spec` turns the choice into the field's value."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    cache_dir: Path | None = None
+    cache_dir: Path | None = Field(default=None, json_schema_extra={"panel": HelpPanel.JUDGE})
     """Judge-call cache directory (default: per-user cache)."""
-    cache_url: str | None = None
+    cache_url: str | None = Field(default=None, json_schema_extra={"panel": HelpPanel.JUDGE})
     """Cache judge calls on this Redis server (redis://HOST:PORT/DB) instead of --cache-dir; needs the redis
     extra."""
-    no_cache: bool = Field(default=False, json_schema_extra={"flag": "--no-cache"})
+    no_cache: bool = Field(default=False, json_schema_extra={"flag": "--no-cache", "panel": HelpPanel.JUDGE})
     """Neither read nor write the cache."""
 
 
@@ -73,11 +73,11 @@ class RunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, arbitrary_types_allowed=True)
 
     # From Python the judge may also be a Backend of the caller's (the CLI offers the text forms).
-    judge: str | Backend | None = None
+    judge: str | Backend | None = Field(default=None, json_schema_extra={"panel": HelpPanel.JUDGE})
     """Judge: a profile name (rt4 judges), a profile FILE.toml (e.g. a fleet), a litellm model (openai/NAME
     with --api-base), cascade:A@0.8,B, vote:A,B,C or scripted:RULES.json (default: the embedded offline
     verifier)."""
-    api_base: str | None = None
+    api_base: str | None = Field(default=None, json_schema_extra={"panel": HelpPanel.JUDGE})
     """Base URL of an OpenAI-compatible or vLLM server."""
     limits: RunLimits = Field(default_factory=RunLimits)
     """Budget in USD, judge calls in flight, seconds per HTTP attempt."""
@@ -89,9 +89,9 @@ class RunSpec(BaseModel):
     """Where the audit runs (this process or a Ray cluster); changes no record."""
     input_file: Path | None = None
     """The input file, when there is one: outputs may never overwrite it."""
-    out: Path | None = Field(default=None, json_schema_extra={"flag": "--out,-o"})
+    out: Path | None = Field(default=None, json_schema_extra={"flag": "--out,-o", "panel": HelpPanel.OUTPUTS})
     """Output JSONL (default: stdout), written atomically under the file's lock."""
-    resume: bool = Field(default=False, json_schema_extra={"flag": "--resume"})
+    resume: bool = Field(default=False, json_schema_extra={"flag": "--resume", "panel": HelpPanel.RESUME})
     """Keep records already complete in --out (same input and configuration); audit the rest."""
     outputs: PublishOptions = Field(default_factory=PublishOptions)
     """What a finished run writes besides its records (view, HTML, JUnit, annotations) and how it

@@ -1,0 +1,106 @@
+"""What the commands of ``rt4`` share: the command group whose ``--help`` shows no type beside a flag,
+reading an input file, guarding outputs, run-layer refusals as usage errors, and saying why a run
+stopped. Its names with an underscore are the :mod:`rt4chart.cli.app` package's own (every command module
+uses them), not an API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.text import Text
+from typer.core import TyperGroup, TyperOption
+
+from rt4chart.cli.flags import fail, stderr
+
+if TYPE_CHECKING:
+    from rt4chart.records.io import InputLine
+    from rt4chart.runs.run import RunOutcome
+
+
+def _hide_flag_types(command: Any, ctx: Any) -> None:
+    """No type beside a flag in ``--help``: typer 0.29 prints ``<bool>`` for options that take no value."""
+    for param in command.get_params(ctx):
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+
+
+class _ReadableGroup(TyperGroup):
+    """A command group whose ``--help`` and whose commands' ``--help`` show no type beside a flag."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:  # typer's vendored click types are private
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _hide_flag_types(command, ctx)
+        return command
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _hide_flag_types(self, ctx)
+        super().format_help(ctx, formatter)
+
+
+@contextlib.contextmanager
+def _usage_errors() -> Iterator[None]:
+    """A run that cannot start as asked (:class:`rt4chart.runs.run.RunUsageError`) is a usage error."""
+    from rt4chart.runs.run import RunUsageError
+
+    try:
+        yield
+    except RunUsageError as error:
+        raise fail(str(error)) from None
+
+
+def _print_stop(
+    outcome: RunOutcome, note: str = "records already written are kept; rerun with --resume once the judge is reachable"
+) -> None:
+    """Say why a run stopped when its judge could not be reached (the endpoint, never a key), or
+    why its verdicts were left open."""
+    from rt4chart.runs.engine import UnavailableStop
+    from rt4chart.runs.run import RunStatus
+
+    if isinstance(outcome.stop, UnavailableStop):
+        stderr.print(
+            Text.assemble(("stopped:", "red"), f" {outcome.stop}; {outcome.counts.remaining} samples not audited "
+                          f"({note})"),
+            highlight=False, soft_wrap=True,
+        )
+    elif outcome.status is RunStatus.INCOMPLETE and (error := outcome.first_open_error) is not None:
+        stderr.print(
+            Text.assemble(("incomplete:", "red"), f" {outcome.counts.incomplete} records of {outcome.judge} with "
+                          f"verdicts left open by judge errors; the first: {error}"),
+            highlight=False, soft_wrap=True,
+        )
+
+
+def _guard_outputs(outputs: dict[str, Path | None], inputs: Sequence[Path | None]) -> dict[str, Path]:
+    """:func:`rt4chart.records.io.guard_outputs`, its refusal a usage error (before any work)."""
+    from rt4chart.records.io import OutputError, guard_outputs
+
+    try:
+        return guard_outputs(outputs, inputs)
+    except OutputError as error:
+        raise fail(str(error)) from None
+
+
+def _read_input(input_path: Path) -> list[InputLine]:
+    from rt4chart.records.io import STDIN, read_jsonl
+
+    if str(input_path) != STDIN and not input_path.exists():
+        raise fail(f"input file not found: {input_path}")
+    if str(input_path) != STDIN and input_path.is_dir():
+        raise fail(f"the input {input_path} is a directory, not a JSONL file")
+    items = list(read_jsonl(input_path))
+    if not items:
+        raise fail(f"the input {'on stdin' if str(input_path) == STDIN else input_path} holds no record (it is empty or blank)")
+    return items
+
+
+InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin).")]
+MAX_RESAMPLES = 100_000
+"""Bootstrap resamples are bounded: beyond this the intervals do not move, the run only takes longer."""
+ResamplesOption = Annotated[int, typer.Option(min=0, max=MAX_RESAMPLES, help="Bootstrap resamples for the 95% confidence intervals (0 to 100,000).")]
+SeedOption = Annotated[int, typer.Option(help="Bootstrap seed.")]

@@ -22,11 +22,9 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from rt4chart.io import STDIN, audit_fingerprint, file_sha256, write_lines_atomically
+from rt4chart.io import manifest_path as manifest_path  # kept in io with the other sidecars, named here too
 from rt4chart.options import AuditOptions
 from rt4chart.types import RunCitations, Usage
-
-MANIFEST_SUFFIX = ".manifest.json"
-"""What is appended to the records file's name: ``audit.jsonl`` -> ``audit.jsonl.manifest.json``."""
 
 MANIFEST_SCHEMA = "rt4chart.run-manifest/1"
 
@@ -105,11 +103,6 @@ class RunManifest(BaseModel):
     """When its outputs were published (UTC)."""
     wall_s: float
     """Seconds from start to end."""
-
-
-def manifest_path(records: Path) -> Path:
-    """Where the manifest of a records file lives."""
-    return records.with_name(records.name + MANIFEST_SUFFIX)
 
 
 def rt4chart_version() -> str:

@@ -424,7 +424,7 @@ def _guarded(spec: RunSpec) -> RunSpec:
     try:
         requested = {"--out": spec.out, "--report": outputs.html, "--junit": outputs.junit}
         # The baseline is an input too: `--out audit.jsonl --baseline audit.jsonl` would erase it.
-        guarded = guard_outputs(requested, [spec.input_file, outputs.baseline])
+        guarded = guard_outputs(requested, [spec.input_file, outputs.baseline], records=["--out"])
     except OutputError as error:
         raise RunUsageError(str(error)) from None
     published = outputs.model_copy(update={"html": guarded.get("--report"), "junit": guarded.get("--junit")})

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rt4chart.audited import CITATION_POLICIES, AuditedSample, FailOn
 from rt4chart.citations import describe_claim
+from rt4chart.io import write_text_atomically
 from rt4chart.types import Label
 
 
@@ -178,7 +179,7 @@ def write_junit(
     path: Path, audited: list[AuditedSample], suite_name: str, fail_on: FailOn,
     pre_existing: frozenset[int] = frozenset(),
 ) -> None:
-    path.write_text(junit_xml(audited, suite_name, fail_on, pre_existing), encoding="utf-8")
+    write_text_atomically(path, [junit_xml(audited, suite_name, fail_on, pre_existing)])
 
 
 def _escape_data(text: str) -> str:

@@ -33,6 +33,7 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from rt4chart.cli_flags import OUTPUT_FLAGS, RUN_FLAGS, audit_options, fail, run_options, stderr
 from rt4chart.datasets import DATA_LOCATION_HELP, DATASET_NAMES
+from rt4chart.io import write_text_atomically
 from rt4chart.options import HELP_PANELS, AuditOptions
 from rt4chart.outputs import FailOn, OutputFormat, ShowOnly
 from rt4chart.run_spec import RunSpec
@@ -412,7 +413,7 @@ def score(
         raise fail(str(error)) from None
     print_metrics(result.metrics, Console(), f"scores of {predictions.name}", score_details(result))
     if out is not None:
-        out.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        write_text_atomically(out, [result.model_dump_json(indent=2) + "\n"])
         stderr.print(f"wrote {out}", highlight=False, markup=False)
 
 
@@ -755,7 +756,7 @@ def diff(
         raise fail(str(error)) from None
     title = f"rt4chart diff: {base.name} -> {new.name}"
     if "--markdown" in guarded:
-        guarded["--markdown"].write_text(diff_markdown(result, title), encoding="utf-8")
+        write_text_atomically(guarded["--markdown"], [diff_markdown(result, title)])
     if "--html" in guarded:
         write_diff_html(guarded["--html"], result, title)
     if as_json:
@@ -865,7 +866,7 @@ def repair(
     if out is None:
         sys.stdout.write(lines)
     else:
-        out.write_text(lines, encoding="utf-8")
+        write_text_atomically(out, [lines])
     if not quiet:
         judged_by = next((r.verified_after.judge for r in outcome.records if r.verified_after), None)
         _print_repair_summary(outcome.summary, judged_by)

@@ -19,6 +19,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from rt4chart.audited import AuditedSample
 from rt4chart.citations import passage_names
+from rt4chart.io import write_text_atomically
 from rt4chart.progress import RunSummary
 from rt4chart.review import PlannedClaim, run_key
 from rt4chart.text import join_passages
@@ -139,4 +140,4 @@ def write_html(
     run: str | None = None,
     plan: Sequence[PlannedClaim] | None = None,
 ) -> None:
-    path.write_text(render_html(audited, title, run=run, plan=plan), encoding="utf-8")
+    write_text_atomically(path, [render_html(audited, title, run=run, plan=plan)])

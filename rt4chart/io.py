@@ -581,17 +581,30 @@ def output_lock(out: Path | None) -> Iterator[None]:
         os.close(descriptor)  # closing releases the lock
 
 
-def write_lines_atomically(path: Path, lines: Iterable[str]) -> None:
-    """Replace ``path`` with ``lines`` (JSONL records, or one indented JSON document; each without its
-    final newline, which is added), via a temporary file and a rename."""
+def write_text_atomically(path: Path, pieces: Iterable[str]) -> None:
+    """Replace ``path`` with the concatenated ``pieces`` via a temporary file and a rename.
+
+    A write that fails (a full disk) leaves ``path`` as it was and no temporary file, and its
+    ``OSError`` names ``path`` (a failed ``write`` names no file of its own).
+    """
     path = Path(os.path.realpath(path))  # through a symlink to its target: the link stays a link
     temporary = temporary_path(path)
-    with open(temporary, "w", encoding="utf-8") as handle:
-        for line in lines:
-            handle.write(line + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            for piece in pieces:
+                handle.write(piece)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(path)) from error
+
+
+def write_lines_atomically(path: Path, lines: Iterable[str]) -> None:
+    """Replace ``path`` with ``lines`` (JSONL records, or one indented JSON document; each without its
+    final newline, which is added), as :func:`write_text_atomically` does."""
+    write_text_atomically(path, (line + "\n" for line in lines))
 
 
 def write_reports_atomically(path: Path, reports: list[AuditRecord]) -> None:
@@ -627,8 +640,12 @@ class PredictionsError(ValueError):
 def read_predictions(path: Path) -> list[AuditRecord]:
     """Read ``rt4 verify`` / ``rt4 eval`` output records; raises :class:`PredictionsError` at the
     first line that is not one."""
-    if not path.is_file():
+    if not path.exists():
         raise PredictionsError(f"predictions file not found: {path}")
+    if path.is_dir():
+        raise PredictionsError(f"{path} is a directory; name a records file")
+    if not path.is_file():
+        raise PredictionsError(f"{path} is not a regular file (a device or a pipe); name a records file")
     reports = []
     for record in read_records(path):
         if record.report is None:

@@ -19,7 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from rt4chart.io import STDIN, audit_fingerprint, file_sha256, write_lines_atomically
 from rt4chart.io import manifest_path as manifest_path  # kept in io with the other sidecars, named here too
@@ -166,12 +166,19 @@ def read_manifest(records: Path) -> RunManifest | None:
     Raises :class:`ManifestError` for a manifest file that is not one.
     """
     path = manifest_path(records)
-    if not path.is_file():
+    if not path.exists():
         return None
+    if not path.is_file():
+        raise ManifestError(f"{path}: not an rt4chart run manifest (not a regular file)")
     try:
         return RunManifest.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (json.JSONDecodeError, UnicodeDecodeError, ValidationError) as error:
-        raise ManifestError(f"{path}: not an rt4chart run manifest ({str(error).splitlines()[0]})") from None
+    except OSError as error:
+        raise ManifestError(f"{path}: cannot read the run manifest ({error.strerror})") from None
+    except RecursionError:  # json's decoder recurses: a manifest nested 100,000 deep
+        raise ManifestError(f"{path}: not an rt4chart run manifest (nested too deep)") from None
+    except ValueError as error:  # not JSON, not UTF-8, an integer over Python's digit limit, not a manifest
+        problem = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ManifestError(f"{path}: not an rt4chart run manifest ({problem})") from None
 
 
 def describes(manifest: RunManifest, records: Path) -> bool:

@@ -499,16 +499,20 @@ async def aexecute(
         await stack.aclose()
     reports.sort(key=lambda report: report.line)
     fails = tally.fails(spec.outputs.max_rate)
-    if _publishes_records(spec.outputs):
-        fails = _publish(spec, list(_written(out)) if rereads and out is not None else reports, items, console)
-    if out is not None:
-        # This run's calls are the ledger's: resumed and reused records cost nothing now.
-        write_manifest(
-            out, summary.record_counts(), judge=engine.judge_name, prompt_version=engine.prompt_version,
-            options=spec.options, input_path=spec.input_file, input_lines=len(items), usage=stack.ledger.usage,
-            started_at=started_at, ended_at=datetime.now(UTC), resumed=result.resumed,
-            reused_from_baseline=result.reused, baseline=spec.outputs.baseline,
-        )
+    try:
+        if _publishes_records(spec.outputs):
+            fails = _publish(spec, list(_written(out)) if rereads and out is not None else reports, items, console)
+    finally:
+        # The records are final: their manifest is written whatever publishing met (a baseline
+        # that changed since it was checked, a report that could not be written).
+        if out is not None:
+            # This run's calls are the ledger's: resumed and reused records cost nothing now.
+            write_manifest(
+                out, summary.record_counts(), judge=engine.judge_name, prompt_version=engine.prompt_version,
+                options=spec.options, input_path=spec.input_file, input_lines=len(items), usage=stack.ledger.usage,
+                started_at=started_at, ended_at=datetime.now(UTC), resumed=result.resumed,
+                reused_from_baseline=result.reused, baseline=spec.outputs.baseline,
+            )
     outcome = outcome_of(reports, result, summary, fails, stack.ledger, stack.name)
     return outcome.model_copy(update={"prompt_version": engine.prompt_version})
 

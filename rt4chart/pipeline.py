@@ -52,7 +52,7 @@ from rt4chart.prompts import PromptTemplate
 from rt4chart.session import JudgeSession
 from rt4chart.settlement import settle_at_threshold
 from rt4chart.tasks import load_prompts, prompt_set_version
-from rt4chart.text import chunk_sentences, segment_context, split_sentences
+from rt4chart.text import chunk_sentences, content_words, segment_context, split_sentences
 from rt4chart.types import AuditRecord, Claim, DecompositionStats, Label, Sample, Sentence, answer_sha256
 from rt4chart.verification import ClaimVerifier, and_join, answer_hallucinated, hallucinated_spans, verify_claims
 
@@ -221,9 +221,10 @@ class Pipeline:
         session = JudgeSession(self.backend, self.prompts, self.options.params, language=language)
         if self.options.method == "direct":
             report = await audit_directly(session, sample)
-        elif (refusal := language_refusal(self.backend, language)) is not None:
+        elif (refusal := language_refusal(self.backend, language)) is not None and content_words(sample.answer):
             # An English model's verdicts on other languages look confident and mean little: the
-            # sample stays open (exit 4) and says which judges can audit it.
+            # sample stays open (exit 4) and says which judges can audit it. An answer with no word
+            # at all asks the judge nothing: it is baseless in any language (nothing_to_check).
             report = AuditRecord(id=sample.id, line=line, errors=[f"line {line}: {refusal}"], incomplete=True)
         else:
             # Citation markers leave the text the judge sees; sentences keep the answer's offsets.

@@ -106,7 +106,7 @@ def content_words(text: str) -> list[str]:
 _EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 """Arithmetic without rounding or overflow: the numbers are only added, multiplied by scales and
 compared, so every result is exact and as long as its operands (never a division)."""
-_ONE, _HUNDRED = Decimal(1), Decimal(100)
+_ZERO, _ONE, _HUNDRED = Decimal(0), Decimal(1), Decimal(100)
 
 _DIGITS = re.compile("\\d+(?:[.,\u066b\u066c]\\d+)*")
 _ARABIC_SEPARATORS = str.maketrans({"\u066b": ".", "\u066c": ","})
@@ -173,15 +173,15 @@ def number_at(tokens: list[str], position: int) -> tuple[Decimal, int] | None:
 def _words_number(tokens: list[str], position: int) -> tuple[Decimal, int] | None:
     """A number written in words from ``tokens[position]`` ("three hundred forty-two", "two
     thousand five hundred", "a dozen", "a million"), and how many tokens it spans."""
-    total, current, end = Decimal(0), Decimal(0), position
+    total, current, end = _ZERO, _ZERO, position
     while end < len(tokens):
         word = tokens[end]
         if word in _UNITS or word in _TENS:
-            current = _EXACT.add(current, _UNITS.get(word, _TENS.get(word, Decimal(0))))
+            current = _EXACT.add(current, _UNITS.get(word, _TENS.get(word, _ZERO)))
         elif word in ("hundred", "dozen"):
             current = _EXACT.multiply(max(current, _ONE), _SCALES[word])
         elif word in _SCALES:
-            total, current = _EXACT.add(total, _EXACT.multiply(max(current, _ONE), _SCALES[word])), Decimal(0)
+            total, current = _EXACT.add(total, _EXACT.multiply(max(current, _ONE), _SCALES[word])), _ZERO
         else:
             break
         end += 1

@@ -400,8 +400,19 @@ def records_status(reports: Sequence[AuditRecord], fails: bool) -> RunStatus:
 def _publish(
     spec: RunSpec, reports: Sequence[AuditRecord], items: Iterable[InputLine], console: Console | None
 ) -> bool:
-    """Everything a finished run writes besides its records; returns whether the run fails its policy."""
-    return publish(spec.outputs, pair_with_inputs(reports, items), console or Console(), audit_options=spec.options)
+    """Everything a finished run writes besides its records; returns whether the run fails its policy.
+
+    A baseline read before the run and damaged since (replaced while the audit ran) is a usage
+    error, as it would have been before it (the records are kept, the manifest written)."""
+    audited = pair_with_inputs(reports, items)
+    if spec.outputs.baseline is None:
+        return publish(spec.outputs, audited, console or Console(), audit_options=spec.options)
+    from rt4chart.diff import DiffError  # numpy and scipy: loaded only where a baseline needs them
+
+    try:
+        return publish(spec.outputs, audited, console or Console(), audit_options=spec.options)
+    except DiffError as error:
+        raise RunUsageError(f"--baseline: {error}") from None
 
 
 

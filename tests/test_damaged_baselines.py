@@ -7,6 +7,10 @@ the README's CI recipe, a truncated artifact download turned every PR run into "
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,7 @@ from typer.testing import CliRunner
 from rt4chart.cli import app
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
 
 DAMAGE = {
     "truncated": lambda manifest: manifest[:300],
@@ -86,3 +91,31 @@ def test_a_report_on_a_full_disk_names_it_keeps_the_earlier_one_and_the_manifest
     assert sorted(path.name for path in tiny_disk.iterdir()) == ["report.html"]  # no temporary left
     manifest = json.loads((tmp_path / "out.jsonl.manifest.json").read_text(encoding="utf-8"))
     assert manifest["counts"]["records"] == 200
+
+
+def test_a_baseline_damaged_during_the_run_is_exit_2_and_the_runs_manifest_is_written(tmp_path: Path) -> None:
+    """The baseline passes the check before the audit, then is replaced while the audit runs (a CI
+    cache restored over it): the gate cannot read it, and the run's own records and manifest stay."""
+    inputs = tmp_path / "in.jsonl"
+    write_samples(inputs, 6)
+    fast, slow = write_rules(tmp_path / "fast.json"), write_rules(tmp_path / "slow.json", latency_s=0.5)
+    base, out = tmp_path / "base.jsonl", tmp_path / "out.jsonl"
+    judge = ["--decomposer", "rules", "--no-cache", "-q"]
+    first = runner.invoke(app, ["verify", str(inputs), "--out", str(base), "--judge", f"scripted:{fast}", *judge])
+    assert first.exit_code == 1, first.output
+    manifest = base.with_name(base.name + ".manifest.json")
+    run = subprocess.Popen([sys.executable, "-m", "rt4chart", "verify", str(inputs), "--out", str(out), "--baseline",
+                            str(base), "--fail-on", "new", "--judge", f"scripted:{slow}", *judge],
+                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True)
+    try:
+        while run.poll() is None and not (out.exists() and out.read_bytes().count(b"\n") >= 1):
+            time.sleep(0.05)  # waits for the first record, whatever the machine's speed
+        manifest.write_text(manifest.read_text(encoding="utf-8")[:300], encoding="utf-8")
+        _, stderr = run.communicate(timeout=300)
+    finally:
+        run.kill()
+    assert run.returncode == 2, stderr
+    assert f"--baseline: {manifest}: not an rt4chart run manifest" in stderr and "internal error" not in stderr
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 6
+    written = json.loads((tmp_path / "out.jsonl.manifest.json").read_text(encoding="utf-8"))
+    assert written["counts"]["records"] == 6

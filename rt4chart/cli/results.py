@@ -90,7 +90,9 @@ def diff(
         raise fail(str(error)) from None
     title = f"rt4chart diff: {base.name} -> {new.name}"
     if "--markdown" in guarded:
-        guarded["--markdown"].write_text(diff_markdown(result, title), encoding="utf-8")
+        from rt4chart.records.io import write_text_atomically
+
+        write_text_atomically(guarded["--markdown"], [diff_markdown(result, title)])
     if "--html" in guarded:
         write_diff_html(guarded["--html"], result, title)
     if as_json:

@@ -19,6 +19,7 @@ import os
 import re
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import unquote_plus
 
 _SECRET_PATTERNS = (
     re.compile(r"(Bearer\s+)[^\s'\"]+", re.IGNORECASE),
@@ -28,7 +29,9 @@ _SECRET_PATTERNS = (
 _SECRET_ENV_SUFFIXES = ("_API_KEY", "_KEY", "_TOKEN", "_SECRET")
 _CREDENTIAL_NAMES = r"(?:[a-z0-9_.-]*(?:key|token|secret|password|passwd|pwd|signature|sig|auth|credential)s?)"
 _URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://)([^/@\s?#]*)@", re.IGNORECASE)
-_URL_CREDENTIAL_PARAMETER = re.compile(rf"([?&;]{_CREDENTIAL_NAMES}=)[^&#;\s'\"]*", re.IGNORECASE)
+_CREDENTIAL_NAME = re.compile(_CREDENTIAL_NAMES, re.IGNORECASE)
+_URL_PARAMETER = re.compile(r"([?&;])([^=?&#;\s'\"]+)(=)([^&#;\s'\"]*)")
+"""A query parameter, name and value; its name is compared percent-decoded (``api%5Fkey`` is ``api_key``)."""
 REDACTED = "***"
 
 
@@ -86,8 +89,13 @@ def redact_url(url: str) -> str:
         user, colon, _ = match.group(2).partition(":")
         return match.group(1) + (f"{user}:{REDACTED}" if colon else REDACTED) + "@"
 
+    def parameter(match: re.Match[str]) -> str:
+        if not _CREDENTIAL_NAME.fullmatch(unquote_plus(match.group(2))):
+            return match.group()
+        return match.group(1) + match.group(2) + match.group(3) + REDACTED
+
     url = _URL_USERINFO.sub(userinfo, url)
-    return _URL_CREDENTIAL_PARAMETER.sub(lambda match: match.group(1) + REDACTED, url)
+    return _URL_PARAMETER.sub(parameter, url)
 
 
 _MARKS = ("bearer", "sk-", "api", "://", "=", "\\")

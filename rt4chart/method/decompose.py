@@ -20,7 +20,7 @@ from rt4chart.method.tasks import (
     HolisticDecomposeOutput,
     SentenceClaims,
 )
-from rt4chart.method.text import STOPWORDS, content_words, numbers_in, same_number
+from rt4chart.method.text import STOPWORDS, content_words, numbers_in, same_number, shown_number
 from rt4chart.options import AuditOptions
 from rt4chart.protocol import JudgeRequest
 from rt4chart.types import Claim, DecompositionStats, Sentence, Span
@@ -71,7 +71,7 @@ def claim_problem(claim: str, sentence: str, answer: str, question: str | None, 
         n for n in sentence_numbers if not same_number(n, claim_numbers)
     ]
     if foreign or replaced:
-        listed = ", ".join(f"{n:g}" for n in foreign or sorted(claim_numbers - sentence_numbers))
+        listed = ", ".join(shown_number(n) for n in foreign or sorted(claim_numbers - sentence_numbers))
         return f"the claim {claim!r} states {listed}, which its sentence does not"
     # German capitalises every noun: a capitalised word is no name there, and the claim's share of
     # the answer's words below is the check that remains.

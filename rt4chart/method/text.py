@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, ROUND_HALF_EVEN, Context, Decimal
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
@@ -57,7 +58,10 @@ STOPWORDS = _word_set(
 """Function words and the vocabulary answers use to talk about their sources: what a content word
 is not (the embedded judge's lexical cues, the evidence and claim checks)."""
 
-_EAST_ASIAN_SCALES = {"万": 1e4, "萬": 1e4, "億": 1e8, "亿": 1e8, "兆": 1e12, "만": 1e4, "억": 1e8, "조": 1e12}
+_EAST_ASIAN_SCALES = {
+    "万": Decimal("1e4"), "萬": Decimal("1e4"), "億": Decimal("1e8"), "亿": Decimal("1e8"), "兆": Decimal("1e12"),
+    "만": Decimal("1e4"), "억": Decimal("1e8"), "조": Decimal("1e12"),
+}  # fmt: skip
 """Chinese, Japanese and Korean number scales ("1400万", "2100万", "950만"): the digits before them
 count in ten thousands and hundred millions."""
 _MARKS = "\u0300-\u036f\u0610-\u061a\u064b-\u065f\u0670\u0900-\u0dff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff"
@@ -94,14 +98,22 @@ def content_words(text: str) -> list[str]:
 
 
 # Numbers, as the number guard and the claim checks read them: digits ("2,500,000", "2.5") or words
-# ("two million", "twenty-five", "a dozen"), times scale words, ordinals and fractions.
+# ("two million", "twenty-five", "a dozen"), times scale words, ordinals and fractions. Values are
+# exact decimals, not floats: a long id or hash in scraped text (309 digits and more) is no float
+# (it was infinity, and rounding it raised), and two long ids that differ in their last digit
+# differ.
+
+_EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
+"""Arithmetic without rounding or overflow: the numbers are only added, multiplied by scales and
+compared, so every result is exact and as long as its operands (never a division)."""
+_ZERO, _ONE, _HUNDRED = Decimal(0), Decimal(1), Decimal(100)
 
 _DIGITS = re.compile("\\d+(?:[.,\u066b\u066c]\\d+)*")
 _ARABIC_SEPARATORS = str.maketrans({"\u066b": ".", "\u066c": ","})
 
-def _numbered(words: str, first: int = 0) -> dict[str, float]:
+def _numbered(words: str, first: int = 0) -> dict[str, Decimal]:
     """Each of the space-separated ``words`` with its position (counting from ``first``) as value."""
-    return {word: float(value) for value, word in enumerate(words.split(), start=first)}
+    return {word: Decimal(value) for value, word in enumerate(words.split(), start=first)}
 
 
 _UNITS = _numbered(
@@ -110,33 +122,33 @@ _UNITS = _numbered(
 )
 _TENS = {word: 10 * n for word, n in _numbered("twenty thirty forty fifty sixty seventy eighty ninety", 2).items()}
 _SCALES = {
-    "hundred": 1e2, "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12, "dozen": 12.0,
-    **_EAST_ASIAN_SCALES,
+    "hundred": Decimal("1e2"), "thousand": Decimal("1e3"), "million": Decimal("1e6"), "billion": Decimal("1e9"),
+    "trillion": Decimal("1e12"), "dozen": Decimal(12), **_EAST_ASIAN_SCALES,
 }  # fmt: skip
 _ORDINALS = _numbered(
     """third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth
     fifteenth sixteenth seventeenth eighteenth nineteenth twentieth""",
     3,
-) | {"thirtieth": 30.0, "fortieth": 40.0, "fiftieth": 50.0, "hundredth": 100.0}
+) | {"thirtieth": Decimal(30), "fortieth": Decimal(40), "fiftieth": Decimal(50), "hundredth": _HUNDRED}
 # "one", "first" and "second" are mostly not counts ("one of the ...", "first opened", "the second
 # half", "a second"): "one" is a number only before a
 # scale word ("one million").
-_FRACTIONS = {"half": 0.5}
+_FRACTIONS = {"half": Decimal("0.5")}
 _FRACTION_OF = frozenset({"of", "a", "an", "the"})
 """What follows "half" when it is a quantity ("half of the votes", "half a million"), not a part of
 a match ("the second half", "half-time")."""
 
-def _digits_value(token: str) -> float | None:
+def _digits_value(token: str) -> Decimal | None:
     if not _DIGITS.fullmatch(token):
         return None
     # Commas group thousands ("49,400"); a single dot is a decimal point.
     plain = token.translate(_ARABIC_SEPARATORS).replace(",", "")
     if plain.count(".") > 1:
         return None
-    return float(plain)
+    return Decimal(plain)  # any length, digits of any script ("١٤" is 14)
 
 
-def number_at(tokens: list[str], position: int) -> tuple[float, int] | None:
+def number_at(tokens: list[str], position: int) -> tuple[Decimal, int] | None:
     """The number that starts at ``tokens[position]`` and how many tokens it spans: digits or
     number words ("twenty five"), times any scale words after it ("2.5 million", "two thousand",
     "a dozen"), ordinals ("third") and fractions ("half", "half a million")."""
@@ -146,43 +158,42 @@ def number_at(tokens: list[str], position: int) -> tuple[float, int] | None:
         return _ORDINALS[token], 1
     if token in _FRACTIONS:
         if following == "a" and position + 2 < len(tokens) and tokens[position + 2] in _SCALES:
-            return _FRACTIONS[token] * _SCALES[tokens[position + 2]], 3
+            return _EXACT.multiply(_FRACTIONS[token], _SCALES[tokens[position + 2]]), 3
         return (_FRACTIONS[token], 1) if following in _FRACTION_OF else None
     value = _digits_value(token)
     if value is not None:
         span = 1
         while position + span < len(tokens) and tokens[position + span] in _SCALES:
-            # Rounded: 4.1 * 1e6 is 4099999.9999999995 in floating point.
-            value = round(value * _SCALES[tokens[position + span]], 6)
+            value = _EXACT.multiply(value, _SCALES[tokens[position + span]])  # 4.1 million is 4100000
             span += 1
         return value, span
     return _words_number(tokens, position)
 
 
-def _words_number(tokens: list[str], position: int) -> tuple[float, int] | None:
+def _words_number(tokens: list[str], position: int) -> tuple[Decimal, int] | None:
     """A number written in words from ``tokens[position]`` ("three hundred forty-two", "two
     thousand five hundred", "a dozen", "a million"), and how many tokens it spans."""
-    total, current, end = 0.0, 0.0, position
+    total, current, end = _ZERO, _ZERO, position
     while end < len(tokens):
         word = tokens[end]
         if word in _UNITS or word in _TENS:
-            current += _UNITS.get(word, _TENS.get(word, 0.0))
+            current = _EXACT.add(current, _UNITS.get(word, _TENS.get(word, _ZERO)))
         elif word in ("hundred", "dozen"):
-            current = max(current, 1.0) * _SCALES[word]
+            current = _EXACT.multiply(max(current, _ONE), _SCALES[word])
         elif word in _SCALES:
-            total, current = total + max(current, 1.0) * _SCALES[word], 0.0
+            total, current = _EXACT.add(total, _EXACT.multiply(max(current, _ONE), _SCALES[word])), _ZERO
         else:
             break
         end += 1
     if end == position or tokens[position:end] == ["one"]:
         return None
-    return total + current, end - position
+    return _EXACT.add(total, current), end - position
 
 
-def numbers_in(text: str) -> frozenset[float]:
+def numbers_in(text: str) -> frozenset[Decimal]:
     """The numeric values ``text`` states (see :func:`number_at`)."""
     tokens = [match.group().lower() for match in _WORD.finditer(text)]
-    numbers: set[float] = set()
+    numbers: set[Decimal] = set()
     position = 0
     while position < len(tokens):
         number = number_at(tokens, position)
@@ -194,13 +205,29 @@ def numbers_in(text: str) -> frozenset[float]:
     return frozenset(numbers)
 
 
-def same_number(value: float, others: frozenset[float]) -> bool:
+def _rounded(value: Decimal) -> Decimal:
+    """To the nearest integer, half to even as ``round`` does (a Decimal, so a long number never
+    becomes a Python int of as many digits)."""
+    return value.to_integral_value(rounding=ROUND_HALF_EVEN, context=_EXACT)
+
+
+def same_number(value: Decimal, others: frozenset[Decimal]) -> bool:
     """Equal, equal once rounded (an answer says "about $24" for "$23.70"), or a fraction and its
     percentage ("half" for "50%")."""
+    rounded, percent = _rounded(value), _EXACT.multiply(value, _HUNDRED)
     return any(
-        value == other or round(value) == round(other) or 100 * value == other or value == 100 * other
+        value == other or rounded == _rounded(other) or percent == other or value == _EXACT.multiply(other, _HUNDRED)
         for other in others
     )
+
+
+def shown_number(value: Decimal) -> str:
+    """A number as messages print it: six significant digits, as floats printed them before
+    numbers were exact ("1990", "4.1e+06"); one beyond a float's range in the same form."""
+    if value.is_zero() or -300 < value.adjusted() < 300:
+        return f"{float(value):g}"
+    mantissa, exponent = f"{value:.6e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{exponent}"
 
 
 _LINE = re.compile(r"[^\n]+")

@@ -4,6 +4,10 @@ Output files are guarded: :func:`resolve_output` refuses an output that is the i
 a device or sits in a missing folder, and follows a symlink to the file it names (so temporary
 files and renames happen beside the target, never replacing the link); :func:`output_lock` holds
 one advisory lock per output file, so two runs never write one file at once.
+
+A records output brings sidecar files beside it (:func:`sidecars`: its manifest, its lock, and the
+temporary file every atomic write renames from); :func:`guard_outputs` holds them to the outputs'
+rules, and refuses an output named as the sidecar of an existing file or of this run's files.
 """
 
 from __future__ import annotations
@@ -449,6 +453,46 @@ def read_reusable(kind: RecordKind[R], path: Path, items: list[InputLine], finge
     return reusable
 
 
+MANIFEST_SUFFIX = ".manifest.json"
+"""What is appended to a records file's name for its manifest: ``audit.jsonl`` -> ``audit.jsonl.manifest.json``."""
+
+
+def manifest_path(records: Path) -> Path:
+    """Where the manifest of a records file lives."""
+    return records.with_name(records.name + MANIFEST_SUFFIX)
+
+
+def lock_path(out: Path) -> Path:
+    """The advisory lock file of an output (:func:`output_lock`)."""
+    return out.with_name(f".{out.name}.lock")
+
+
+def temporary_path(out: Path) -> Path:
+    """Where :func:`write_lines_atomically` writes before it renames over ``out``."""
+    return out.with_name(f".{out.name}.tmp")
+
+
+def sidecars(out: Path, *, records: bool) -> dict[str, Path]:
+    """The files written beside ``out`` (by kind): the temporary file of its atomic write and, for a
+    records file (``records``), its manifest and its lock."""
+    files = {"temporary file": temporary_path(out)}
+    if records:
+        files |= {"manifest": manifest_path(out), "lock file": lock_path(out)}
+    return files
+
+
+def sidecar_owner(path: Path) -> tuple[str, Path] | None:
+    """The kind of sidecar ``path`` is named as, and the file it would belong to; ``None`` when its
+    name has no sidecar's form."""
+    name = path.name
+    if name.endswith(MANIFEST_SUFFIX) and len(name) > len(MANIFEST_SUFFIX):
+        return "manifest", path.with_name(name.removesuffix(MANIFEST_SUFFIX))
+    for kind, suffix in (("lock file", ".lock"), ("temporary file", ".tmp")):
+        if name.startswith(".") and name.endswith(suffix) and len(name) > len(suffix) + 1:
+            return kind, path.with_name(name[1 : -len(suffix)])
+    return None
+
+
 class OutputError(ValueError):
     """An output path that cannot be used safely (an input, another output of the same run, a
     directory, a device, a missing or unwritable folder, or a file another run is writing)."""
@@ -485,53 +529,72 @@ def _check_folder_writable(flag: str, out: Path, folder: Path) -> None:
 
 
 def guard_outputs(
-    outputs: Mapping[str, Path | None], inputs: Iterable[Path | str | None] = ()
+    outputs: Mapping[str, Path | None],
+    inputs: Iterable[Path | str | None] = (),
+    *,
+    records: Iterable[str] = (),
 ) -> dict[str, Path]:
     """The regular files that ``outputs`` (flag -> path; ``None`` entries are skipped) name,
     symlinks followed; raises :class:`OutputError` before any work is done.
 
-    Every file any command writes goes through this one guard. Refused: an output that is one of
-    ``inputs`` (the same file under any name, a hard link, or standard input for ``-``), two outputs
-    of the run that are one file, a directory, anything that is not a regular file (a device, a
-    FIFO), a path whose folder does not exist, and a folder (or an existing file) that cannot be
-    written. The returned paths are the symlinks' targets: writers rename temporary files beside
-    the target, never over the link.
+    Every file any command writes goes through this one guard, with its sidecars (:func:`sidecars`;
+    the outputs whose flags are in ``records`` are records files, with a manifest and a lock).
+    Refused, for an output and each of its sidecars: one of ``inputs`` (the same file under any name,
+    a hard link, or standard input for ``-``), two files of the run that are one file, a directory,
+    anything that is not a regular file (a device, a FIFO). Refused too: an output named as the
+    sidecar of an existing file or of one of the run's files (``--out base.jsonl.manifest.json``,
+    ``--report .out.jsonl.lock``), a path whose folder does not exist, and a folder (or an existing
+    file) that cannot be written. The returned paths are the symlinks' targets: writers rename
+    temporary files beside the target, never over the link.
     """
+    record_flags = frozenset(records)
+    sources = [str(source) for source in inputs if source is not None]
     input_identities = {
-        identity: str(source)
-        for source in inputs
-        if source is not None
-        and (identity := _stdin_identity() if str(source) == STDIN else _identity(source)) is not None
+        identity: source
+        for source in sources
+        if (identity := _stdin_identity() if source == STDIN else _identity(source)) is not None
     }
-    resolved: dict[str, Path] = {}
+    named = {flag: out for flag, out in outputs.items() if out is not None}
+    targets = {flag: Path(os.path.realpath(out)) for flag, out in named.items()}
+    own_files = {*targets.values(), *(Path(os.path.realpath(source)) for source in sources if source != STDIN)}
     claimed: dict[Path | tuple[int, int], str] = {}
-    for flag, out in outputs.items():
-        if out is None:
-            continue
-        target = Path(os.path.realpath(out))
-        if not target.parent.is_dir():
-            raise OutputError(f"{flag} {out}: folder {target.parent} does not exist")
-        identity = _identity(target)
+
+    def claim(what: str, path: Path) -> tuple[int, int] | None:
+        """Check ``path`` (an output or a sidecar, described by ``what``) and claim it for the run."""
+        identity = _identity(path)
         if identity is not None:
-            mode = os.stat(target).st_mode
+            mode = os.stat(path).st_mode
             if stat.S_ISDIR(mode):
-                raise OutputError(f"{flag} {out} is a directory; name a file")
+                raise OutputError(f"{what} is a directory; name a file")
             if not stat.S_ISREG(mode):
-                raise OutputError(f"{flag} {out} is not a regular file (a device or a pipe); name a file")
+                raise OutputError(f"{what} is not a regular file (a device or a pipe); name a file")
             if identity in input_identities:
                 source = input_identities[identity]
-                raise OutputError(f"{flag} {out} is the input file {source}; writing it would destroy the input")
-            if not os.access(target, os.W_OK):
-                raise OutputError(f"{flag} {out} is not writable")
-        for key in (target, identity):
+                raise OutputError(f"{what} is the input file {source}; writing it would destroy the input")
+        for key in (path, identity):
             if key is not None and key in claimed:
-                raise OutputError(f"{flag} {out} is also {claimed[key]}: one file cannot hold both outputs")
-        claimed[target] = flag
+                raise OutputError(f"{what} is also {claimed[key]}: one file cannot hold both outputs")
+        claimed[path] = what
         if identity is not None:
-            claimed[identity] = flag
+            claimed[identity] = what
+        return identity
+
+    for flag, out in named.items():
+        target = targets[flag]
+        if not target.parent.is_dir():
+            raise OutputError(f"{flag} {out}: folder {target.parent} does not exist")
+        owned = sidecar_owner(target)
+        if owned is not None and (owned[1].exists() or Path(os.path.realpath(owned[1])) in own_files):
+            raise OutputError(
+                f"{flag} {out} is named as the {owned[0]} of {owned[1]}, which rt4chart writes and reads; "
+                "name the file otherwise"
+            )
+        if claim(f"{flag} {out}", target) is not None and not os.access(target, os.W_OK):
+            raise OutputError(f"{flag} {out} is not writable")
+        for kind, sidecar in sidecars(target, records=flag in record_flags).items():
+            claim(f"{sidecar}, the {kind} of {flag} {out},", sidecar)
         _check_folder_writable(flag, out, target.parent)
-        resolved[flag] = target
-    return resolved
+    return targets
 
 
 def resolve_output(out: Path, inputs: Path | str | None = None, flag: str = "--out") -> Path:
@@ -549,32 +612,45 @@ def output_lock(out: Path | None) -> Iterator[None]:
     if out is None:
         yield
         return
-    lock_path = out.with_name(f".{out.name}.lock")
+    lock = lock_path(out)
     try:
-        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as error:
-        raise OutputError(f"cannot create the lock file {lock_path}: {error.strerror}") from None
+        raise OutputError(f"cannot create the lock file {lock}: {error.strerror}") from None
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise OutputError(f"another run is writing {out} (its lock {lock_path} is held)") from None
+            raise OutputError(f"another run is writing {out} (its lock {lock} is held)") from None
         yield
     finally:
         os.close(descriptor)  # closing releases the lock
 
 
+def write_text_atomically(path: Path, pieces: Iterable[str]) -> None:
+    """Replace ``path`` with the concatenated ``pieces`` via a temporary file and a rename.
+
+    A write that fails (a full disk) leaves ``path`` as it was and no temporary file, and its
+    ``OSError`` names ``path`` (a failed ``write`` names no file of its own).
+    """
+    path = Path(os.path.realpath(path))  # through a symlink to its target: the link stays a link
+    temporary = temporary_path(path)
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            for piece in pieces:
+                handle.write(piece)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(path)) from error
+
+
 def write_lines_atomically(path: Path, lines: Iterable[str]) -> None:
     """Replace ``path`` with ``lines`` (JSONL records, or one indented JSON document; each without its
-    final newline, which is added), via a temporary file and a rename."""
-    path = Path(os.path.realpath(path))  # through a symlink to its target: the link stays a link
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        for line in lines:
-            handle.write(line + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    final newline, which is added), as :func:`write_text_atomically` does."""
+    write_text_atomically(path, (line + "\n" for line in lines))
 
 
 def write_reports_atomically(path: Path, reports: Iterable[RunRecord]) -> None:
@@ -610,8 +686,12 @@ class PredictionsError(ValueError):
 def read_predictions(path: Path) -> list[AuditRecord]:
     """Read ``rt4 verify`` / ``rt4 eval`` output records; raises :class:`PredictionsError` at the
     first line that is not one."""
-    if not path.is_file():
+    if not path.exists():
         raise PredictionsError(f"predictions file not found: {path}")
+    if path.is_dir():
+        raise PredictionsError(f"{path} is a directory; name a records file")
+    if not path.is_file():
+        raise PredictionsError(f"{path} is not a regular file (a device or a pipe); name a records file")
     reports = []
     for record in read_records(path):
         if record.report is None:

@@ -19,16 +19,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from rt4chart.options import AuditOptions
 from rt4chart.records.io import STDIN, audit_fingerprint, file_sha256, write_lines_atomically
+from rt4chart.records.io import manifest_path as manifest_path  # kept in io with the other sidecars, named here too
 from rt4chart.types import RunCitations, Usage
 
-MANIFEST_SUFFIX = ".manifest.json"
-"""What is appended to the records file's name: ``audit.jsonl`` -> ``audit.jsonl.manifest.json``."""
-
-MANIFEST_SCHEMA = "rt4chart.runs.run-manifest/1"
+MANIFEST_SCHEMA = "rt4chart.run-manifest/1"
 
 
 class ManifestError(ValueError):
@@ -123,11 +121,6 @@ class RunManifest(BaseModel):
     """Seconds from start to end."""
 
 
-def manifest_path(records: Path) -> Path:
-    """Where the manifest of a records file lives."""
-    return records.with_name(records.name + MANIFEST_SUFFIX)
-
-
 def rt4chart_version() -> str:
     try:
         return version("rt4chart")
@@ -189,12 +182,19 @@ def read_manifest(records: Path) -> RunManifest | None:
     Raises :class:`ManifestError` for a manifest file that is not one.
     """
     path = manifest_path(records)
-    if not path.is_file():
+    if not path.exists():
         return None
+    if not path.is_file():
+        raise ManifestError(f"{path}: not an rt4chart run manifest (not a regular file)")
     try:
         return RunManifest.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (json.JSONDecodeError, UnicodeDecodeError, ValidationError) as error:
-        raise ManifestError(f"{path}: not an rt4chart run manifest ({str(error).splitlines()[0]})") from None
+    except OSError as error:
+        raise ManifestError(f"{path}: cannot read the run manifest ({error.strerror})") from None
+    except RecursionError:  # json's decoder recurses: a manifest nested 100,000 deep
+        raise ManifestError(f"{path}: not an rt4chart run manifest (nested too deep)") from None
+    except ValueError as error:  # not JSON, not UTF-8, an integer over Python's digit limit, not a manifest
+        problem = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ManifestError(f"{path}: not an rt4chart run manifest ({problem})") from None
 
 
 def describes(manifest: RunManifest, records: Path) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rt4chart.method.citations import describe_claim
 from rt4chart.options import CITATION_POLICIES, FailOn
+from rt4chart.records.io import write_text_atomically
 from rt4chart.report.audited import AuditedSample
 from rt4chart.types import Label
 
@@ -145,7 +146,7 @@ def write_junit(
     path: Path, audited: list[AuditedSample], suite_name: str, fail_on: FailOn,
     pre_existing: frozenset[int] = frozenset(),
 ) -> None:
-    path.write_text(junit_xml(audited, suite_name, fail_on, pre_existing), encoding="utf-8")
+    write_text_atomically(path, [junit_xml(audited, suite_name, fail_on, pre_existing)])
 
 
 def _escape_data(text: str) -> str:

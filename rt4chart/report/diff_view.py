@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rt4chart.analysis.diff import AnswerCategory, AnswerDiff, ClaimChange, PairedTest, RunDiff
+from rt4chart.records.io import write_text_atomically
 
 CATEGORY_TITLES: dict[str, str] = {
     AnswerCategory.NEW: "newly hallucinated",
@@ -155,4 +156,4 @@ def render_diff_html(result: RunDiff, title: str) -> str:
 
 
 def write_diff_html(path: Path, result: RunDiff, title: str) -> None:
-    path.write_text(render_diff_html(result, title), encoding="utf-8")
+    write_text_atomically(path, [render_diff_html(result, title)])

@@ -20,6 +20,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from rt4chart.analysis.review import PlannedClaim, run_key
 from rt4chart.method.citations import passage_names
 from rt4chart.method.text import join_passages
+from rt4chart.records.io import write_text_atomically
 from rt4chart.report.audited import AuditedSample
 from rt4chart.report.progress import RunSummary
 from rt4chart.types import Label
@@ -139,4 +140,4 @@ def write_html(
     run: str | None = None,
     plan: Sequence[PlannedClaim] | None = None,
 ) -> None:
-    path.write_text(render_html(audited, title, run=run, plan=plan), encoding="utf-8")
+    write_text_atomically(path, [render_html(audited, title, run=run, plan=plan)])

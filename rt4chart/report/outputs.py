@@ -74,15 +74,19 @@ class PublishOptions(BaseModel):
 
 
 def baseline_problem(options: PublishOptions) -> str | None:
-    """Why the run's baseline settings cannot work (checked before any work), or ``None``."""
+    """Why the run's baseline settings cannot work (checked before any work), or ``None``: the
+    baseline's records and its manifest are read here, so a truncated or damaged artifact is a
+    usage error before any judge call, not a crash after the audit."""
     from rt4chart.records.io import PredictionsError, read_predictions
+    from rt4chart.records.manifest import ManifestError, read_manifest
 
     if options.fail_on in (FailOn.NEW, FailOn.WORSE) and options.baseline is None:
         return f"--fail-on {options.fail_on} compares with an earlier audit: give --baseline BASE.jsonl"
     if options.baseline is not None:
         try:
             read_predictions(options.baseline)
-        except PredictionsError as error:
+            read_manifest(options.baseline)
+        except (PredictionsError, ManifestError) as error:
             return f"--baseline: {error}"
     return None
 

@@ -29,7 +29,7 @@ from rt4chart.method.prompts import PromptTemplate
 from rt4chart.method.session import JudgeSession
 from rt4chart.method.settlement import settle_at_threshold
 from rt4chart.method.tasks import load_prompts, prompt_set_version
-from rt4chart.method.text import chunk_sentences, segment_context, split_sentences
+from rt4chart.method.text import chunk_sentences, content_words, segment_context, split_sentences
 from rt4chart.method.verification import ClaimVerifier, and_join, answer_hallucinated, hallucinated_spans, verify_claims
 from rt4chart.options import AuditOptions, HelpPanel
 from rt4chart.protocol import Backend, BudgetExhausted, JudgeUnavailable
@@ -266,9 +266,12 @@ class Pipeline:
         language = session.language
         if self.options.method == "direct":
             report = await audit_directly(session, sample)
-        elif (refusal := self.backend.capabilities.language_refusal(language, self.backend.name)) is not None:
+        elif (
+            refusal := self.backend.capabilities.language_refusal(language, self.backend.name)
+        ) is not None and content_words(sample.answer):
             # An English model's verdicts on other languages look confident and mean little: the
-            # sample stays open (exit 4) and says which judges can audit it.
+            # sample stays open (exit 4) and says which judges can audit it. An answer with no word
+            # at all asks the judge nothing: it is baseless in any language (nothing_to_check).
             report = AuditRecord(id=sample.id, line=line, errors=[f"line {line}: {refusal}"], incomplete=True)
         else:
             cited, answer_sentences = self._answer(sample, language)

@@ -343,6 +343,20 @@ def report_records(outputs: PublishOptions, audited: list[AuditedSample], consol
     return status_of(counts, None, policy_fails(counts, outputs, gate))
 
 
+def _baseline_gate(spec: RunSpec, reports: list[AuditRecord]) -> GateOutcome | None:
+    """The ``--baseline`` gate of a finished run's records. A baseline read before the run and damaged
+    since (replaced while the audit ran) is a usage error, as it would have been before it."""
+    if spec.outputs.baseline is None:
+        return None
+    from rt4chart.analysis.diff import DiffError  # numpy and scipy: loaded only where a baseline needs them
+
+    try:
+        return baseline_gate_of(spec.outputs, reports, spec.options)
+    except DiffError as error:
+        raise RunUsageError(f"--baseline: {error}") from None
+
+
+
 def _publishes_records(outputs: PublishOptions) -> bool:
     """Whether publishing needs every record at once (the view, HTML, JUnit, annotations, a baseline gate)."""
     return outputs.text_view or outputs.html is not None or outputs.junit is not None or outputs.github or (
@@ -362,7 +376,7 @@ def _guarded(spec: RunSpec) -> RunSpec:
     try:
         requested = {"--out": spec.out, "--report": outputs.html, "--junit": outputs.junit}
         # The baseline is an input too: `--out audit.jsonl --baseline audit.jsonl` would erase it.
-        guarded = guard_outputs(requested, [spec.input_file, outputs.baseline])
+        guarded = guard_outputs(requested, [spec.input_file, outputs.baseline], records=["--out"])
     except OutputError as error:
         raise RunUsageError(str(error)) from None
     published = outputs.model_copy(update={"html": guarded.get("--report"), "junit": guarded.get("--junit")})
@@ -435,19 +449,23 @@ async def aexecute(
         await stack.aclose()
     reports.sort(key=lambda report: report.line)
     gate = None
-    if _publishes_records(spec.outputs):
-        published = list(_written(out)) if rereads and out is not None else reports
-        gate = baseline_gate_of(spec.outputs, published, spec.options)
-        publish(spec.outputs, pair_with_inputs(published, items), console or Console(), gate)
+    try:
+        if _publishes_records(spec.outputs):
+            published = list(_written(out)) if rereads and out is not None else reports
+            gate = _baseline_gate(spec, published)
+            publish(spec.outputs, pair_with_inputs(published, items), console or Console(), gate)
+    finally:
+        # The records are final: their manifest is written whatever publishing met (a baseline
+        # that changed since it was checked, a report that could not be written).
+        if out is not None:
+            # This run's calls are the ledger's: resumed and reused records cost nothing now.
+            write_manifest(
+                out, summary.record_counts(), judge=engine.judge_name, prompt_version=engine.prompt_version,
+                options=spec.options, input_path=spec.input_file, input_lines=len(items), usage=stack.ledger.usage,
+                started_at=started_at, ended_at=datetime.now(UTC), resumed=result.resumed,
+                reused_from_baseline=result.reused, baseline=spec.outputs.baseline,
+            )
     fails = policy_fails(summary.record_counts(), spec.outputs, gate)
-    if out is not None:
-        # This run's calls are the ledger's: resumed and reused records cost nothing now.
-        write_manifest(
-            out, summary.record_counts(), judge=engine.judge_name, prompt_version=engine.prompt_version,
-            options=spec.options, input_path=spec.input_file, input_lines=len(items), usage=stack.ledger.usage,
-            started_at=started_at, ended_at=datetime.now(UTC), resumed=result.resumed,
-            reused_from_baseline=result.reused, baseline=spec.outputs.baseline,
-        )
     outcome = outcome_of(reports, result, summary, fails, stack.ledger, stack.name)
     return outcome.model_copy(update={"prompt_version": engine.prompt_version})
 

@@ -39,6 +39,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import cache
 from pathlib import Path
 from typing import Literal, NamedTuple, Protocol
@@ -50,7 +51,7 @@ from pydantic import BaseModel
 
 from rt4chart.judges.embedded.model import ModelArtefact, artefact_sha256, features, load_model
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput
-from rt4chart.method.text import STOPWORDS, number_at, same_number
+from rt4chart.method.text import STOPWORDS, number_at, same_number, shown_number
 from rt4chart.protocol import Capabilities, JudgeRequest, JudgeResponse, loading
 from rt4chart.types import DecidedBy, JudgeScore, Label, Sentence, Usage
 
@@ -217,7 +218,7 @@ class Terms:
     """Stems of content words (no stopwords, no numbers)."""
     words: frozenset[str]
     """Lower-cased words, for negation and antonym cues."""
-    numbers: frozenset[float]
+    numbers: frozenset[Decimal]
     """Numeric values stated, in the full reading (:func:`rt4chart.method.text.number_at`: digits, "12
     million", "two thousand", "a dozen", "third", "half")."""
     negated: bool
@@ -237,7 +238,7 @@ def terms_of(text: str) -> Terms:
             negations += 1
         elif token not in STOPWORDS and len(token) > 1:
             content.add(_stem(token))
-    numbers: set[float] = set()
+    numbers: set[Decimal] = set()
     position = 0
     while position < len(tokens):
         found = number_at(tokens, position)
@@ -373,7 +374,7 @@ class ClaimAnalysis(BaseModel):
     """Share of the claim's content words found in the evidence sentences."""
     missing: int
     """Content words of the claim found in no sentence in view."""
-    absent_numbers: list[float]
+    absent_numbers: list[Decimal]
     """Numbers of the claim found nowhere in view."""
     cue: str | None
     """The contradiction cue that fired, described; ``None`` when none did."""
@@ -397,20 +398,21 @@ class ClaimAnalysis(BaseModel):
     """Words and numbers of the claim."""
 
 
-def _is_year(value: float) -> bool:
-    return value.is_integer() and 1000 <= value <= 2100
+def _is_year(value: Decimal) -> bool:
+    return 1000 <= value <= 2100 and value == value.to_integral_value()
 
 
 def _contradiction_cue(
-    claim: Terms, sentence: Terms, absent_numbers: list[float]
+    claim: Terms, sentence: Terms, absent_numbers: list[Decimal]
 ) -> tuple[CueKind, str, str] | None:
     """The first cue that fires: kind, description and the claim's word it fired on."""
     for claimed in absent_numbers:
         # A year conflicts with another year, a count with another count ("in 1901" vs "330 m").
         stated = sorted(n for n in sentence.numbers - claim.numbers if _is_year(n) == _is_year(claimed))
         if stated:
-            listed = ", ".join(f"{n:g}" for n in stated[:3])
-            return "number", f"the claim's {claimed:g} differs from {listed} in the context", f"{claimed:g}"
+            listed = ", ".join(shown_number(n) for n in stated[:3])
+            claimed_shown = shown_number(claimed)
+            return "number", f"the claim's {claimed_shown} differs from {listed} in the context", claimed_shown
     if claim.negated != sentence.negated:
         side = "the claim" if claim.negated else "the context"
         return "negation", f"negation on one side only (in {side})", ""
@@ -547,7 +549,7 @@ def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) ->
         # Numbers the context never states, in a claim whose words are mostly not in view either
         # ("The sky is 42 metres tall and costs 17 dollars." against "The sky is blue."): nothing
         # supports it, whatever the similarity of its one shared word.
-        numbers = ", ".join(f"{n:g}" for n in analysis.absent_numbers)
+        numbers = ", ".join(shown_number(n) for n in analysis.absent_numbers)
         return decision(
             Label.BASELESS,
             f"number(s) {numbers} and most content words of the claim are not in the context",
@@ -558,7 +560,7 @@ def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) ->
     if analysis.cue and analysis.cue_overlap >= CONTRADICTION_OVERLAP:
         return decision(Label.CONTRADICTED, f"contradiction cue: {analysis.cue}", "head")
     if analysis.absent_numbers:
-        numbers = ", ".join(f"{n:g}" for n in analysis.absent_numbers)
+        numbers = ", ".join(shown_number(n) for n in analysis.absent_numbers)
         return decision(Label.BASELESS, f"number(s) {numbers} of the claim are not in the context", "head")
     return decision(Label.BASELESS, f"not supported: {described}", "head")
 

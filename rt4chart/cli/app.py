@@ -33,6 +33,7 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from rt4chart.analysis.datasets import DATA_LOCATION_HELP, DATASET_NAMES
 from rt4chart.cli.flags import OUTPUT_FLAGS, RUN_FLAGS, audit_options, fail, run_options, stderr
+from rt4chart.cli.guard import guard
 from rt4chart.options import HELP_PANELS, AuditOptions, FailOn, ShowOnly
 from rt4chart.report.outputs import OutputFormat
 from rt4chart.runs.spec import RunSpec
@@ -1019,3 +1020,6 @@ def signals_train(
         f"{probe.training.windows} windows ({probe.training.positive_windows} positive) from {len(samples)} answers",
         highlight=False, markup=False,
     )
+
+
+app.command()(guard)

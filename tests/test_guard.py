@@ -35,6 +35,7 @@ FAITHFUL = (
 WRONG_FIRST = "You can return a laptop within 60 days of delivery. "
 WRONG_SECOND = "Refunds arrive within 5 business days after the item is received."
 QUESTION = "How long do I have to return a laptop?"
+SEEN = web.AppKey("seen", list[dict[str, Any]])  # the requests the stand-in upstream received
 EVENT_WAIT_S = 120  # a hang guard only: the tests assert on event order, never on time
 
 
@@ -112,7 +113,7 @@ async def test_bad_requests_get_a_clear_4xx() -> None:
                 async with http.post("/v1/verify", **kwargs) as response:
                     reply = await response.json()
                 assert response.status == status, reply
-                assert words in reply["error"]
+                assert words in reply["error"]["message"]
     finally:
         await guard.stop()
 
@@ -213,7 +214,7 @@ async def test_a_full_queue_answers_429_with_retry_after() -> None:
             async with http.post("/v1/verify", json={"context": REFUND_CONTEXT, "answer": FAITHFUL}) as response:
                 assert response.status == 429
                 assert response.headers["Retry-After"] == "7"
-                assert "--max-in-flight 1" in (await response.json())["error"]
+                assert "--max-in-flight 1" in (await response.json())["error"]["message"]
             await held.chunks.put(FAITHFUL)
             await held.chunks.put(None)
             response = await asyncio.wait_for(opening, EVENT_WAIT_S)
@@ -229,7 +230,9 @@ async def test_a_full_queue_answers_429_with_retry_after() -> None:
 @pytest.mark.asyncio
 async def test_shutdown_refuses_new_requests_and_finishes_the_ones_in_flight() -> None:
     guard = await started()
-    async with aiohttp.ClientSession(guard.url) as http:
+    async with aiohttp.ClientSession(guard.url) as http, aiohttp.ClientSession(guard.url) as kept_alive:
+        async with kept_alive.get("/health") as response:
+            assert response.status == 200
         held = HeldStream(http)
         opening = asyncio.ensure_future(held.open())
         await asyncio.wait_for(until_in_flight(guard, 1), EVENT_WAIT_S)
@@ -239,11 +242,13 @@ async def test_shutdown_refuses_new_requests_and_finishes_the_ones_in_flight() -
         async with aiohttp.ClientSession(guard.url) as fresh:
             with pytest.raises(aiohttp.ClientConnectorError):
                 await fresh.get("/health")
+        async with kept_alive.get("/health") as response:  # a connection opened before is told
+            assert response.status == 503 and (await response.json())["status"] == "draining"
         await held.chunks.put(FAITHFUL)
         await held.chunks.put(None)
         response = await asyncio.wait_for(opening, EVENT_WAIT_S)
         events = [event async for event in read_events(response)]
-        assert events[-1]["event"] == "answer" and events[-1]["decision"] == "pass"
+        assert events[-1]["event"] == "answer" and events[-1]["decision"] == "pass", events[-1]
         await asyncio.wait_for(stopping, EVENT_WAIT_S)
 
 
@@ -283,7 +288,7 @@ def stand_in_upstream(
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", completions)
-    app["seen"] = seen
+    app[SEEN] = seen
     return app
 
 
@@ -331,7 +336,7 @@ async def test_proxy_audits_a_reply_through_the_openai_sdk() -> None:
         assert reply.choices[0].message.content == FAITHFUL
         assert raw.headers["X-Rt4chart-Decision"] == "pass"
         assert (reply.model_extra or {})["rt4chart"]["record"]["label"] == "entailed"
-        assert "rt4_context" not in upstream["seen"][0]
+        assert "rt4_context" not in upstream[SEEN][0]
 
     await with_proxy([FAITHFUL], check)
 
@@ -345,7 +350,7 @@ async def test_proxy_replaces_a_blocked_reply() -> None:
         assert reply.choices[0].message.content == "This answer was withheld: it contradicts its sources."
         verdict = (reply.model_extra or {})["rt4chart"]
         assert (verdict["decision"], verdict["label"]) == ("block", "contradicted")
-        assert "rt4_context" not in upstream["seen"][0]  # the extension field never goes upstream
+        assert "rt4_context" not in upstream[SEEN][0]  # the extension field never goes upstream
 
     await with_proxy([WRONG_FIRST + WRONG_SECOND], check)
 

@@ -18,6 +18,7 @@ into ``pass``, ``flag`` or ``block``; a record the judge could not finish is nev
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import os
@@ -47,7 +48,9 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 TOKEN_ENV = "RT4_GUARD_TOKEN"
 UPSTREAM_KEY_ENV = "RT4_UPSTREAM_API_KEY"
 NDJSON = "application/x-ndjson"
-ABORT_KEY = "rt4chart.abort"  # ends a request's stream (status sent already) with an error event
+ABORT_KEY: web.RequestKey[Callable[[int, str], Awaitable[web.StreamResponse]]] = web.RequestKey(
+    "rt4chart.abort"
+)  # ends a request's stream (status sent already) with an error event
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -412,6 +415,8 @@ class Guard:
         self._audit_lock = asyncio.Lock()
         self._records = 0
         self._http: aiohttp.ClientSession | None = None
+        self.draining = False
+        """Set when shutting down: new requests get 503, the ones in flight finish."""
 
     @property
     def pipeline(self) -> Pipeline:
@@ -455,6 +460,8 @@ class Guard:
 
     def _admit(self) -> None:
         limits = self.config.limits
+        if self.draining:
+            raise RequestError(503, "the service is shutting down", {"Retry-After": str(limits.retry_after_s)})
         if self.metrics.in_flight >= limits.max_in_flight + limits.max_queued:
             raise RequestError(
                 429,
@@ -495,7 +502,7 @@ class Guard:
                 return response
             except RequestError as error:
                 status = error.status
-                return web.json_response({"error": str(error)}, status=error.status, headers=error.headers)
+                return _error_response(error)
             except TimeoutError:
                 status = 408
                 message = f"the request took longer than {self.config.limits.timeout_s} s (--timeout)"
@@ -503,15 +510,11 @@ class Guard:
                 if abort is not None:
                     # The status is sent already: the time limit is the stream's last event.
                     return await abort(408, message)
-                return web.json_response(
-                    {"error": f"the request took longer than {self.config.limits.timeout_s} s (--timeout)"}, status=408
-                )
+                return _error_response(RequestError(408, message))
             except web.HTTPRequestEntityTooLarge:
                 status = 413
-                return web.json_response(
-                    {"error": f"request body over {self.config.limits.max_body_bytes} bytes (--max-body-bytes)"},
-                    status=413,
-                )
+                limit = self.config.limits.max_body_bytes
+                return _error_response(RequestError(413, f"request body over {limit} bytes (--max-body-bytes)"))
             finally:
                 if admitted:
                     self.metrics.in_flight -= 1
@@ -712,7 +715,12 @@ class Guard:
 
     async def health(self, _request: web.Request) -> web.StreamResponse:
         return web.json_response(
-            {"status": "ok", "judge": self.pipeline.judge_name, "in_flight": self.metrics.in_flight}
+            {
+                "status": "draining" if self.draining else "ok",
+                "judge": self.pipeline.judge_name,
+                "in_flight": self.metrics.in_flight,
+            },
+            status=503 if self.draining else 200,
         )
 
     async def prometheus(self, _request: web.Request) -> web.StreamResponse:
@@ -784,6 +792,12 @@ def _sse_data(event: bytes) -> str | None:
     return "\n".join(lines) if lines else None
 
 
+def _error_response(error: RequestError) -> web.Response:
+    """A refused request as JSON, in the OpenAI API's error shape (its SDK shows the message)."""
+    body = {"error": {"message": str(error), "type": "rt4chart_guard", "code": error.status}}
+    return web.json_response(body, status=error.status, headers=error.headers)
+
+
 def _sse(payload: dict[str, Any]) -> bytes:
     return f"data: {json.dumps(payload)}\n\n".encode()
 
@@ -845,6 +859,16 @@ class RunningGuard:
     url: str
 
     async def stop(self) -> None:
+        """Stop listening, let the requests in flight finish (streamed bodies included) within the
+        grace period, then close. aiohttp's own shutdown stops reading request bodies at once, which
+        would cut an answer still streaming in: the guard drains its requests before it."""
+        self.guard.draining = True
+        for site in list(self.runner.sites):
+            await site.stop()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.guard.config.limits.shutdown_grace_s):
+                while self.guard.metrics.in_flight:
+                    await asyncio.sleep(0.05)
         await self.runner.cleanup()
 
 

@@ -425,3 +425,34 @@ def test_guard_cli_refuses_bad_flags_with_exit_2() -> None:
     assert bad_port.exit_code == 2
     bad_label = runner.invoke(cli_app, ["guard", "--block-on", "wrong"])
     assert bad_label.exit_code == 2
+
+
+def test_rt4_guard_serves_the_embedded_judge_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """The real command with its default judge: serves, audits, drains and exits 0 on SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    log = tmp_path / "audit.jsonl"
+    command = [sys.executable, "-m", "rt4chart", "guard", "--port", "0", "--audit-log", str(log)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "RT4_GUARD_TOKEN": ""})
+    try:
+        assert process.stderr is not None
+        ready = process.stderr.readline()
+        assert "serving on http://127.0.0.1:" in ready, ready + process.stderr.read()
+        url = ready.split("serving on ")[1].split()[0]
+        sample = examples()["refund-wrong-number"]
+        body = json.dumps({k: sample[k] for k in ("id", "context", "question", "answer")}).encode()
+        request = urllib.request.Request(url + "/v1/verify", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=600) as response:
+            reply = json.loads(response.read())
+        assert reply["record"]["judge"].startswith("embedded#")
+        assert (reply["decision"], reply["record"]["label"]) == ("block", "contradicted")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert [json.loads(line)["id"] for line in log.read_text().splitlines()] == ["refund-wrong-number"]

@@ -38,6 +38,7 @@ from rt4chart.judges.registry import JudgeStack, judge_stack
 from rt4chart.method.joins import and_join, answer_hallucinated
 from rt4chart.method.text import split_sentences
 from rt4chart.options import AuditOptions
+from rt4chart.protocol import BudgetExhausted, JudgeUnavailable
 from rt4chart.records.io import dump_report
 from rt4chart.runs.engine import Pipeline
 from rt4chart.types import AuditRecord, ClaimVerdict, Label, Sample, Span, Usage, answer_sha256
@@ -489,32 +490,37 @@ class Guard:
             status = 500
             admitted = False
             try:
-                if request.path != "/health":
-                    self._authorize(request)
-                if admit:
-                    self._admit()
-                    admitted = True
-                    async with asyncio.timeout(self.config.limits.timeout_s), self._slots:
+                try:
+                    if request.path != "/health":
+                        self._authorize(request)
+                    if not admit:
                         response = await handler(request)
-                else:
-                    response = await handler(request)
-                status = response.status
-                return response
-            except RequestError as error:
-                status = error.status
-                return _error_response(error)
-            except TimeoutError:
-                status = 408
-                message = f"the request took longer than {self.config.limits.timeout_s} s (--timeout)"
+                    else:
+                        self._admit()
+                        admitted = True
+                        async with asyncio.timeout(self.config.limits.timeout_s), self._slots:
+                            response = await handler(request)
+                    status = response.status
+                    return response
+                except RequestError as error:
+                    refusal = error
+                except TimeoutError:
+                    refusal = RequestError(
+                        408, f"the request took longer than {self.config.limits.timeout_s} s (--timeout)"
+                    )
+                except web.HTTPRequestEntityTooLarge:
+                    limit = self.config.limits.max_body_bytes
+                    refusal = RequestError(413, f"request body over {limit} bytes (--max-body-bytes)")
+                except (BudgetExhausted, JudgeUnavailable) as error:
+                    # The shared budget is spent or the judge is down: no verdict, never a silent pass.
+                    retry = {"Retry-After": str(self.config.limits.retry_after_s)}
+                    refusal = RequestError(503, f"no verdict: {error}", retry)
+                status = refusal.status
                 abort: Callable[[int, str], Awaitable[web.StreamResponse]] | None = request.get(ABORT_KEY)
                 if abort is not None:
-                    # The status is sent already: the time limit is the stream's last event.
-                    return await abort(408, message)
-                return _error_response(RequestError(408, message))
-            except web.HTTPRequestEntityTooLarge:
-                status = 413
-                limit = self.config.limits.max_body_bytes
-                return _error_response(RequestError(413, f"request body over {limit} bytes (--max-body-bytes)"))
+                    # The status is sent already: the refusal is the stream's last event.
+                    return await abort(refusal.status, str(refusal))
+                return _error_response(refusal)
             finally:
                 if admitted:
                     self.metrics.in_flight -= 1

@@ -2,7 +2,8 @@
 
     python evals/bench/guard.py --answers 40 --concurrency 4 --streams 30
 
-Starts the service in this process on a free 127.0.0.1 port (default judge: the embedded one) and
+Starts ``rt4 guard`` as its own process on a free 127.0.0.1 port (default judge: the embedded one;
+a service in the client's own event loop would charge its CPU work to the client's clock) and
 sends it RAGTruth QA test answers over HTTP: one at a time (latency p50/p99 per answer), then
 ``--concurrency`` clients at once (answers per second). The model load is one warm-up request,
 timed apart. Then the proxy: a stand-in upstream (aiohttp, answers at once) streams a reply of
@@ -16,7 +17,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,8 +30,6 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import record
-
-from rt4chart.runs.guard import GuardConfig, start_guard
 
 RAGTRUTH_TEST = Path("/work/shared/data/ragtruth-qa/test.jsonl")
 
@@ -86,25 +87,42 @@ async def stream_timings(http: aiohttp.ClientSession, base: str, context: str) -
     return first, last
 
 
+def spawn_guard(judge: str | None, *flags: str) -> tuple[subprocess.Popen[str], str]:
+    """``rt4 guard`` in its own process, and the URL it serves on."""
+    command = [sys.executable, "-m", "rt4chart", "guard", "--port", "0", *(["--judge", judge] if judge else []), *flags]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "RT4_GUARD_TOKEN": ""})
+    assert process.stderr is not None
+    ready = process.stderr.readline()
+    if "serving on " not in ready:
+        process.kill()
+        raise SystemExit(f"rt4 guard did not start: {ready}{process.stderr.read()}")
+    return process, ready.split("serving on ")[1].split()[0]
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    process.terminate()
+    process.wait(timeout=120)
+
+
 async def main(arguments: argparse.Namespace) -> None:
     # Three disjoint sets: the warm-up, the sequential run, the concurrent run (the embedded judge
     # memoises context embeddings: an answer seen before would be timed warm).
     loaded = answers(1 + 2 * arguments.answers)
     warm_up, samples, parallel = loaded[0], loaded[1 : 1 + arguments.answers], loaded[1 + arguments.answers :]
-    guard = await start_guard(GuardConfig(port=0, judge=arguments.judge))
+    guard, url = spawn_guard(arguments.judge)
     async with aiohttp.ClientSession() as http:
-        load_s = await verify(http, guard.url, warm_up)
-        sequential = [await verify(http, guard.url, sample) for sample in samples]
+        load_s = await verify(http, url, warm_up)
+        sequential = [await verify(http, url, sample) for sample in samples]
         queue = list(parallel)
 
         async def client() -> None:
             while queue:
-                await verify(http, guard.url, queue.pop())
+                await verify(http, url, queue.pop())
 
         started = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(arguments.concurrency)))
         per_second = len(parallel) / (time.perf_counter() - started)
-    await guard.stop()
+    stop(guard)
 
     text = warm_up["answer"]
     pieces = [text[i : i + 8] for i in range(0, len(text), 8)]
@@ -112,15 +130,15 @@ async def main(arguments: argparse.Namespace) -> None:
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     upstream = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    proxy = await start_guard(GuardConfig(port=0, judge=arguments.judge, upstream=upstream))
+    proxy, proxy_url = spawn_guard(arguments.judge, "--upstream", upstream)
     direct: list[tuple[float, float]] = []
     proxied: list[tuple[float, float]] = []
     async with aiohttp.ClientSession() as http:
-        await stream_timings(http, proxy.url + "/v1", warm_up["context"])  # warm-up
+        await stream_timings(http, proxy_url + "/v1", warm_up["context"])  # warm-up
         for _ in range(arguments.streams):  # alternate, so drift in machine load hits both alike
             direct.append(await stream_timings(http, upstream, warm_up["context"]))
-            proxied.append(await stream_timings(http, proxy.url + "/v1", warm_up["context"]))
-    await proxy.stop()
+            proxied.append(await stream_timings(http, proxy_url + "/v1", warm_up["context"]))
+    stop(proxy)
     await runner.cleanup()
 
     def p50_ms(values: list[float]) -> str:
@@ -133,7 +151,7 @@ async def main(arguments: argparse.Namespace) -> None:
         [
             f"Input: the first {len(loaded)} answers of RAGTruth QA test (1 warm-up, {len(samples)} one at a time, "
             f"{len(parallel)} others at once); judge: {arguments.judge or 'embedded (default)'}; HTTP over 127.0.0.1, "
-            "the service in the benchmark's process.",
+            "the service in its own process, the stand-in upstream in the benchmark's.",
             "",
             "| what | figure |",
             "|---|---|",

@@ -456,3 +456,35 @@ def test_rt4_guard_serves_the_embedded_judge_and_stops_on_sigterm(tmp_path: Path
         if process.poll() is None:
             process.kill()
     assert [json.loads(line)["id"] for line in log.read_text().splitlines()] == ["refund-wrong-number"]
+
+
+@pytest.mark.asyncio
+async def test_time_and_sentence_limits_end_a_request_with_a_clear_error() -> None:
+    guard = await started(limits=GuardLimits(timeout_s=0.5, max_sentences=2))
+    never = asyncio.Event()  # the client never finishes its body: the time limit ends the request
+
+    async def stalled_json() -> AsyncIterator[bytes]:
+        yield b'{"context": "c", '
+        await never.wait()
+
+    try:
+        async with aiohttp.ClientSession(guard.url) as http:
+            headers = {"Content-Type": "application/json"}
+            async with http.post("/v1/verify", data=stalled_json(), headers=headers) as response:
+                assert response.status == 408
+                assert "--timeout" in (await response.json())["error"]["message"]
+            # A streamed answer: the status is sent, so the limit is the stream's last event.
+            held = HeldStream(http)
+            await held.chunks.put("First sentence. ")
+            response = await asyncio.wait_for(held.open(), EVENT_WAIT_S)
+            events = [event async for event in read_events(response)]
+            assert events[-1]["event"] == "error" and events[-1]["status"] == 408
+            three = {"context": REFUND_CONTEXT, "answer": "One. Two. Three.", "stream": True}
+            async with http.post("/v1/verify", json=three) as response:
+                events = [event async for event in read_events(response)]
+            assert (events[-1]["event"], events[-1]["status"]) == ("error", 413)
+            assert "--max-sentences" in events[-1]["error"]
+            assert all(event["event"] != "answer" for event in events)
+    finally:
+        never.set()
+        await guard.stop()

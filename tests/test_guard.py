@@ -488,3 +488,16 @@ async def test_time_and_sentence_limits_end_a_request_with_a_clear_error() -> No
     finally:
         never.set()
         await guard.stop()
+
+
+@pytest.mark.asyncio
+async def test_an_unreachable_upstream_is_a_502() -> None:
+    guard = await started(upstream="http://127.0.0.1:9/v1")  # nothing listens on port 9
+    try:
+        async with aiohttp.ClientSession(guard.url) as http:
+            body = {"model": "m", "messages": [{"role": "user", "content": QUESTION}], "rt4_context": "c"}
+            async with http.post("/v1/chat/completions", json=body) as response:
+                assert response.status == 502
+                assert "did not answer" in (await response.json())["error"]["message"]
+    finally:
+        await guard.stop()

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import hmac
 import json
-import os
 import time
 import uuid
 from collections import Counter
@@ -625,7 +624,10 @@ class Guard:
             headers["Authorization"] = f"Bearer {key}"
         assert self._http is not None and self.config.upstream is not None
         url = self.config.upstream.rstrip("/") + "/chat/completions"
-        upstream = await self._http.post(url, json=forwarded, headers=headers)
+        try:
+            upstream = await self._http.post(url, json=forwarded, headers=headers)
+        except aiohttp.ClientError as error:
+            raise RequestError(502, f"the upstream {self.config.upstream} did not answer: {error}") from None
         try:
             if upstream.status != 200:
                 return web.Response(
@@ -902,7 +904,3 @@ async def serve(config: GuardConfig, on_ready: Callable[[str], None]) -> None:
     on_ready(running.url)
     await stopping.wait()
     await running.stop()
-
-
-def token_from_env(token: str | None) -> str | None:
-    return token if token else os.environ.get(TOKEN_ENV) or None

@@ -5,8 +5,9 @@
 Starts ``rt4 guard`` as its own process on a free 127.0.0.1 port (default judge: the embedded one;
 a service in the client's own event loop would charge its CPU work to the client's clock) and
 sends it RAGTruth QA test answers over HTTP: one at a time (latency p50/p99 per answer), then
-``--concurrency`` clients at once (answers per second). The model load is one warm-up request,
-timed apart. Then the proxy: a stand-in upstream (aiohttp, answers at once) streams a reply of
+``--concurrency`` clients at once (answers per second). One warm-up request, timed apart, comes
+first (what the judge loads lazily is in it; the start-up before the service listens is not).
+Then the proxy: a stand-in upstream (aiohttp, answers at once) streams a reply of
 RAGTruth answer text in 8-character chunks; the first-token and last-token latency through the
 proxy (``--upstream``) are compared with calling the upstream directly (p50 over ``--streams``).
 Prints the measured figures and the command; records them in RESULTS.md.
@@ -155,7 +156,7 @@ async def main(arguments: argparse.Namespace) -> None:
             "",
             "| what | figure |",
             "|---|---|",
-            f"| first request (model load included) | {load_s:.2f} s |",
+            f"| first request after start-up (warm-up) | {load_s:.2f} s |",
             f"| verdict latency per answer, one at a time: p50 | {1000 * statistics.median(sequential):.0f} ms |",
             f"| verdict latency per answer, one at a time: p99 | {1000 * percentile(sequential, 0.99):.0f} ms |",
             f"| answers per second, {arguments.concurrency} clients at once | {per_second:.2f} |",

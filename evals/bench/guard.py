@@ -1,0 +1,179 @@
+"""``rt4 guard``: answer latency and throughput with the embedded judge, and the proxy's added latency.
+
+    python evals/bench/guard.py --answers 40 --concurrency 4 --streams 30
+
+Starts ``rt4 guard`` as its own process on a free 127.0.0.1 port (default judge: the embedded one;
+a service in the client's own event loop would charge its CPU work to the client's clock) and
+sends it RAGTruth QA test answers over HTTP: one at a time (latency p50/p99 per answer), then
+``--concurrency`` clients at once (answers per second). One warm-up request, timed apart, comes
+first (what the judge loads lazily is in it; the start-up before the service listens is not).
+Then the proxy: a stand-in upstream (aiohttp, answers at once) streams a reply of
+RAGTruth answer text in 8-character chunks; the first-token and last-token latency through the
+proxy (``--upstream``) are compared with calling the upstream directly (p50 over ``--streams``).
+Prints the measured figures and the command; records them in RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import record
+
+RAGTRUTH_TEST = Path("/work/shared/data/ragtruth-qa/test.jsonl")
+
+
+def answers(limit: int) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in RAGTRUTH_TEST.read_text(encoding="utf-8").splitlines()[:limit]]
+    return [{"id": r["id"], "context": r["d1"], "question": r["query"], "answer": r["d2"]} for r in rows]
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+async def verify(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> float:
+    started = time.perf_counter()
+    async with http.post(url + "/v1/verify", json=body) as response:
+        await response.read()
+        assert response.status == 200, response.status
+    return time.perf_counter() - started
+
+
+def stand_in(pieces: list[str]) -> web.Application:
+    async def completions(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for piece in pieces:
+            chunk = {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}],
+            }
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+    return app
+
+
+async def stream_timings(http: aiohttp.ClientSession, base: str, context: str) -> tuple[float, float]:
+    """Seconds to the first and to the last upstream content chunk of one streamed completion."""
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "q"}], "rt4_context": context}
+    started = time.perf_counter()
+    first = last = 0.0
+    async with http.post(base + "/chat/completions", json=body) as response:
+        async for line in response.content:
+            if line.startswith(b"data: {") and b'"content"' in line:
+                last = time.perf_counter() - started
+                first = first or last
+    return first, last
+
+
+def spawn_guard(judge: str | None, *flags: str) -> tuple[subprocess.Popen[str], str]:
+    """``rt4 guard`` in its own process, and the URL it serves on."""
+    command = [sys.executable, "-m", "rt4chart", "guard", "--port", "0", *(["--judge", judge] if judge else []), *flags]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "RT4_GUARD_TOKEN": ""})
+    assert process.stderr is not None
+    ready = process.stderr.readline()
+    if "serving on " not in ready:
+        process.kill()
+        raise SystemExit(f"rt4 guard did not start: {ready}{process.stderr.read()}")
+    return process, ready.split("serving on ")[1].split()[0]
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    process.terminate()
+    process.wait(timeout=120)
+
+
+async def main(arguments: argparse.Namespace) -> None:
+    # Three disjoint sets: the warm-up, the sequential run, the concurrent run (the embedded judge
+    # memoises context embeddings: an answer seen before would be timed warm).
+    loaded = answers(1 + 2 * arguments.answers)
+    warm_up, samples, parallel = loaded[0], loaded[1 : 1 + arguments.answers], loaded[1 + arguments.answers :]
+    guard, url = spawn_guard(arguments.judge)
+    async with aiohttp.ClientSession() as http:
+        load_s = await verify(http, url, warm_up)
+        sequential = [await verify(http, url, sample) for sample in samples]
+        queue = list(parallel)
+
+        async def client() -> None:
+            while queue:
+                await verify(http, url, queue.pop())
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(arguments.concurrency)))
+        per_second = len(parallel) / (time.perf_counter() - started)
+    stop(guard)
+
+    text = warm_up["answer"]
+    pieces = [text[i : i + 8] for i in range(0, len(text), 8)]
+    runner = web.AppRunner(stand_in(pieces))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    upstream = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    proxy, proxy_url = spawn_guard(arguments.judge, "--upstream", upstream)
+    direct: list[tuple[float, float]] = []
+    proxied: list[tuple[float, float]] = []
+    async with aiohttp.ClientSession() as http:
+        await stream_timings(http, proxy_url + "/v1", warm_up["context"])  # warm-up
+        for _ in range(arguments.streams):  # alternate, so drift in machine load hits both alike
+            direct.append(await stream_timings(http, upstream, warm_up["context"]))
+            proxied.append(await stream_timings(http, proxy_url + "/v1", warm_up["context"]))
+    stop(proxy)
+    await runner.cleanup()
+
+    def p50_ms(values: list[float]) -> str:
+        return f"{1000 * statistics.median(values):.1f}"
+
+    firsts, lasts = [d[0] for d in direct], [d[1] for d in direct]
+    first_proxied, last_proxied = [p[0] for p in proxied], [p[1] for p in proxied]
+    record(
+        f"Guardrail service (rt4 guard, judge {arguments.judge or 'embedded'})",
+        [
+            f"Input: the first {len(loaded)} answers of RAGTruth QA test (1 warm-up, {len(samples)} one at a time, "
+            f"{len(parallel)} others at once); judge: {arguments.judge or 'embedded (default)'}; HTTP over 127.0.0.1, "
+            "the service in its own process, the stand-in upstream in the benchmark's.",
+            "",
+            "| what | figure |",
+            "|---|---|",
+            f"| first request after start-up (warm-up) | {load_s:.2f} s |",
+            f"| verdict latency per answer, one at a time: p50 | {1000 * statistics.median(sequential):.0f} ms |",
+            f"| verdict latency per answer, one at a time: p99 | {1000 * percentile(sequential, 0.99):.0f} ms |",
+            f"| answers per second, {arguments.concurrency} clients at once | {per_second:.2f} |",
+            f"| streamed reply, first token (p50): direct / proxy | {p50_ms(firsts)} / {p50_ms(first_proxied)} ms |",
+            f"| streamed reply, last token (p50): direct / proxy | {p50_ms(lasts)} / {p50_ms(last_proxied)} ms |",
+            "",
+            f"Stream: {len(pieces)} chunks of 8 characters from a stand-in upstream that answers at once, "
+            f"{arguments.streams} streams each way, alternating. Targets of issue 43: embedded verdict p50 <= 100 ms "
+            "per answer; proxy p50 added in pass-through <= 5 ms; first token unchanged within noise.",
+        ],
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--answers", type=int, default=40)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--streams", type=int, default=30)
+    parser.add_argument("--judge", default=None, help="judge spec (default: the embedded judge)")
+    asyncio.run(main(parser.parse_args()))

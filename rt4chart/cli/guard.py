@@ -1,0 +1,100 @@
+"""``rt4 guard``: flags in, the guardrail service of :mod:`rt4chart.runs.guard` started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rt4chart.cli.flags import fail, stderr
+from rt4chart.types import Label
+
+commands = typer.Typer()
+
+
+@commands.command()
+def guard(
+    host: Annotated[str, typer.Option(help="Address to bind; beyond 127.0.0.1 a token is required.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to bind (0: a free one).")] = 8404,
+    judge: Annotated[str | None, typer.Option(help="Judge as rt4 verify --judge takes it (default: embedded).")] = None,
+    upstream: Annotated[
+        str | None,
+        typer.Option(help="OpenAI-compatible base URL (…/v1): serve /v1/chat/completions as an auditing proxy."),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="RT4_GUARD_TOKEN", show_envvar=True, help="Bearer token every request but /health must carry."
+        ),
+    ] = None,
+    block_on: Annotated[
+        list[Label] | None, typer.Option(help="Label that blocks an answer (repeat; default: contradicted).")
+    ] = None,
+    flag_on: Annotated[
+        list[Label] | None, typer.Option(help="Label that flags an answer (repeat; default: baseless).")
+    ] = None,
+    on_incomplete: Annotated[
+        str, typer.Option(help="Decision when the judge could not finish: flag or block (never pass).")
+    ] = "flag",
+    max_in_flight: Annotated[int, typer.Option(min=1, help="Requests audited at once.")] = 4,
+    max_queued: Annotated[int, typer.Option(min=0, help="Requests waiting; beyond them 429 with Retry-After.")] = 16,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body (413 beyond it).")] = 1_000_000,
+    max_sentences: Annotated[int, typer.Option(min=1, help="Answer sentences per request (413 beyond).")] = 50,
+    timeout: Annotated[float, typer.Option(min=0.001, help="Seconds one request may take (408 beyond).")] = 30.0,
+    cache_dir: Annotated[
+        str | None, typer.Option(help="Judge cache directory or redis:// URL shared by all requests.")
+    ] = None,
+    budget: Annotated[float | None, typer.Option(min=0.0, help="USD spend cap shared by all requests.")] = None,
+    audit_log: Annotated[Path | None, typer.Option(help="Append every answer's record to this JSONL file.")] = None,
+) -> None:
+    """Serve the audit over HTTP: POST /v1/verify (and /v1/chat/completions with --upstream), /health, /metrics."""
+    import asyncio
+    import os
+
+    from pydantic import ValidationError
+
+    from rt4chart.judges.registry import JudgeConfigError
+    from rt4chart.runs.guard import UPSTREAM_KEY_ENV, GuardConfig, GuardConfigError, GuardLimits, GuardPolicy, serve
+
+    if on_incomplete not in {"flag", "block"}:
+        raise fail(f"--on-incomplete must be flag or block (got {on_incomplete!r})")
+    try:
+        policy = GuardPolicy(
+            block_on=frozenset(block_on or [Label.CONTRADICTED]),
+            flag_on=frozenset(flag_on or [Label.BASELESS]),
+            on_incomplete="block" if on_incomplete == "block" else "flag",
+        )
+        limits = GuardLimits(
+            max_in_flight=max_in_flight,
+            max_queued=max_queued,
+            max_body_bytes=max_body_bytes,
+            max_sentences=max_sentences,
+            timeout_s=timeout,
+        )
+        config = GuardConfig(
+            host=host,
+            port=port,
+            judge=judge,
+            cache=cache_dir,
+            budget_usd=budget,
+            token=token or None,
+            upstream=upstream,
+            upstream_key=os.environ.get(UPSTREAM_KEY_ENV) or None,
+            audit_log=audit_log,
+            policy=policy,
+            limits=limits,
+        )
+        config.check()
+    except (ValidationError, GuardConfigError) as error:
+        raise fail(str(error)) from None
+
+    def ready(url: str) -> None:
+        stderr.print(
+            f"rt4 guard: serving on {url} (Ctrl-C stops after the requests in flight)", highlight=False, markup=False
+        )
+
+    try:
+        asyncio.run(serve(config, ready))
+    except (JudgeConfigError, OSError) as error:  # an unknown judge, a port in use
+        raise fail(str(error)) from None

@@ -74,7 +74,9 @@ _HAN_OR_KANA = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff
 """Scripts written without spaces between words: a run of them is read as its character pairs."""
 
 
-def _words(text: str) -> list[str]:
+def words_of(text: str) -> list[str]:
+    """The lower-cased words and numbers of ``text`` in order (a run of Han or kana characters gives
+    its character pairs)."""
     words: list[str] = []
     for match in _WORD.finditer(text):
         word = match.group().lower()
@@ -90,7 +92,7 @@ def _words(text: str) -> list[str]:
 def content_words(text: str) -> list[str]:
     """The lower-cased content words of ``text`` in order: numbers, and words that are neither
     stopwords nor a single letter (a run of Han or kana characters gives its character pairs)."""
-    return [w for w in _words(text) if w[0].isdigit() or (len(w) > 1 and w not in STOPWORDS)]
+    return [w for w in words_of(text) if w[0].isdigit() or (len(w) > 1 and w not in STOPWORDS)]
 
 
 # Numbers, as the number guard and the claim checks read them: digits ("2,500,000", "2.5") or words

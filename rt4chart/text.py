@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from functools import cache, lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from rt4chart.types import Chunk, Sentence
 
@@ -183,17 +183,89 @@ def _words_number(tokens: list[str], position: int) -> tuple[float, int] | None:
 
 def numbers_in(text: str) -> frozenset[float]:
     """The numeric values ``text`` states (see :func:`number_at`)."""
-    tokens = [match.group().lower() for match in _WORD.finditer(text)]
-    numbers: set[float] = set()
+    return frozenset(number.value for number in read_numbers(text, list(_WORD.finditer(text))))
+
+
+NumberKind = Literal["year", "count"]
+
+
+class StatedNumber(NamedTuple):
+    """A number a text states, and whether it reads as a year or as a count (any other quantity)."""
+
+    value: float
+    kind: NumberKind
+
+
+_MONTHS = _word_set(
+    """january february march april may june july august september october november december jan feb mar apr
+    jun jul aug sep sept oct nov dec"""
+)
+_YEAR_BEFORE = _word_set("in since until till during circa c ca") | _MONTHS
+"""Words after which a four-digit number is a year ("in 2000", "since 1990", "May 2001")."""
+_ERAS = _word_set("bc ad bce ce")
+_CURRENCY_SIGNS = "$€£¥₹"
+_UNITS_AFTER = _word_set(
+    """percent per cent km kg mg g m cm mm ft mi lb lbs oz mph kph kw kwh mw gw mb gb tb hz ml l sq yen euro
+    baht usd eur gbp"""
+)
+"""Units and currencies after which a number is a quantity ("2000 km", "1500 yen")."""
+_PLURALS = _word_set(
+    "people men women children feet teeth mice geese staff personnel police cattle sheep fish deer"
+)
+"""Plural nouns that do not end in -s (a count is followed by a plural noun: "2000 people")."""
+
+
+def _counted_noun(word: str) -> bool:
+    """Whether ``word`` (as written) is a lower-case plural noun, which follows a count ("2000
+    seats", "1500 people") and not a year ("the 2019 season", "1999 was")."""
+    if not word.islower() or not word.isalpha() or word in STOPWORDS:
+        return False
+    if word in _PLURALS:
+        return True
+    return len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is"))
+
+
+def _number_kind(text: str, matches: list[re.Match[str]], position: int, span: int, value: float) -> NumberKind:
+    """Year or count: a plain four-digit number from 1000 to 2100 is a year unless a unit, currency,
+    percent sign or plural noun makes it a count ("2000 km", "$1500", "1500 people"); a year
+    preposition or month before it or an era after it keeps it a year ("in 2000", "May 2001", "1066
+    AD"). Any other number is a count: thousands separators ("2,000"), number words ("two
+    thousand"), scale words, decimals and other magnitudes."""
+    start, end = matches[position].span()
+    if span != 1 or not (matches[position].group().isdigit() and len(matches[position].group()) == 4):
+        return "count"
+    if not 1000 <= value <= 2100:
+        return "count"
+    following = matches[position + 1] if position + 1 < len(matches) else None
+    gap = text[end : following.start()] if following else text[end:]
+    next_word = following.group() if following and (gap.isspace() or not gap) else ""
+    if text[:start].rstrip()[-1:] in tuple(_CURRENCY_SIGNS) or gap.lstrip().startswith("%"):
+        return "count"
+    if next_word.lower() in _ERAS:
+        return "year"
+    if next_word.lower() in _UNITS_AFTER and gap:
+        return "count"
+    previous = matches[position - 1].group().lower() if position else ""
+    if previous in _YEAR_BEFORE:
+        return "year"
+    return "count" if gap and _counted_noun(next_word) else "year"
+
+
+def read_numbers(text: str, matches: list[re.Match[str]]) -> list[StatedNumber]:
+    """The numbers ``text`` states, in order, each with its kind; ``matches`` are its words and
+    numbers as a word pattern found them (:func:`number_at` reads their lower-cased text)."""
+    tokens = [match.group().lower() for match in matches]
+    numbers: list[StatedNumber] = []
     position = 0
     while position < len(tokens):
         number = number_at(tokens, position)
         if number is None:
             position += 1
-        else:
-            numbers.add(number[0])
-            position += number[1]
-    return frozenset(numbers)
+            continue
+        value, span = number
+        numbers.append(StatedNumber(value, _number_kind(text, matches, position, span, value)))
+        position += span
+    return numbers
 
 
 def same_number(value: float, others: frozenset[float]) -> bool:

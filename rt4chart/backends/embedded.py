@@ -49,7 +49,7 @@ from pydantic import BaseModel
 from rt4chart.backends.base import JudgeRequest, JudgeResponse
 from rt4chart.backends.embedded_model import ModelArtefact, artefact_sha256, features, load_model
 from rt4chart.tasks import ClaimJudgement, VerifyInput, VerifyOutput
-from rt4chart.text import STOPWORDS, number_at, same_number
+from rt4chart.text import STOPWORDS, StatedNumber, read_numbers, same_number
 from rt4chart.types import DecidedBy, JudgeScore, Label, Sentence, Usage
 
 if TYPE_CHECKING:
@@ -210,6 +210,8 @@ class Terms:
     numbers: frozenset[float]
     """Numeric values stated, in the full reading (:func:`rt4chart.text.number_at`: digits, "12
     million", "two thousand", "a dozen", "third", "half")."""
+    kinds: frozenset[StatedNumber]
+    """Those values, each with its kind (a year or a count, :func:`rt4chart.text.read_numbers`)."""
     negated: bool
     """Whether the text holds an odd number of negations."""
 
@@ -219,7 +221,8 @@ def terms_of(text: str) -> Terms:
     """Tokenise ``text`` once (memoised: context sentences recur across chunks and stages)."""
     content: set[str] = set()
     negations = 0
-    tokens = [match.group().lower() for match in _TOKEN.finditer(text)]
+    matches = list(_TOKEN.finditer(text))
+    tokens = [match.group().lower() for match in matches]
     for token in tokens:
         if _head_number(token) is not None:
             continue
@@ -227,15 +230,9 @@ def terms_of(text: str) -> Terms:
             negations += 1
         elif token not in STOPWORDS and len(token) > 1:
             content.add(_stem(token))
-    numbers: set[float] = set()
-    position = 0
-    while position < len(tokens):
-        found = number_at(tokens, position)
-        if found is not None:
-            # A four-digit year and a count are both just numbers here; units are not parsed.
-            numbers.add(found[0])
-        position += found[1] if found else 1
-    return Terms(frozenset(content), frozenset(tokens), frozenset(numbers), negations % 2 == 1)
+    kinds = frozenset(read_numbers(text, matches))
+    numbers = frozenset(number.value for number in kinds)
+    return Terms(frozenset(content), frozenset(tokens), numbers, kinds, negations % 2 == 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,6 +358,10 @@ class ClaimAnalysis(BaseModel):
     """Position of the sentence the cue fired on."""
     cue_overlap: float
     """Share of the claim's content words held by that sentence (an antonym cue's word left out)."""
+    number_conflict: str | None = None
+    """A number of the claim the view never states, where a best-ranked or evidence sentence states
+    another number of the same kind, described (what keeps the claim from being entailed; not a
+    feature of the head)."""
     meta: bool
     """Whether the claim talks about what the sources do not say."""
     top_similarities: list[float]
@@ -375,20 +376,26 @@ class ClaimAnalysis(BaseModel):
     """Words and numbers of the claim."""
 
 
-def _is_year(value: float) -> bool:
-    return value.is_integer() and 1000 <= value <= 2100
+def _number_cue(claim: Terms, sentence: Terms, absent_numbers: list[float]) -> tuple[CueKind, str, str] | None:
+    """A number of the claim that the view never states, where ``sentence`` states another number
+    of the same kind: kind, description and the claim's number."""
+    for claimed in absent_numbers:
+        # A year conflicts with another year, a count with another count ("in 1901" vs "330 m";
+        # "5,000 people" vs "two thousand people", where 2000 is no year).
+        kinds = {number.kind for number in claim.kinds if number.value == claimed}
+        stated = sorted({n.value for n in sentence.kinds if n.kind in kinds and n.value not in claim.numbers})
+        if stated:
+            listed = ", ".join(f"{n:g}" for n in stated[:3])
+            return "number", f"the claim's {claimed:g} differs from {listed} in the context", f"{claimed:g}"
+    return None
 
 
 def _contradiction_cue(
     claim: Terms, sentence: Terms, absent_numbers: list[float]
 ) -> tuple[CueKind, str, str] | None:
     """The first cue that fires: kind, description and the claim's word it fired on."""
-    for claimed in absent_numbers:
-        # A year conflicts with another year, a count with another count ("in 1901" vs "330 m").
-        stated = sorted(n for n in sentence.numbers - claim.numbers if _is_year(n) == _is_year(claimed))
-        if stated:
-            listed = ", ".join(f"{n:g}" for n in stated[:3])
-            return "number", f"the claim's {claimed:g} differs from {listed} in the context", f"{claimed:g}"
+    if number := _number_cue(claim, sentence, absent_numbers):
+        return number
     if claim.negated != sentence.negated:
         side = "the claim" if claim.negated else "the context"
         return "negation", f"negation on one side only (in {side})", ""
@@ -440,6 +447,11 @@ def analyse_claim(
                 rest = needed - {_stem(cue[2])}
                 cue_overlap = len(rest & sentence_terms[position].content) / len(rest) if rest else 0.0
             break
+    conflicts = (
+        _number_cue(claim_terms, sentence_terms[position], absent)
+        for position in dict.fromkeys([*ranking[:CUE_SENTENCES], *evidence])
+    )
+    number_conflict = next((found[1] for found in conflicts if found), None)
     return ClaimAnalysis(
         content_words=len(needed),
         evidence=evidence,
@@ -451,6 +463,7 @@ def analyse_claim(
         cue_kind=cue[0] if cue else None,
         cue_sentence=cue_sentence,
         cue_overlap=cue_overlap,
+        number_conflict=number_conflict,
         meta=bool(_META.search(claim)),
         top_similarities=[round(s, 4) for s in sorted(similarities, reverse=True)[:3]],
         best_overlap=max(overlaps, default=0.0),
@@ -531,6 +544,11 @@ def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) ->
             f"number(s) {numbers} and most content words of the claim are not in the context",
             "absent_numbers",
         )
+    if analysis.number_conflict and unsupported < head.threshold:
+        # A number the view never states, where a matched sentence states another number of the
+        # same kind: never entailed, although the head would entail it (it reads a near-copy with
+        # one number changed as support). Not close enough to call it contradicted (above).
+        return decision(Label.BASELESS, f"number cue: {analysis.number_conflict}", "number_guard")
     if unsupported < head.threshold:
         return decision(Label.ENTAILED, f"supported: {described}", "head")
     if analysis.cue and analysis.cue_overlap >= CONTRADICTION_OVERLAP:

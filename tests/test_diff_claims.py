@@ -96,6 +96,11 @@ def test_a_replaced_unsupported_claim_fails_the_new_gate(tmp_path: Path) -> None
                      for change in by_id["replaced"].claims)
     assert changes == [("added", "The statue is stored in Bergen."), ("removed", "The statue weighs 55 kilograms.")]
     assert all(change.kind != "flip" for answer in result.answers for change in answer.claims)
+    # What fails the gate is shown: the terminal view and the Markdown name the replaced answer.
+    shown = rt4("diff", str(base), str(new), "--markdown", "diff.md", cwd=tmp_path)
+    assert "replaced  still hallucinated, answer text changed, with a new unsupported claim" in shown.stdout
+    markdown = (tmp_path / "diff.md").read_text(encoding="utf-8")
+    assert "still hallucinated, with a new unsupported claim: 1" in markdown and "`replaced`" in markdown
 
 
 def test_only_the_kept_unsupported_claim_passes_the_new_gate(tmp_path: Path) -> None:

@@ -141,7 +141,8 @@ def _digits_value(token: str) -> float | None:
 def number_at(tokens: list[str], position: int) -> tuple[float, int] | None:
     """The number that starts at ``tokens[position]`` and how many tokens it spans: digits or
     number words ("twenty five"), times any scale words after it ("2.5 million", "two thousand",
-    "a dozen"), ordinals ("third") and fractions ("half", "half a million")."""
+    "a dozen"), ordinals ("third") and fractions ("half", "half a million"). A scale word with no
+    number before it is one only after "a" or "an": "several thousand" states no number."""
     token = tokens[position]
     following = tokens[position + 1] if position + 1 < len(tokens) else ""
     if token in _ORDINALS:
@@ -158,6 +159,9 @@ def number_at(tokens: list[str], position: int) -> tuple[float, int] | None:
             value = round(value * _SCALES[tokens[position + span]], 6)
             span += 1
         return value, span
+    if token in _SCALES and token not in _EAST_ASIAN_SCALES and tokens[position - 1 : position] not in (["a"], ["an"]):
+        # "several thousand", "a few hundred", "thousand-year-old": a magnitude, not the number 1000.
+        return None
     return _words_number(tokens, position)
 
 

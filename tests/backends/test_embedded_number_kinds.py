@@ -44,6 +44,8 @@ def _judge(backend: EmbeddedBackend, context: str, claim: str, question: str | N
         ("The 2019 season was long.", [(2019, "year")]),  # a singular noun: an attributive year
         ("It fell in May 1453 and in the 1990s.", [(1453, "year"), (1990, "year")]),
         ("It seats 5,000 people.", [(5000, "count")]),
+        # A scale word without a number before it is a magnitude, not the count 1000.
+        ("It costs several thousand dollars, a few hundred more than a thousand others.", [(1000, "count")]),
     ],
 )
 def test_years_are_told_from_counts(text: str, expected: list[tuple[int, str]]) -> None:
@@ -83,3 +85,9 @@ def test_an_absent_number_beside_another_of_its_kind_is_never_entailed(backend: 
     assert judgement.label == Label.BASELESS
     assert judgement.score is not None and judgement.score.decided_by == "number_guard"
     assert judgement.score.p_unsupported < judgement.score.threshold  # what the head alone would say
+
+
+def test_a_magnitude_is_no_number_to_conflict_with(backend: EmbeddedBackend) -> None:
+    context = "Replacing the entire sewer line could easily cost you from $3,000 to around $12,000."
+    judgement = _judge(backend, context, "Replacing the sewer line can cost several thousand dollars.", None)
+    assert judgement.score is not None and judgement.score.decided_by != "number_guard"

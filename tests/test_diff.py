@@ -104,10 +104,12 @@ def test_every_category_is_counted_exactly(runs: tuple[Path, Path]) -> None:
     assert by_id["s-changed"].base_label == "baseless" and by_id["s-changed"].new_label == "contradicted"
     edited = by_id["s-edited"]
     assert edited.category == "new" and edited.answer_changed and edited.gate_new
-    # The edited sentence pairs with its old self (a flip); the new sentence is an added claim.
+    # The edited sentence states another fact (Mondays, not Sundays): a claim removed and one added,
+    # never a flip of its old self; the new sentence is an added claim.
     kinds = sorted((change.kind, (change.new or change.base).text) for change in edited.claims)  # type: ignore[union-attr]
-    assert kinds == [("added", "The shop sells bikes."), ("flip", "Parking is free on Mondays.")]
-    assert result.claim_counts == {"matched": 7, "flip": 4, "added": 1, "removed": 0}
+    assert kinds == [("added", "Parking is free on Mondays."), ("added", "The shop sells bikes."),
+                     ("removed", "Parking is free on Sundays.")]
+    assert result.claim_counts == {"matched": 6, "flip": 3, "added": 2, "removed": 1}
     assert sorted(str(a.id) for a in result.gate_new) == ["s-added", "s-edited", "s-new"]
 
 
@@ -185,7 +187,8 @@ def test_the_diffs_tests_equal_the_reference_on_the_audit_files(runs: tuple[Path
     assert test.pairs == len(judged) == 6 and (test.base_only, test.new_only) == (1, 2)
     assert test.p_value == pytest.approx(p_value, abs=1e-9)
     assert test.ci_low == pytest.approx(low, abs=1e-9) and test.ci_high == pytest.approx(high, abs=1e-9)
-    assert result.claim_test.pairs == 7 and (result.claim_test.base_only, result.claim_test.new_only) == (1, 2)
+    # s-edited's Sundays -> Mondays claim is an added and a removed claim, not a matched pair.
+    assert result.claim_test.pairs == 6 and (result.claim_test.base_only, result.claim_test.new_only) == (1, 1)
 
 
 def test_cli_writes_json_markdown_and_html(tmp_path: Path, runs: tuple[Path, Path]) -> None:

@@ -6,9 +6,19 @@ text). Each matched answer falls in one category: newly hallucinated, fixed, sti
 changed label (both hallucinated, e.g. baseless -> contradicted) or still faithful; answers of only
 one run are added or removed, and an answer without a verdict in either run is unjudged.
 
-Claims are matched within an answer: first by identical text and answer span, then by identical
-text, then (an edited answer, or another decomposer) by overlapping answer spans with similar text
-(difflib ratio at least :data:`CLAIM_SIMILARITY`); the rest are added or removed claims.
+Claims are matched within an answer only when they state the same thing: first by identical text
+and answer span, then by identical text, then by the same :func:`statement` (the same words and
+numbers in the same order, ignoring case, punctuation, thousands separators and articles), then (an
+edited answer, or another decomposer) by overlapping answer spans with the same words in a nearly
+unchanged order (difflib ratio of the two statements at least
+:data:`CLAIM_SIMILARITY`). Claims that say different things are never paired, however alike their
+text ("Parking is free on Mondays" is not an edit of "Parking is free on Sundays"): the rest are
+added or removed claims.
+
+The gate's *new* is defined at claim level (:func:`brings_hallucination`): an answer hallucinated
+now brings a new hallucination when it holds an unsupported claim (contradicted or baseless) with no
+unsupported match in the baseline (unmatched, or matched to a claim the baseline did not find
+unsupported).
 
 Whether the change of the hallucination rate is real: an exact McNemar test on the matched answers
 that both runs judged (the two-sided binomial test of the discordant pairs, scipy's ``binomtest``)
@@ -25,6 +35,8 @@ attributed to either).
 from __future__ import annotations
 
 import difflib
+import re
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from enum import StrEnum
@@ -35,13 +47,18 @@ import numpy as np
 from pydantic import BaseModel, Field
 from scipy.stats import binomtest
 
+from rt4chart.method.text import words_of
 from rt4chart.options import AuditOptions, FailOn
 from rt4chart.records.io import PredictionsError, read_predictions
 from rt4chart.records.manifest import ManifestError, RunManifest, describes, read_manifest
 from rt4chart.types import AuditRecord, ClaimVerdict, Evidence, Label, Span
 
-CLAIM_SIMILARITY = 0.5
-"""Least difflib ratio between two claims' texts (over overlapping answer spans) to pair them."""
+CLAIM_SIMILARITY = 0.8
+"""Least difflib ratio between two claims' statements (the same words, over overlapping answer
+spans) to pair them: a few words moved, never a word changed."""
+_ARTICLES = frozenset({"a", "an", "the"})
+"""Words whose presence changes how a claim reads, not what it states (every other word stays:
+negations, prepositions, quantifiers and tenses all change what a claim states)."""
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
@@ -115,8 +132,8 @@ class AnswerDiff(BaseModel):
     answer_changed: bool
     """The answer's text differs between the runs."""
     gate_new: bool
-    """A hallucination this run brings: newly hallucinated, hallucinated and new to the input, or an
-    edited answer hallucinated through a claim the baseline did not have as unfaithful."""
+    """A hallucination this run brings (:func:`brings_hallucination`): the answer holds an
+    unsupported claim with no unsupported match in the baseline."""
     claims: list[ClaimChange] = Field(default_factory=list)
     """Claims that flipped, were added or were removed (claims unchanged are left out)."""
 
@@ -221,6 +238,19 @@ def _span_overlap(first: Span | None, second: Span | None) -> bool:
     return first.start < second.end and second.start < first.end
 
 
+_THOUSANDS = re.compile(r",(?=\d{3}(?!\d))")
+
+
+def statement(text: str) -> tuple[str, ...]:
+    """What a claim states, for matching it across runs: its words and numbers in order, lower-cased,
+    numbers without thousands separators ("5,000" is "5000"), articles left out."""
+    return tuple(
+        _THOUSANDS.sub("", word) if word[0].isdigit() else word
+        for word in words_of(unicodedata.normalize("NFKC", text))
+        if word not in _ARTICLES
+    )
+
+
 def match_claims(
     base: list[ClaimVerdict], new: list[ClaimVerdict]
 ) -> tuple[list[tuple[ClaimVerdict, ClaimVerdict]], list[ClaimVerdict], list[ClaimVerdict]]:
@@ -238,12 +268,14 @@ def match_claims(
 
     take(lambda one, other: one.text == other.text and one.answer_span == other.answer_span)
     take(lambda one, other: one.text == other.text)
+    take(lambda one, other: statement(one.text) == statement(other.text))
     similar = sorted(
         (
-            (difflib.SequenceMatcher(None, one.text, other.text).ratio(), i, j)
+            (difflib.SequenceMatcher(None, statement(one.text), statement(other.text)).ratio(), i, j)
             for i, one in enumerate(left)
             for j, other in enumerate(right)
             if _span_overlap(one.answer_span, other.answer_span)
+            and Counter(statement(one.text)) == Counter(statement(other.text))
         ),
         reverse=True,
     )
@@ -354,21 +386,21 @@ def _claim_changes(
     return changes, pairs
 
 
-def _brings_hallucination(category: AnswerCategory, answer_changed: bool, new: AuditRecord | None,
-                          changes: list[ClaimChange]) -> bool:
+def brings_hallucination(
+    base: AuditRecord | None, new: AuditRecord | None, matched: list[tuple[ClaimVerdict, ClaimVerdict]]
+) -> bool:
+    """The gate's *new*, at claim level: ``new`` is hallucinated and holds an unsupported claim with
+    no unsupported match in the baseline (no match at all, or a match the baseline did not find
+    unsupported); ``matched`` are the claim pairs of :func:`match_claims`. A hallucinated answer
+    with no unsupported claim (a verdict on the answer as a whole, such as an answer with nothing to
+    check) is new when the baseline's answer was not hallucinated."""
     if new is None or not _hallucinated(new.label):
         return False
-    if category in (AnswerCategory.NEW, AnswerCategory.ADDED):
-        return True
-    if not answer_changed:
-        return False
-    # An edited answer that was already hallucinated brings a new one only through a claim that is
-    # unfaithful now and was not before (added, or flipped from entailed).
-    return any(
-        change.new is not None and _hallucinated(change.new.label)
-        and (change.base is None or not _hallucinated(change.base.label))
-        for change in changes
-    )
+    unsupported = [claim.index for claim in new.claims if _hallucinated(claim.label)]
+    if not unsupported:
+        return base is None or not _hallucinated(base.label)
+    known = {now.index for old, now in matched if _hallucinated(old.label)}
+    return any(index not in known for index in unsupported)
 
 
 def _run_config(path: Path, reports: list[AuditRecord], manifest: RunManifest | None) -> RunConfig:
@@ -446,6 +478,7 @@ def diff_reports(
         category = _category(old, now)
         counts[category] += 1
         changes: list[ClaimChange] = []
+        matched: list[tuple[ClaimVerdict, ClaimVerdict]] = []
         answer_changed = False
         if old is not None and now is not None:
             answer_changed = _answer_changed(old, now)
@@ -468,7 +501,7 @@ def diff_reports(
             base_line=old.line if old else None, new_line=now.line if now else None,
             base_label=old.label if old else None, new_label=now.label if now else None,
             answer_changed=answer_changed,
-            gate_new=_brings_hallucination(category, answer_changed, now, changes),
+            gate_new=brings_hallucination(old, now, matched),
             claims=changes,
         ))
     config = compare_configs(base_config, new_config, changed_answers)
@@ -547,7 +580,8 @@ def baseline_gate(reports: list[AuditRecord], new_config: RunConfig, baseline: P
     if test.base_rate is not None and test.new_rate is not None and None not in known:
         rate = (f"hallucination rate {test.base_rate:.3f} -> {test.new_rate:.3f}, difference CI "
                 f"[{test.ci_low:+.3f}, {test.ci_high:+.3f}], McNemar p={test.p_value:.3g}")
-    reason = f"{len(new_lines)} answers hallucinated now and not in the baseline, {len(pre_existing)} in both; {rate}"
+    reason = (f"{len(new_lines)} answers with an unsupported claim that has no unsupported match in the baseline, "
+              f"{len(pre_existing)} hallucinated with the baseline's unsupported claims only; {rate}")
     worse = test.significantly_worse
     fails = bool(new_lines) if fail_on is FailOn.NEW else worse if fail_on is FailOn.WORSE else False
     if fail_on is FailOn.WORSE:

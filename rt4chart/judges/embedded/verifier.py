@@ -51,7 +51,7 @@ from pydantic import BaseModel
 
 from rt4chart.judges.embedded.model import ModelArtefact, artefact_sha256, features, load_model
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput
-from rt4chart.method.text import STOPWORDS, number_at, same_number, shown_number
+from rt4chart.method.text import STOPWORDS, StatedNumber, read_numbers, same_number, shown_number
 from rt4chart.protocol import Capabilities, JudgeRequest, JudgeResponse, loading
 from rt4chart.types import DecidedBy, JudgeScore, Label, Sentence, Usage
 
@@ -221,6 +221,8 @@ class Terms:
     numbers: frozenset[Decimal]
     """Numeric values stated, in the full reading (:func:`rt4chart.method.text.number_at`: digits, "12
     million", "two thousand", "a dozen", "third", "half")."""
+    kinds: frozenset[StatedNumber]
+    """Those values, each with its kind (a year or a count, :func:`rt4chart.method.text.read_numbers`)."""
     negated: bool
     """Whether the text holds an odd number of negations."""
 
@@ -230,7 +232,8 @@ def terms_of(text: str) -> Terms:
     """Tokenise ``text`` once (memoised: context sentences recur across chunks and stages)."""
     content: set[str] = set()
     negations = 0
-    tokens = [match.group().lower() for match in _TOKEN.finditer(text)]
+    matches = list(_TOKEN.finditer(text))
+    tokens = [match.group().lower() for match in matches]
     for token in tokens:
         if _head_number(token) is not None:
             continue
@@ -238,15 +241,9 @@ def terms_of(text: str) -> Terms:
             negations += 1
         elif token not in STOPWORDS and len(token) > 1:
             content.add(_stem(token))
-    numbers: set[Decimal] = set()
-    position = 0
-    while position < len(tokens):
-        found = number_at(tokens, position)
-        if found is not None:
-            # A four-digit year and a count are both just numbers here; units are not parsed.
-            numbers.add(found[0])
-        position += found[1] if found else 1
-    return Terms(frozenset(content), frozenset(tokens), frozenset(numbers), negations % 2 == 1)
+    kinds = frozenset(read_numbers(text, matches))
+    numbers = frozenset(number.value for number in kinds)
+    return Terms(frozenset(content), frozenset(tokens), numbers, kinds, negations % 2 == 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,6 +381,10 @@ class ClaimAnalysis(BaseModel):
     """Position of the sentence the cue fired on."""
     cue_overlap: float
     """Share of the claim's content words held by that sentence (an antonym cue's word left out)."""
+    number_conflict: str | None = None
+    """A number of the claim the view never states, where a best-ranked or evidence sentence states
+    another number of the same kind, described (what keeps the claim from being entailed; not a
+    feature of the head)."""
     meta: bool
     """Whether the claim talks about what the sources do not say."""
     top_similarities: list[float]
@@ -398,21 +399,27 @@ class ClaimAnalysis(BaseModel):
     """Words and numbers of the claim."""
 
 
-def _is_year(value: Decimal) -> bool:
-    return 1000 <= value <= 2100 and value == value.to_integral_value()
+def _number_cue(claim: Terms, sentence: Terms, absent_numbers: list[Decimal]) -> tuple[CueKind, str, str] | None:
+    """A number of the claim that the view never states, where ``sentence`` states another number
+    of the same kind: kind, description and the claim's number."""
+    for claimed in absent_numbers:
+        # A year conflicts with another year, a count with another count ("in 1901" vs "330 m";
+        # "5,000 people" vs "two thousand people", where 2000 is no year).
+        kinds = {number.kind for number in claim.kinds if number.value == claimed}
+        stated = sorted({n.value for n in sentence.kinds if n.kind in kinds and n.value not in claim.numbers})
+        if stated:
+            listed = ", ".join(shown_number(n) for n in stated[:3])
+            claimed_shown = shown_number(claimed)
+            return "number", f"the claim's {claimed_shown} differs from {listed} in the context", claimed_shown
+    return None
 
 
 def _contradiction_cue(
     claim: Terms, sentence: Terms, absent_numbers: list[Decimal]
 ) -> tuple[CueKind, str, str] | None:
     """The first cue that fires: kind, description and the claim's word it fired on."""
-    for claimed in absent_numbers:
-        # A year conflicts with another year, a count with another count ("in 1901" vs "330 m").
-        stated = sorted(n for n in sentence.numbers - claim.numbers if _is_year(n) == _is_year(claimed))
-        if stated:
-            listed = ", ".join(shown_number(n) for n in stated[:3])
-            claimed_shown = shown_number(claimed)
-            return "number", f"the claim's {claimed_shown} differs from {listed} in the context", claimed_shown
+    if number := _number_cue(claim, sentence, absent_numbers):
+        return number
     if claim.negated != sentence.negated:
         side = "the claim" if claim.negated else "the context"
         return "negation", f"negation on one side only (in {side})", ""
@@ -464,6 +471,11 @@ def analyse_claim(
                 rest = needed - {_stem(cue[2])}
                 cue_overlap = len(rest & sentence_terms[position].content) / len(rest) if rest else 0.0
             break
+    conflicts = (
+        _number_cue(claim_terms, sentence_terms[position], absent)
+        for position in dict.fromkeys([*ranking[:CUE_SENTENCES], *evidence])
+    )
+    number_conflict = next((found[1] for found in conflicts if found), None)
     return ClaimAnalysis(
         content_words=len(needed),
         evidence=evidence,
@@ -475,6 +487,7 @@ def analyse_claim(
         cue_kind=cue[0] if cue else None,
         cue_sentence=cue_sentence,
         cue_overlap=cue_overlap,
+        number_conflict=number_conflict,
         meta=bool(_META.search(claim)),
         top_similarities=[round(s, 4) for s in sorted(similarities, reverse=True)[:3]],
         best_overlap=max(overlaps, default=0.0),
@@ -555,6 +568,11 @@ def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) ->
             f"number(s) {numbers} and most content words of the claim are not in the context",
             "absent_numbers",
         )
+    if analysis.number_conflict and unsupported < head.threshold:
+        # A number the view never states, where a matched sentence states another number of the
+        # same kind: never entailed, although the head would entail it (it reads a near-copy with
+        # one number changed as support). Not close enough to call it contradicted (above).
+        return decision(Label.BASELESS, f"number cue: {analysis.number_conflict}", "number_guard")
     if unsupported < head.threshold:
         return decision(Label.ENTAILED, f"supported: {described}", "head")
     if analysis.cue and analysis.cue_overlap >= CONTRADICTION_OVERLAP:

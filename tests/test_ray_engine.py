@@ -204,6 +204,10 @@ def test_workers_share_one_budget(ray_cluster: str) -> None:
     assert totals["spent_usd"] == pytest.approx(0.2) and totals["refused"] == 2
 
 
+# The audit runs in this process and waits on Ray Data from a worker thread (asyncio.to_thread): a
+# SIGALRM would fail the test, and asyncio.run would then wait for that thread for ever. The thread
+# method dumps every stack and ends the session (exit 1): CI fails instead of hanging.
+@pytest.mark.timeout(900, method="thread")
 def test_progress_shows_the_workers_spend_while_the_run_goes(tmp_path: Path, ray_cluster: str) -> None:
     """With a budget the workers book their spend on the keeper; the driver's progress line follows
     it as the shards' records arrive, not only once the run is over."""

@@ -27,7 +27,7 @@ from faults import grounded
 
 Mode = Literal["ok", "gzip_bomb", "endless", "trickle_headers", "trickle_body", "redirect"]
 
-SERVER_BOUND_S = 240.0
+SERVER_BOUND_S = 170.0
 """The longest any one connection is kept busy by the server (the probes' clients should give up first)."""
 ENDLESS_CAP_BYTES = 6 * 2**30
 """What an endless body sends at most (past any client's memory limit in the probes)."""

@@ -56,8 +56,14 @@ class Probe:
     run: Callable[[Path], Observed]
 
 
+def child_environment() -> dict[str, str]:
+    """This checkout first on the path (what PYTHONPATH held after it); litellm's cost map offline."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+
 def rt4(folder: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    environment = child_environment()
     return subprocess.run([sys.executable, "-m", "rt4chart", *args], cwd=folder, env=environment, input=stdin,
                           capture_output=True, timeout=600, check=False)
 
@@ -104,7 +110,7 @@ def stdin_onto_itself(folder: Path) -> Observed:
     judge = setup(folder)
     before = (folder / "a.jsonl").read_bytes()
     with open(folder / "a.jsonl", "rb") as source:
-        environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+        environment = child_environment()
         done = subprocess.run([sys.executable, "-m", "rt4chart", "verify", "-", "--out", "a.jsonl", *judge],
                               cwd=folder, env=environment, stdin=source, capture_output=True, timeout=300, check=False)
     kept = (folder / "a.jsonl").read_bytes() == before
@@ -166,7 +172,7 @@ def ansi_in_answer(folder: Path) -> Observed:
 
 def pytest_probe(test: str) -> Callable[[Path], Observed]:
     def probe(folder: Path) -> Observed:
-        environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+        environment = child_environment()
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], cwd=ROOT,
                               env=environment, capture_output=True, text=True, timeout=900, check=False)
         summary = (done.stdout.strip().splitlines() or ["no output"])[-1]
@@ -205,7 +211,7 @@ class Limited:
 def limited(folder: Path, command: list[str], timeout_s: float = HOSTILE_RUN_S,
             memory_bytes: int = MEMORY_LIMIT) -> Limited:
     """``command`` in ``folder`` under RLIMIT_AS ``memory_bytes``, killed (its process group) at ``timeout_s``."""
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    environment = child_environment()
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
@@ -404,7 +410,7 @@ def budget_skipped_session(*options: str) -> Callable[[Path], Observed]:
         rules = write_rules(folder / "rules.json", cost_per_call=0.01)
         (folder / "test_budget.py").write_text(BUDGET_TESTS, encoding="utf-8")
         (folder / "pytest.ini").write_text("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
-        environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+        environment = child_environment()
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_budget.py",
                                f"--rt4-judge=scripted:{rules}", "--rt4-budget=0.02", *options], cwd=folder,
                               env=environment, capture_output=True, text=True, timeout=600, check=False)
@@ -507,7 +513,7 @@ def serve_refused(*flags: str) -> Callable[[Path], Observed]:
 def hanging_test_times_out(folder: Path) -> Observed:
     """The project's pytest configuration (pyproject's timeout) ends a test that never returns."""
     (folder / "test_hang.py").write_text("import time\n\ndef test_hang():\n    time.sleep(10**6)\n", encoding="utf-8")
-    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    environment = child_environment()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
                            str(ROOT / "pyproject.toml"), "--rootdir", str(folder), "-o", "timeout=5",
                            str(folder / "test_hang.py")], cwd=folder, env=environment, capture_output=True, text=True,

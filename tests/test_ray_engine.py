@@ -43,9 +43,9 @@ LINES = 202
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
     """The address of a new local cluster this module started (never one found on the machine)."""
-    context = ray.init(address="local", num_cpus=2, object_store_memory=80 * 2**20, include_dashboard=False,
-                       logging_level="ERROR", log_to_driver=False)
-    yield context.address_info["address"]
+    ray.init(address="local", num_cpus=2, object_store_memory=80 * 2**20, include_dashboard=False,
+             logging_level="ERROR", log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
 
@@ -318,7 +318,8 @@ def test_a_run_without_an_address_starts_its_own_cluster_whatever_the_environmen
     assert on_ray.returncode == local.returncode, on_ray.stderr
     local_records = (tmp_path / "local.jsonl").read_text(encoding="utf-8")
     assert (tmp_path / "ray.jsonl").read_text(encoding="utf-8") == local_records
-    assert ray.is_initialized() and ray.cluster_resources().get("CPU") == 2, "the module's cluster is still up"
+    resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    assert ray.is_initialized() and resources.get("CPU") == 2, "the module's cluster is still up"
 
 
 RAY_CXX_LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,.]+ [DIWEF] \d+ \d+\] \S+\.cc:\d+", re.MULTILINE)

@@ -422,7 +422,9 @@ def budget_skipped_session(*options: str) -> Callable[[Path], Observed]:
                               env=environment, capture_output=True, text=True, timeout=600, check=False)
         expected = 0 if options else 1
         summary = (done.stdout.strip().splitlines() or ["no output"])[-1].replace("=", "").strip()
-        return Observed(done.returncode == expected, f"pytest exit {done.returncode} ({summary})")
+        reason = "rt4chart: session FAILED: the budget refused" in done.stdout
+        ok = done.returncode == expected and reason != bool(options)
+        return Observed(ok, f"pytest exit {done.returncode} ({summary}), reason {'said' if reason else 'not said'}")
     return probe
 
 
@@ -607,7 +609,7 @@ ISSUE_40 = [
     Probe("`rt4 diff A /dev/null`", "exit 2, not 'file not found'", diff_against("devnull")),
     Probe("`rt4 diff A folder/`", "exit 2, not 'file not found'", diff_against("folder")),
     Probe("pytest session whose budget refused audits", "pytest exit 1, the reason said", budget_skipped_session()),
-    Probe("the same with `--rt4-allow-budget-skips`", "pytest exit 0",
+    Probe("the same with `--rt4-allow-budget-skips`", "pytest exit 0, no failure line",
           budget_skipped_session("--rt4-allow-budget-skips")),
     Probe("litellm: a 307 to another origin", "exit 4, nothing sent there", redirect_elsewhere("litellm")),
     Probe("openai-compatible: a 307 to another origin", "exit 4, nothing sent there",

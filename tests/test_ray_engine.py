@@ -1,9 +1,12 @@
 """``rt4 verify --engine ray``: the same records as a single-process run, in order, none lost.
 
-One Ray cluster per module (2 CPUs, a small object store), started here; every run is the real
-CLI in a subprocess that joins it with ``--address auto``, auditing against the fault server of
-``tests/faults.py`` (or the examples' scripted judge). A run interrupted by killing its driver, or
-one of whose workers is killed mid-shard, still ends with every record, each once.
+One Ray cluster per module (2 CPUs, a small object store), started here as a new local cluster
+(``address="local"``); every run is the real CLI in a subprocess that joins it by its address
+(never ``--address auto``, which attaches to whatever cluster was started last on the machine),
+auditing against the fault server of ``tests/faults.py`` (or the examples' scripted judge). A run
+interrupted by killing its driver, or one of whose workers is killed mid-shard, still ends with
+every record, each once. Every test is bounded by pytest-timeout (pyproject's ``timeout``, or its own
+mark), so a cluster whose workers died fails the test instead of hanging the suite.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ LINES = 202
 
 
 @pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[None]:
-    ray.init(num_cpus=2, object_store_memory=80 * 2**20, include_dashboard=False, logging_level="ERROR",
-             log_to_driver=False)
-    yield
+def ray_cluster() -> Iterator[str]:
+    """The address of a new local cluster this module started (never one found on the machine)."""
+    ray.init(address="local", num_cpus=2, object_store_memory=80 * 2**20, include_dashboard=False,
+             logging_level="ERROR", log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
 
@@ -58,7 +62,9 @@ def fault_judge(server: FaultServer) -> list[str]:
     return ["--judge", "openai/smollm2", "--api-base", server.base_url, "--concurrency", "4"]
 
 
-ON_RAY = ["--engine", "ray", "--address", "auto", "--workers", "2", "--worker-cpus", "0.5"]
+def ray_flags(address: str) -> list[str]:
+    """The flags of a run on the module's cluster, joined by its address."""
+    return ["--engine", "ray", "--address", address, "--workers", "2", "--worker-cpus", "0.5"]
 
 
 def write_inputs(path: Path, count: int) -> None:
@@ -70,12 +76,12 @@ def write_inputs(path: Path, count: int) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def test_examples_give_the_single_process_records(tmp_path: Path, ray_cluster: None) -> None:
+def test_examples_give_the_single_process_records(tmp_path: Path, ray_cluster: str) -> None:
     for name in ("answers", "free_trial"):
         judge = ["--judge", f"scripted:{EXAMPLES / f'{name}.rules.json'}", "--no-cache", "-q"]
         local = rt4("verify", str(EXAMPLES / f"{name}.jsonl"), "--out", f"{name}.local.jsonl", *judge, cwd=tmp_path)
-        on_ray = rt4("verify", str(EXAMPLES / f"{name}.jsonl"), "--out", f"{name}.ray.jsonl", *judge, *ON_RAY,
-                     cwd=tmp_path)
+        on_ray = rt4("verify", str(EXAMPLES / f"{name}.jsonl"), "--out", f"{name}.ray.jsonl", *judge,
+                     *ray_flags(ray_cluster), cwd=tmp_path)
         assert on_ray.returncode == local.returncode, on_ray.stderr
         local_text = (tmp_path / f"{name}.local.jsonl").read_text(encoding="utf-8")
         assert (tmp_path / f"{name}.ray.jsonl").read_text(encoding="utf-8") == local_text
@@ -103,9 +109,10 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Generated]:
         yield Generated(directory, server, audit, read_records(directory / "local.jsonl"))
 
 
-def test_generated_samples_give_the_single_process_records_in_order(generated: Generated, ray_cluster: None) -> None:
+def test_generated_samples_give_the_single_process_records_in_order(generated: Generated, ray_cluster: str) -> None:
     calls_local = len(generated.server.requests)
-    on_ray = rt4("verify", "in.jsonl", "--out", "ray.jsonl", *generated.audit, *ON_RAY, cwd=generated.directory)
+    on_ray = rt4("verify", "in.jsonl", "--out", "ray.jsonl", *generated.audit, *ray_flags(ray_cluster),
+                cwd=generated.directory)
     assert on_ray.returncode == 2, on_ray.stderr
     assert len(generated.server.requests) == 2 * calls_local, "each sample judged once by the workers, none twice"
     records = read_records(generated.directory / "ray.jsonl")
@@ -138,14 +145,14 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 180.0) -> None:
         time.sleep(0.2)
 
 
-def test_a_killed_worker_and_a_killed_driver_lose_no_record(generated: Generated, ray_cluster: None) -> None:
+def test_a_killed_worker_and_a_killed_driver_lose_no_record(generated: Generated, ray_cluster: str) -> None:
     server, audit, directory = generated.server, generated.audit, generated.directory
     partial = directory / "killed.jsonl"
     server.gate.clear()
     try:
         run = subprocess.Popen([sys.executable, "-m", "rt4chart", "verify", "in.jsonl", "--out", partial.name,
-                                *audit, *ON_RAY], cwd=directory, env=_environment(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
+                                *audit, *ray_flags(ray_cluster)], cwd=directory, env=_environment(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         # A worker killed while its shard's calls are held: Ray restarts it and runs the shard again.
         _wait_for(lambda: server.in_flight > 0 and bool(_shard_workers()))
         os.kill(_shard_workers()[0], signal.SIGKILL)
@@ -163,7 +170,8 @@ def test_a_killed_worker_and_a_killed_driver_lose_no_record(generated: Generated
     written = read_records(partial)
     assert len(written) < LINES, "killed before the end"
     assert written == generated.expected[: len(written)], "what was written is final and in order"
-    resumed = rt4("verify", "in.jsonl", "--out", partial.name, "--resume", *audit, *ON_RAY, cwd=directory)
+    resumed = rt4("verify", "in.jsonl", "--out", partial.name, "--resume", *audit, *ray_flags(ray_cluster),
+                  cwd=directory)
     assert resumed.returncode == 2, resumed.stderr
     assert read_records(partial) == generated.expected
 
@@ -181,7 +189,7 @@ def test_without_ray_the_engine_is_refused_with_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_workers_share_one_budget(ray_cluster: None) -> None:
+def test_workers_share_one_budget(ray_cluster: str) -> None:
     """Two workers' ledgers reserve on one keeper actor: together they never pass the cap."""
     from rt4chart.runs.ray_engine import BudgetKeeper, RemoteLedger
     from rt4chart.types import Usage
@@ -196,7 +204,11 @@ def test_workers_share_one_budget(ray_cluster: None) -> None:
     assert totals["spent_usd"] == pytest.approx(0.2) and totals["refused"] == 2
 
 
-def test_progress_shows_the_workers_spend_while_the_run_goes(tmp_path: Path, ray_cluster: None) -> None:
+# The audit runs in this process and waits on Ray Data from a worker thread (asyncio.to_thread): a
+# SIGALRM would fail the test, and asyncio.run would then wait for that thread for ever. The thread
+# method dumps every stack and ends the session (exit 1): CI fails instead of hanging.
+@pytest.mark.timeout(900, method="thread")
+def test_progress_shows_the_workers_spend_while_the_run_goes(tmp_path: Path, ray_cluster: str) -> None:
     """With a budget the workers book their spend on the keeper; the driver's progress line follows
     it as the shards' records arrive, not only once the run is over."""
     from rich.console import Console
@@ -291,17 +303,36 @@ def test_a_killed_driver_leaves_no_ray_process_behind(tmp_path: Path, kill: sign
     assert not left, f"Ray processes outlived the driver: {[' '.join(p.cmdline())[:80] for p in left]}"
 
 
+def test_a_run_without_an_address_starts_its_own_cluster_whatever_the_environment_names(
+    tmp_path: Path, ray_cluster: str
+) -> None:
+    """Without ``--address`` the driver starts a new local cluster: Ray's default would join the one
+    ``RAY_ADDRESS`` names (here the module's, whose size it cannot set: exit 2 before) and take it
+    down at the end as its own."""
+    judge = ["--judge", f"scripted:{EXAMPLES / 'answers.rules.json'}", "--no-cache", "-q"]
+    local = rt4("verify", str(EXAMPLES / "answers.jsonl"), "--out", "local.jsonl", *judge, cwd=tmp_path)
+    environment = {**_environment(), "RAY_ADDRESS": ray_cluster}
+    on_ray = subprocess.run([sys.executable, "-m", "rt4chart", "verify", str(EXAMPLES / "answers.jsonl"), "--out",
+                             "ray.jsonl", *judge, "--engine", "ray", "--workers", "1", "--worker-cpus", "0.5"],
+                            cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=600)
+    assert on_ray.returncode == local.returncode, on_ray.stderr
+    local_records = (tmp_path / "local.jsonl").read_text(encoding="utf-8")
+    assert (tmp_path / "ray.jsonl").read_text(encoding="utf-8") == local_records
+    resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    assert ray.is_initialized() and resources.get("CPU") == 2, "the module's cluster is still up"
+
+
 RAY_CXX_LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,.]+ [DIWEF] \d+ \d+\] \S+\.cc:\d+", re.MULTILINE)
 """A line of Ray's C++ logging (``[2026-12-01 14:18:19,412 E 6458 7529] core_worker.cc:2465: ...``)."""
 
 
-def test_a_ray_run_prints_no_ray_cxx_log_line(tmp_path: Path, ray_cluster: None) -> None:
+def test_a_ray_run_prints_no_ray_cxx_log_line(tmp_path: Path, ray_cluster: str) -> None:
     # Ray Data's actor pool makes the driver's core worker log an error-level line at every run.
     environment = {key: value for key, value in _environment().items() if key != "RAY_BACKEND_LOG_LEVEL"}
     judge = ["--judge", f"scripted:{EXAMPLES / 'answers.rules.json'}", "--no-cache"]
     run = subprocess.run([sys.executable, "-m", "rt4chart", "verify", str(EXAMPLES / "answers.jsonl"), "--out",
-                          "ray.jsonl", *judge, *ON_RAY], cwd=tmp_path, env=environment, capture_output=True,
-                         text=True, timeout=600)
+                          "ray.jsonl", *judge, *ray_flags(ray_cluster)], cwd=tmp_path, env=environment,
+                         capture_output=True, text=True, timeout=600)
     assert run.returncode == 1, run.stderr  # some example answers are hallucinated
     assert "wall time" in run.stderr  # the summary: stderr was read to its end
     assert RAY_CXX_LOG_LINE.search(run.stderr) is None, run.stderr

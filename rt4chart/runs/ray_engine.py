@@ -319,8 +319,10 @@ def _quiet_cxx_logs() -> Iterator[None]:
 
 
 def _connect(ray: Any, engine: EngineOptions) -> bool:
-    """Join the cluster at ``engine.address``, or start a local one sized for the workers; returns
-    whether this call started Ray (and so shuts it down)."""
+    """Join the cluster at ``engine.address``, or start a new local one sized for the workers;
+    returns whether this call started Ray (and so shuts it down). Without an address the cluster is
+    always a new one (``address="local"``): Ray's default would join whatever ``RAY_ADDRESS`` or the
+    last ``ray start`` on the machine names, a cluster this driver would then take down as its own."""
     if ray.is_initialized():
         return False
     try:
@@ -329,7 +331,8 @@ def _connect(ray: Any, engine: EngineOptions) -> bool:
                 ray.init(address=engine.address, log_to_driver=False, logging_level="ERROR")
             else:
                 cpus = max(os.cpu_count() or 1, int(engine.workers * engine.worker_cpus) + 1)
-                ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+                ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                         logging_level="ERROR")
     except (ConnectionError, RuntimeError, ValueError) as error:
         where = engine.address or "a new local one"
         raise RayUnavailable(f"cannot reach the Ray cluster at {where}: {error}") from None

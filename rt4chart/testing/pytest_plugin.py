@@ -5,11 +5,15 @@ Options: ``--rt4-judge``, ``--rt4-api-base``, ``--rt4-cache-dir`` / ``--rt4-cach
 (the session's audits as one HTML report), ``--rt4-out`` (their records as JSONL). The fixture
 ``rt4_judge`` is the session's judge stack (closed at the end); ``rt4_sample`` is the sample of a
 test marked ``@pytest.mark.rt4_samples("answers.jsonl")``, which runs once per line of that file.
+``--rt4-allow-budget-skips`` (or the ini option ``rt4_allow_budget_skips = true``) lets a session whose
+budget stopped its audits pass.
 
 The plugin is inert until a test audits: no judge, thread or file exists before, and a session
 that audits nothing prints nothing. A judge that cannot be reached or refuses is reported as a test
 **error** (not a failure), naming the endpoint; a stop by the session's budget skips the audits
-after it, with the reason (a budget a test sets itself fails that test as any exception would).
+after it, with the reason (a budget a test sets itself fails that test as any exception would), and
+fails the session: pytest exits 1 with a line saying how many audits the budget refused, since a CI
+gate must not go green on audits that never ran, unless the opt-out above says skips are accepted.
 
 Under pytest-xdist every worker builds its own judge on the shared cache (a directory is safe for
 concurrent processes; a Redis server too), the budget is one ledger file that every
@@ -43,6 +47,8 @@ SAMPLE_FIXTURE = "rt4_sample"
 _SESSION_KEY = pytest.StashKey["AuditSession"]()
 _WORKER_OUTPUT = "rt4chart_records"
 _LEDGER_INPUT = "rt4chart_ledger"
+ALLOW_BUDGET_SKIPS = "rt4_allow_budget_skips"
+"""The option (``--rt4-allow-budget-skips``) and ini name that accept a session stopped by its budget."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,6 +61,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--rt4-cache-url", metavar="URL", help="cache judge calls on this redis:// server")
     group.addoption("--rt4-budget", metavar="USD", type=float, help="one cap on judge spend for the whole "
                     "session, every xdist worker together; the audits after a stop are skipped")
+    group.addoption("--rt4-allow-budget-skips", action="store_true", default=None,
+                    help="let a session pass whose budget stopped its audits (by default such a session fails: "
+                    "its skipped audits were never made)")
+    parser.addini(ALLOW_BUDGET_SKIPS, type="bool", default=False,
+                  help="rt4chart: let a session pass whose budget stopped its audits (as --rt4-allow-budget-skips)")
     group.addoption("--rt4-report", metavar="FILE.html", help="write the session's audits as one HTML report")
     group.addoption("--rt4-out", metavar="FILE.jsonl", help="write the session's audit records as JSONL")
 
@@ -216,6 +227,17 @@ def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, tuple
     return None
 
 
+def _budget_skips_allowed(config: pytest.Config) -> bool:
+    """Whether the user accepts a session whose budget stopped its audits (option, else ini)."""
+    option: bool | None = config.getoption(ALLOW_BUDGET_SKIPS)
+    return option if option is not None else bool(config.getini(ALLOW_BUDGET_SKIPS))
+
+
+def _refused_audits(audits: AuditSession) -> int:
+    """The audits the budget refused: the one it stopped plus every one after it (0: no stop)."""
+    return 0 if audits.stopped is None else audits.skipped + 1
+
+
 def _numbered(records: list[SessionAudit]) -> list[SessionAudit]:
     """Records in test order, each named by its test (``#2`` for a test's second audit), numbered
     1..N as the lines of one run."""
@@ -242,6 +264,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         payload = {"records": sent, "skipped": audits.skipped, "stopped": audits.stopped}
         worker_output[_WORKER_OUTPUT] = json.dumps(payload)
         return
+    if audits.stopped is not None and not _budget_skips_allowed(session.config) and session.exitstatus == 0:
+        # pytest would exit 0 with the refused audits counted as skips: a gate green on nothing.
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     records = _numbered(audits.records)
     out, html = session.config.getoption("rt4_out"), session.config.getoption("rt4_report")
     if out:
@@ -269,7 +294,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     audits = _started(config)
-    if audits is None or (not audits.records and not audits.skipped):
+    if audits is None or (not audits.records and audits.stopped is None):
         return
     from rt4chart.types import Label, Usage
 
@@ -294,6 +319,13 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         write(f"budget: ${audits.spent_usd():.6f} spent of ${budget}")
     if audits.stopped is not None:
         write(f"stopped by the budget, {audits.skipped} audits skipped: {audits.stopped}")
+        refused = _refused_audits(audits)
+        if _budget_skips_allowed(config):
+            write(f"{refused} audits refused by the budget were accepted as skips (--rt4-allow-budget-skips)")
+        else:
+            write(f"rt4chart: session FAILED: the budget refused {refused} audits, so their tests were skipped "
+                  "unaudited; raise --rt4-budget, or accept the skips with --rt4-allow-budget-skips "
+                  f"(ini: {ALLOW_BUDGET_SKIPS} = true)", red=True, bold=True)
     for flag, path in (("--rt4-out", config.getoption("rt4_out")), ("--rt4-report", config.getoption("rt4_report"))):
         if path:
             write(f"{flag}: wrote {path}")

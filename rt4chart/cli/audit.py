@@ -61,15 +61,12 @@ def verify(
 ) -> None:
     """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
     from rt4chart.report.outputs import readable_stdout
-    from rt4chart.runs.run import check_engine
 
     outputs = spec.outputs.model_copy(update={
         "input_file": str(input_path), "title": f"rt4chart audit of {input_path.name}",
         "text_view": readable_stdout(output_format, spec.out, sys.stdout.isatty()),
     })
     spec = spec.model_copy(update={"input_file": input_path, "outputs": outputs})
-    with _usage_errors():
-        check_engine(spec.engine)
     outcome = _execute(spec, _stream_input(input_path), quiet)
     if not quiet:
         from rt4chart.report.progress import print_summary

@@ -413,6 +413,7 @@ async def aexecute(
     spec = _guarded(spec)
     if problem := baseline_problem(spec.outputs):  # refused before any judge call
         raise RunUsageError(problem)
+    check_engine(spec.engine)
     out = spec.out
     enrich = _signal_step(spec.signals, items) if spec.signals is not None else None
     stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)

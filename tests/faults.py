@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 Behaviour = Literal[
     "ok",  # the reply as plain content
@@ -223,7 +224,7 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Location", fault.location)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
-            elif self.path.endswith("/completions") and not self.path.endswith("/chat/completions"):
+            elif _vllm_completions(self.path):
                 self._send(200, _prompt_logprobs(body, behaviour))
             elif (body.get("response_format") or {}).get("type") in state.refused_formats:
                 error = {"error": {"message": "response_format is not supported", "type": "invalid_request_error"}}
@@ -317,6 +318,14 @@ class _Server(ThreadingHTTPServer):
         # A client that timed out on a hung request resets the connection: expected, not news.
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
+
+
+def _vllm_completions(target: str) -> bool:
+    """Whether a request target is vLLM's ``/completions`` (the prompt log-probs endpoint): by its
+    path alone, so a client that appends ``chat/completions`` after a base URL's query string still
+    reaches the chat reply, as it did before the server had a second endpoint."""
+    path = urlsplit(target).path
+    return path.endswith("/completions") and not path.endswith("/chat/completions")
 
 
 @contextmanager

@@ -142,7 +142,7 @@ def test_a_budget_of_its_own():  # not the session's: its stop fails the test li
     assert outcomes.get("passed", 0) >= 1 and outcomes.get("skipped", 0) >= 1 and outcomes.get("failed") == 1
     assert outcomes.get("passed", 0) + outcomes.get("skipped", 0) == tests
     result.stdout.fnmatch_lines(
-        ["FAILED test_many.py::test_a_budget_of_its_own - rt4chart.judges.budget.BudgetExhaust*"]
+        ["FAILED test_many.py::test_a_budget_of_its_own - rt4chart.protocol.BudgetExha*"]
     )
     output = result.stdout.str()
     assert "rt4chart budget:" in output and "would cross the budget" in output

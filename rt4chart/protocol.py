@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
+from rt4chart.languages import language_name
 from rt4chart.types import Usage
 
 
@@ -161,8 +162,6 @@ class Capabilities(BaseModel):
 
     def language_refusal(self, language: str, judge: str) -> str | None:
         """Why ``judge`` must not judge an answer in ``language``; ``None`` when it may."""
-        from rt4chart.languages import language_name
-
         if self.languages is None or language in self.languages:
             return None
         return (

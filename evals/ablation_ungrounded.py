@@ -12,15 +12,22 @@ Judges:
   sentences, so it is expected to leave nothing ungrounded; measured, not assumed.
 - ``loose-quoting``: a local stand-in for an LLM judge that quotes loosely (:class:`LooseQuotingJudge`).
   It takes the embedded verifier's verdicts unchanged and rewrites the evidence quotes of a fixed
-  share of claims the way LLM judges misquote: the middle of a long quote elided with " ... ", or
-  the articles of a short one dropped. Neither rewrite is found in the context, so those verdicts
-  fail the retromorphic check. Asked again (the verifier re-asks once), it copies the quote
-  exactly for half of those claims and repeats the loose quote for the rest. Which claims are
+  share of claims the way LLM judges misquote: the middle of a long quote elided with " ... ", the
+  articles of a short one dropped, or its last two words swapped (:func:`loosen`). None of these
+  is found in the context, so those verdicts fail the retromorphic check. Asked again (the
+  verifier re-asks once), it copies the quote exactly for half of those claims and repeats the
+  loose quote for the rest. Which claims are
   misquoted, and which are fixed on the re-ask, is decided by a sha256 of the claim text, so every
   run is the same. The misquoting is independent of whether the verdict is right: this stand-in
   measures what each policy does to verdicts that are as good as the embedded verifier's, only
-  misquoted. It cannot measure the other case (an LLM whose unfound quotes come with wrong
-  verdicts), which needs a real LLM judge run the same way (``--judge``).
+  misquoted.
+- ``loose-quoting-unsure``: the same stand-in, but it misquotes where the embedded verifier is
+  least sure (its ``p_unsupported`` within a factor of two of its threshold) instead of on a
+  share drawn from the claim text: a judge that misquotes when it is unsure, where its verdicts
+  are wrong more often. This is the case downgrading is meant for.
+
+Neither stand-in is an LLM: a real LLM judge's unfound quotes may come with wrong verdicts more or
+less often than either models; measuring that needs an LLM judge run the same way.
 
 Every variant's full result goes to ``evals/results/ablations/`` (as ``rt4 eval`` writes them);
 the table to ``evals/results/ablation_ungrounded_<dataset>_<split>.md`` and the figures to the
@@ -60,10 +67,10 @@ POLICIES: tuple[UngroundedPolicy, ...] = ("downgrade", "keep")
 METRICS = ("answer_f1", "contradiction_f1", "baseless_f1")
 """Headline metrics compared between the policies."""
 
-JUDGES = ("embedded", "loose-quoting")
+JUDGES = ("embedded", "loose-quoting", "loose-quoting-unsure")
 """The judges this script can ablate (see the module docstring)."""
 
-_ARTICLES = frozenset({"a", "an", "the", "A", "An", "The"})
+_ARTICLES = frozenset({"a", "an", "the"})
 
 
 def _share(text: str, salt: str) -> float:
@@ -74,34 +81,40 @@ def _share(text: str, salt: str) -> float:
 
 def loosen(quote: str) -> str:
     """The quote as a loosely quoting judge writes it: a long quote with its middle elided, a
-    short one with its articles dropped (or, with none, the word "also" inserted after the first
-    word). Both stay close to the source and neither is verbatim."""
+    short one with its articles after the first word dropped or, with none, its last two words
+    swapped. Each stays close to the source; none is a substring of it (dropping only a leading
+    article would be)."""
     words = quote.split()
     if len(words) >= 12:
         return " ".join(words[:4]) + " ... " + " ".join(words[-4:])
-    kept = [word for word in words if word not in _ARTICLES]
+    kept = words[:1] + [word for word in words[1:] if word.lower() not in _ARTICLES]
     if len(kept) < len(words):
         return " ".join(kept)
-    return " ".join(words[:1] + ["also"] + words[1:])
+    return " ".join(words[:-2] + words[-1:] + words[-2:-1])
 
 
 class LooseQuotingJudge(BackendWrapper):
     """The inner judge's verdicts with the evidence of a fixed share of claims quoted loosely.
 
-    A claim is misquoted when ``_share(claim, "misquote") < misquoted``; on a re-ask (a request
+    A claim is misquoted when ``_share(claim, "misquote") < misquoted`` or, with ``unsure``,
+    when the inner judge's score is within a factor of two of its threshold; on a re-ask (a request
     that carries the judge's earlier reply), a misquoted claim is quoted exactly when
     ``_share(claim, "reask") < fixed_on_reask``. Baseless verdicts carry no evidence and are left
     as they are.
     """
 
-    def __init__(self, inner: Backend, misquoted: float = 0.3, fixed_on_reask: float = 0.5) -> None:
+    def __init__(
+        self, inner: Backend, misquoted: float = 0.3, fixed_on_reask: float = 0.5, unsure: bool = False
+    ) -> None:
         super().__init__(inner)
         self.misquoted = misquoted
         self.fixed_on_reask = fixed_on_reask
+        self.unsure = unsure
 
     @property
     def name(self) -> str:
-        return f"loose-quoting-{self.misquoted:g}-{self.fixed_on_reask:g}({self.inner.name})"
+        chosen = "unsure" if self.unsure else f"{self.misquoted:g}"
+        return f"loose-quoting-{chosen}-{self.fixed_on_reask:g}({self.inner.name})"
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
         response = await self.inner.complete(request)
@@ -113,7 +126,11 @@ class LooseQuotingJudge(BackendWrapper):
         judgements = []
         for judgement in response.parsed.judgements:
             claim = claims[judgement.claim]
-            misquote = _share(claim, "misquote") < self.misquoted
+            if self.unsure:
+                score = judgement.score
+                misquote = score is not None and score.threshold / 2 <= score.p_unsupported <= score.threshold * 2
+            else:
+                misquote = _share(claim, "misquote") < self.misquoted
             if reask and _share(claim, "reask") < self.fixed_on_reask:
                 misquote = False
             if misquote and judgement.label != Label.BASELESS:
@@ -156,7 +173,7 @@ def _ungrounded(record: AuditRecord) -> int:
 
 def compare(results: dict[str, tuple[EvaluationResult, list[AuditRecord]]]) -> PolicyComparison:
     """The differences between the ``downgrade`` and ``keep`` runs of one judge."""
-    (down, down_records), (keep, keep_records) = results["downgrade"], results["keep"]
+    (down, down_records), keep_records = results["downgrade"], results["keep"][1]
     changes: dict[str, int] = {}
     answers_changed = verdicts_changed = 0
     for before, after in zip(down_records, keep_records, strict=True):
@@ -192,7 +209,7 @@ def compare(results: dict[str, tuple[EvaluationResult, list[AuditRecord]]]) -> P
 def run_judge(judge: str, base: EvalConfig, samples: list[Sample], cache: Path) -> PolicyComparison:
     """Audit ``samples`` under both policies with one judge, through the shared cache."""
     stack = judge_stack("embedded", cache=cache)
-    backend: Backend = stack if judge == "embedded" else LooseQuotingJudge(stack)
+    backend: Backend = stack if judge == "embedded" else LooseQuotingJudge(stack, unsure=judge.endswith("unsure"))
     results = {}
     try:
         for policy in POLICIES:
@@ -216,8 +233,10 @@ def table(comparisons: list[PolicyComparison], base: EvalConfig, command: str) -
         f"- command: `{command}`",
         "- cells: value [95% bootstrap CI, "
         f"{base.resamples} resamples, seed {base.seed}]; labels changed are counts between the two runs",
-        "- loose-quoting: the embedded verifier's verdicts with 30% of claims' evidence misquoted, half of "
-        "those quoted exactly on the re-ask (see `evals/ablation_ungrounded.py`)",
+        "- loose-quoting: the embedded verifier's verdicts with 30% of claims' evidence misquoted (chosen by "
+        "a hash of the claim text), half of those quoted exactly on the re-ask; loose-quoting-unsure: "
+        "misquoted where the embedded verifier's P(not entailed) is within a factor of two of its threshold "
+        "(see `evals/ablation_ungrounded.py`)",
         "",
         "| judge | policy | ungrounded claims | answer F1 | contradiction F1 | baseless F1 |",
         "|---|---|---:|---|---|---|",
@@ -251,7 +270,7 @@ def main() -> None:
     parser.add_argument("--split")
     parser.add_argument("--path")
     parser.add_argument("--limit", type=int)
-    parser.add_argument("--judge", action="append", choices=JUDGES, help="repeatable (default: both)")
+    parser.add_argument("--judge", action="append", choices=JUDGES, help="repeatable (default: all)")
     parser.add_argument("--cache", type=Path, help="judge cache shared by the runs (default: a temporary folder)")
     parser.add_argument("--resamples", type=int, default=1000)
     args = parser.parse_args()

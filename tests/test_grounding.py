@@ -270,7 +270,7 @@ def test_a_local_quote_from_outside_the_chunk_is_rejected_and_reasked_once(ungro
     ], ungrounded=ungrounded)
     claim = report.claims[2]
     vote = claim.votes[0]
-    # The paper's rule (the default): an ungrounded verdict is baseless; kept, it stands untrusted.
+    # The default (downgrade): an ungrounded verdict is baseless; kept, it stands untrusted.
     label = Label.BASELESS if ungrounded == "downgrade" else Label.ENTAILED
     assert (vote.label, vote.grounded, vote.evidence) == (label, False, [])
     assert vote.error is not None and "not found" in vote.error and "re-ask" in vote.error

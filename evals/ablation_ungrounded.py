@@ -29,9 +29,10 @@ Judges:
 Neither stand-in is an LLM: a real LLM judge's unfound quotes may come with wrong verdicts more or
 less often than either models; measuring that needs an LLM judge run the same way.
 
-Every variant's full result goes to ``evals/results/ablations/`` (as ``rt4 eval`` writes them);
-the table to ``evals/results/ablation_ungrounded_<dataset>_<split>.md`` and the figures to the
-``.json`` beside it. All runs share one judge cache (``--cache``, a temporary folder by default),
+Every variant's full result goes to ``evals/results/ablations/`` (as ``rt4 eval`` writes them),
+and so do the table, ``ablation_ungrounded_<dataset>_<split>.md``, and its figures, the ``.json``
+beside it (not in ``evals/results/`` itself, where ``evals/summary.py`` reads every ``.json`` as
+an ``rt4 eval`` result). All runs share one judge cache (``--cache``, a temporary folder by default),
 so each embedded verdict is computed once and the other runs replay it.
 
     RT4_DATA_DIR=/work/shared/data python evals/ablation_ungrounded.py ragtruth-qa --split test
@@ -171,7 +172,7 @@ def _ungrounded(record: AuditRecord) -> int:
     return sum(not claim.grounded or any(not vote.grounded for vote in claim.votes) for claim in record.claims)
 
 
-def compare(results: dict[str, tuple[EvaluationResult, list[AuditRecord]]]) -> PolicyComparison:
+def compare(results: dict[UngroundedPolicy, tuple[EvaluationResult, list[AuditRecord]]]) -> PolicyComparison:
     """The differences between the ``downgrade`` and ``keep`` runs of one judge."""
     (down, down_records), keep_records = results["downgrade"], results["keep"][1]
     changes: dict[str, int] = {}
@@ -282,7 +283,7 @@ def main() -> None:
         cache = args.cache or Path(scratch)
         comparisons = [run_judge(judge, base, samples, cache) for judge in args.judge or JUDGES]
     markdown = table(comparisons, base, command)
-    stem = RESULTS / f"ablation_ungrounded_{base.dataset}_{base.split or 'all'}"
+    stem = RESULTS / "ablations" / f"ablation_ungrounded_{base.dataset}_{base.split or 'all'}"
     if base.limit is not None:
         stem = stem.with_name(f"{stem.name}_n{base.limit}")
     stem.with_suffix(".md").write_text(markdown, encoding="utf-8")

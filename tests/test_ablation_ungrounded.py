@@ -9,12 +9,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from fixtures.spine.judges import running_example_judge, running_example_sample
+from fixtures.spine.judges import Rewrite, running_example_judge, running_example_sample
 
 import rt4chart
 from rt4chart.method.grounding import ContextIndex
+from rt4chart.method.tasks import VerifyOutput
 from rt4chart.method.text import segment_context
-from rt4chart.types import AuditRecord, Label
+from rt4chart.protocol import JudgeRequest, JudgeResponse
+from rt4chart.types import AuditRecord, JudgeScore, Label
 
 SCRIPT = Path(__file__).resolve().parent.parent / "evals" / "ablation_ungrounded.py"
 
@@ -81,3 +83,29 @@ def test_the_claims_misquoted_are_the_ones_the_claim_text_selects(ablation: Modu
     assert half == _audit(ablation, misquoted=0.5, fixed_on_reask=0.0, ungrounded="keep").model_copy(
         update={"usage": half.usage, "usage_by_judge": half.usage_by_judge}
     )
+
+
+def _scored(p_unsupported: float) -> Rewrite:
+    """A rewrite giving every verdict a scoring judge's numbers (threshold 0.2)."""
+
+    def rewrite(request: JudgeRequest, response: JudgeResponse) -> JudgeResponse:
+        if not isinstance(response.parsed, VerifyOutput):
+            return response
+        score = JudgeScore(p_unsupported=p_unsupported, threshold=0.2, decided_by="head")
+        judgements = [j.model_copy(update={"score": score}) for j in response.parsed.judgements]
+        return response.model_copy(update={"parsed": VerifyOutput(judgements=judgements)})
+
+    return rewrite
+
+
+@pytest.mark.parametrize(("p_unsupported", "misquoted"), [(0.05, False), (0.15, True), (0.35, True), (0.5, False)])
+def test_the_unsure_stand_in_misquotes_near_the_threshold_only(
+    ablation: ModuleType, p_unsupported: float, misquoted: bool
+) -> None:
+    inner = running_example_judge()
+    inner.rewrite = _scored(p_unsupported)
+    judge = ablation.LooseQuotingJudge(inner, fixed_on_reask=0.0, unsure=True)
+    report = rt4chart.verify(running_example_sample(), judge=judge, window=2, overlap=1, ungrounded="keep")
+    judged = [claim for claim in report.claims if claim.label != Label.BASELESS]
+    assert judged
+    assert all(claim.grounded is not misquoted for claim in judged)

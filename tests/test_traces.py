@@ -5,6 +5,7 @@ ids, the answer, the question and the trace's ids kept; a trace that holds no tu
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,8 +106,8 @@ def test_a_mapping_file_reads_a_team_s_own_attribute_names(tmp_path: Path) -> No
     assert next(read_otlp_traces(export)).sample is None  # the default conventions find nothing here
     mapping = tmp_path / "mapping.toml"
     mapping.write_text('kind_attribute = "kind"\nretriever_kinds = ["SEARCH"]\nllm_kinds = ["GENERATE"]\n'
-                       'documents = "hits"\ndocument_text = "body"\ndocument_id = "key"\nanswer_attributes = ["reply"]\n',
-                       encoding="utf-8")
+                       'documents = "hits"\ndocument_text = "body"\ndocument_id = "key"\n'
+                       'answer_attributes = ["reply"]\n', encoding="utf-8")
     [item] = read_otlp_traces(export, load_mapping(mapping))
     assert item.sample is not None and item.sample.passage_ids == ["faq-9"]
     assert item.sample.answer == "The X200 has a 56 Wh battery." and item.sample.question is None
@@ -123,8 +124,30 @@ def test_a_bad_mapping_or_a_file_that_is_no_otlp_export_is_refused(tmp_path: Pat
         list(read_otlp_traces(jsonl))
 
 
+def _proto_names(value: Any) -> Any:
+    """An export as protobuf's JSON mapping may also write it: the proto's field names, unset values as null."""
+    if isinstance(value, dict):
+        if "value" in value and isinstance(value["value"], dict):  # an attribute: every AnyValue field written
+            fields = dict.fromkeys(["string_value", "bool_value", "int_value", "double_value", "array_value",
+                                    "kvlist_value", "bytes_value"])
+            return {"key": value["key"], "value": {**fields, **_proto_names(value["value"])}}
+        return {re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), k): _proto_names(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_proto_names(item) for item in value]
+    return value
+
+
+def test_proto_field_names_and_null_fields_read_the_same(tmp_path: Path) -> None:
+    path = TRACES / "real_sdk_openai.json"
+    snake = tmp_path / "snake.json"
+    snake.write_text(json.dumps(_proto_names(json.loads(path.read_text(encoding="utf-8")))), encoding="utf-8")
+    assert '"trace_id"' in snake.read_text(encoding="utf-8") and '"traceId"' not in snake.read_text(encoding="utf-8")
+    assert list(read_otlp_traces(snake)) == list(read_otlp_traces(path))
+
+
 def test_otlp_json_values_are_decoded() -> None:
     assert any_value({"intValue": "42"}) == 42  # OTLP/JSON writes 64-bit integers as strings
+    assert any_value({"stringValue": None, "intValue": "7"}) == 7
     assert any_value({"arrayValue": {"values": [{"stringValue": "a"}, {"boolValue": True}]}}) == ["a", True]
     assert any_value({"kvlistValue": {"values": [{"key": "k", "value": {"doubleValue": 0.5}}]}}) == {"k": 0.5}
 
@@ -157,7 +180,8 @@ def test_rt4_verify_audits_a_trace_export_like_the_same_turns_as_jsonl(tmp_path:
                              for s in (item.sample for item in items[:2]) if s is not None), encoding="utf-8")
     assert all(item.sample for item in read_jsonl(jsonl))
     file_out = tmp_path / "turns.audit.jsonl"
-    completed = _rt4("verify", str(jsonl), "--judge", f"scripted:{RULES}", "--cache-dir", cache, "-o", str(file_out), "-q")
+    completed = _rt4("verify", str(jsonl), "--judge", f"scripted:{RULES}", "--cache-dir", cache,
+                     "-o", str(file_out), "-q")
     assert completed.returncode == 1, completed.stderr
     from_file = [json.loads(line) for line in file_out.read_text(encoding="utf-8").splitlines()]
     assert [[(c["text"], c["label"]) for c in r["claims"]] for r in from_file] == \

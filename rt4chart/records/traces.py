@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -91,24 +92,28 @@ def _described(error: ValidationError) -> str:
 
 
 def any_value(value: Any) -> Any:
-    """An OTLP/JSON ``AnyValue`` as plain Python (``intValue`` is a string in OTLP/JSON: made an int)."""
+    """An OTLP/JSON ``AnyValue`` as plain Python: the one field that is set (a field written as ``null`` is not;
+    ``intValue`` is a string in OTLP/JSON: made an int; an undecodable value is ``None``)."""
     if not isinstance(value, Mapping):
         return None
-    if "stringValue" in value:
-        return value["stringValue"]
-    if "intValue" in value:
-        try:
-            return int(value["intValue"])
-        except (TypeError, ValueError):
-            return None
-    if "boolValue" in value or "doubleValue" in value:
-        return value.get("boolValue", value.get("doubleValue"))
-    if "arrayValue" in value:
-        return [any_value(item) for item in (value["arrayValue"] or {}).get("values", [])]
-    if "kvlistValue" in value:
-        return attributes_of((value["kvlistValue"] or {}).get("values", []))
-    if "bytesValue" in value:
-        return base64.b64decode(value["bytesValue"])
+    present = [(kind, content) for kind, content in value.items() if content is not None]
+    if not present:
+        return None
+    kind, content = present[0]
+    try:
+        match kind:
+            case "stringValue" | "boolValue" | "doubleValue":
+                return content
+            case "intValue":
+                return int(content)
+            case "arrayValue":
+                return [any_value(item) for item in content.get("values") or []]
+            case "kvlistValue":
+                return attributes_of(content.get("values"))
+            case "bytesValue":
+                return base64.b64decode(content)
+    except (AttributeError, TypeError, ValueError):  # binascii.Error is a ValueError
+        return None
     return None
 
 
@@ -162,17 +167,28 @@ def _requests(path: Path) -> list[Any]:
     except (OSError, UnicodeDecodeError) as error:
         raise TraceError(f"cannot read the trace file {path}: {error}") from None
     try:
-        return [json.loads(text)]
+        return [_camel_keys(json.loads(text))]
     except json.JSONDecodeError:
         pass
     requests = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
-                requests.append(json.loads(line))
+                requests.append(_camel_keys(json.loads(line)))
             except json.JSONDecodeError as error:
                 raise TraceError(f"{path}: line {number} is not valid JSON ({error.msg})") from None
     return requests
+
+
+def _camel_keys(value: Any) -> Any:
+    """Field names as OTLP/JSON spells them: protobuf's JSON mapping also accepts the proto's own names
+    (``trace_id``, ``string_value``), which some exporters write (Phoenix's ``spans/otlpv1``, protobuf's
+    ``preserving_proto_field_name``). Attribute keys are values (``{"key": ...}``), never renamed."""
+    if isinstance(value, dict):
+        return {re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k): _camel_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_camel_keys(item) for item in value]
+    return value
 
 
 def read_spans(path: Path) -> tuple[dict[str, list[Span]], list[str]]:

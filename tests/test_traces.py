@@ -201,3 +201,20 @@ def test_input_format_flags_are_usage_errors_when_misused(tmp_path: Path) -> Non
     assert estimate.returncode == 0, estimate.stderr
     plan = json.loads(estimate.stdout)
     assert plan["samples"] == 2, plan  # the two traces that hold a turn
+
+
+def test_resume_keeps_the_audited_traces(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rt4chart.cli.app import app
+
+    out = tmp_path / "audit.jsonl"
+    args = ["verify", str(TRACES / "openinference_rag.json"), "--input-format", "otlp", "--judge", f"scripted:{RULES}",
+            "--no-cache", "-o", str(out), "-q"]
+    first = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert first.exit_code == EXIT_USAGE, first.stderr
+    again = CliRunner().invoke(app, [*args, "--resume"], catch_exceptions=False)
+    assert again.exit_code == EXIT_USAGE, again.stderr
+    manifest = json.loads((tmp_path / "audit.jsonl.manifest.json").read_text(encoding="utf-8"))
+    assert manifest["resumed"] == 2, manifest  # both traces that hold a turn, judged by no call again
+    assert manifest["usage"]["calls"] == 0, manifest["usage"]

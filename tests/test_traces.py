@@ -88,6 +88,21 @@ def test_malformed_traces_are_one_error_record_each() -> None:
     assert [item.line for item in (duplicate_ids, nothing, orphan)] == [1, 2, 3]
 
 
+def test_entries_that_are_not_objects_are_errors_and_deep_nesting_is_refused(tmp_path: Path) -> None:
+    export = tmp_path / "odd.json"
+    export.write_text(json.dumps({"resourceSpans": ["text", {"scopeSpans": [{"spans": "none"}, {"spans": [7]}]}]}),
+                      encoding="utf-8")
+    assert [item.error for item in read_otlp_traces(export)] == [
+        "export 1: resourceSpans 1 is not an object",
+        "export 1: spans is not a list",
+        "export 1: spans 1 is not an object",
+    ]
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"resourceSpans": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8")
+    with pytest.raises(TraceError, match="nested too deeply"):
+        list(read_otlp_traces(deep))
+
+
 def _otlp(spans: list[dict[str, Any]]) -> dict[str, Any]:
     return {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
 

@@ -146,7 +146,7 @@ class Span:
         events = [(str(e.get("name", "")), attributes_of(e.get("attributes"))) for e in raw.get("events") or []
                   if isinstance(e, Mapping)]
         return cls(
-            span_id=str(raw.get("spanId") or ""), parent_id=raw.get("parentSpanId") or None,
+            span_id=str(raw["spanId"]), parent_id=str(raw.get("parentSpanId") or "") or None,
             name=str(raw.get("name", "")),
             start=_nanos(raw.get("startTimeUnixNano")), end=_nanos(raw.get("endTimeUnixNano")),
             attributes=attributes_of(raw.get("attributes")), events=events,
@@ -170,6 +170,8 @@ def _requests(path: Path) -> list[Any]:
         return [_camel_keys(json.loads(text))]
     except json.JSONDecodeError:
         pass
+    except RecursionError:
+        raise TraceError(f"{path}: nested too deeply to be a trace export") from None
     requests = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
@@ -177,6 +179,8 @@ def _requests(path: Path) -> list[Any]:
                 requests.append(_camel_keys(json.loads(line)))
             except json.JSONDecodeError as error:
                 raise TraceError(f"{path}: line {number} is not valid JSON ({error.msg})") from None
+            except RecursionError:
+                raise TraceError(f"{path}: line {number} is nested too deeply to be a trace export") from None
     return requests
 
 
@@ -191,22 +195,35 @@ def _camel_keys(value: Any) -> Any:
     return value
 
 
+def _objects(parent: Mapping[str, Any], key: str, where: str, problems: list[str]) -> list[Mapping[str, Any]]:
+    """The objects of ``parent[key]`` (absent: none); anything else there is a problem, never skipped."""
+    children = parent.get(key) or []
+    if not isinstance(children, list):
+        problems.append(f"{where}: {key} is not a list")
+        return []
+    for position, child in enumerate(children, start=1):
+        if not isinstance(child, Mapping):
+            problems.append(f"{where}: {key} {position} is not an object")
+    return [child for child in children if isinstance(child, Mapping)]
+
+
 def read_spans(path: Path) -> tuple[dict[str, list[Span]], list[str]]:
-    """The file's spans by trace id (in order of appearance), and the problems of spans that name no
-    trace or no span id (each becomes an error item, never dropped)."""
+    """The file's spans by trace id (in order of appearance), and the problems of what holds no usable
+    span (a span that names no trace or no span id, an entry that is not an object): each becomes an error
+    item, never dropped."""
     traces: dict[str, list[Span]] = {}
     problems: list[str] = []
     requests = _requests(path)
     if not requests or not all(isinstance(r, Mapping) and isinstance(r.get("resourceSpans"), list) for r in requests):
         raise TraceError(f"{path} is not an OTLP/JSON trace export (an object with resourceSpans)")
     for request_number, request in enumerate(requests, start=1):
-        for resource in request["resourceSpans"]:
-            for scope in (resource or {}).get("scopeSpans") or []:
-                for raw in (scope or {}).get("spans") or []:
-                    trace_id = raw.get("traceId") if isinstance(raw, Mapping) else None
-                    if not isinstance(trace_id, str) or not trace_id or not raw.get("spanId"):
-                        name = raw.get("name") if isinstance(raw, Mapping) else None
-                        problems.append(f"export {request_number}: span {name!r} has no traceId or no spanId")
+        where = f"export {request_number}"
+        for resource in _objects(request, "resourceSpans", where, problems):
+            for scope in _objects(resource, "scopeSpans", where, problems):
+                for raw in _objects(scope, "spans", where, problems):
+                    trace_id, span_id = raw.get("traceId"), raw.get("spanId")
+                    if not (isinstance(trace_id, str) and trace_id and isinstance(span_id, str) and span_id):
+                        problems.append(f"{where}: span {raw.get('name')!r} has no traceId or no spanId")
                         continue
                     traces.setdefault(trace_id, []).append(Span.of(raw))
     return traces, problems

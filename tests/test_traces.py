@@ -160,6 +160,17 @@ def test_proto_field_names_and_null_fields_read_the_same(tmp_path: Path) -> None
     assert list(read_otlp_traces(snake)) == list(read_otlp_traces(path))
 
 
+def test_a_page_phoenix_serves_reads_as_the_export_it_received() -> None:
+    # phoenix_otlpv1.json: Phoenix 20.26.1's GET /v1/projects/default/spans/otlpv1 after it received
+    # real_sdk_openai.json over OTLP/HTTP (snake_case names, null fields, newest trace first).
+    sent = {item.raw_id: item for item in read_otlp_traces(TRACES / "real_sdk_openai.json")}
+    served = list(read_otlp_traces(TRACES / "phoenix_otlpv1.json"))
+    assert sorted(item.raw_id or "" for item in served) == sorted(sent)
+    assert all(item.sample == sent[item.raw_id or ""].sample for item in served)
+    assert all(item.error == sent[item.raw_id or ""].error for item in served)
+    assert sum(item.sample is not None for item in served) == 2
+
+
 def test_otlp_json_values_are_decoded() -> None:
     assert any_value({"intValue": "42"}) == 42  # OTLP/JSON writes 64-bit integers as strings
     assert any_value({"stringValue": None, "intValue": "7"}) == 7

@@ -1,7 +1,8 @@
 """RAG turns read from OpenTelemetry trace exports: OTLP/JSON files in, one input item per trace out.
 
 A file holds one ``ExportTraceServiceRequest`` in the OTLP/JSON encoding (``resourceSpans[].scopeSpans[]
-.spans[]``), or several, one per line (what the OpenTelemetry Collector's file exporter writes). Spans are
+.spans[]``), or several, one per line (what the OpenTelemetry Collector's file exporter writes); a page of
+Phoenix's ``spans/otlpv1`` REST answer (``{"data": [spans]}``) is read as one such request. Spans are
 grouped by ``traceId``; every trace becomes exactly one :class:`~rt4chart.records.io.InputLine`, numbered
 by the order its first span appears in the file: a :class:`~rt4chart.types.Sample` when the trace holds
 documents and an answer, else the reason it does not (its record then names the trace). Nothing is
@@ -195,6 +196,14 @@ def _camel_keys(value: Any) -> Any:
     return value
 
 
+def _phoenix_page(request: Any) -> Any:
+    """A page of Phoenix's ``GET /v1/projects/{project}/spans/otlpv1`` (``{"data": [spans], "next_cursor"}``)
+    as the one export request it stands for; anything else as it is."""
+    if isinstance(request, Mapping) and "resourceSpans" not in request and isinstance(request.get("data"), list):
+        return {"resourceSpans": [{"scopeSpans": [{"spans": request["data"]}]}]}
+    return request
+
+
 def _objects(parent: Mapping[str, Any], key: str, where: str, problems: list[str]) -> list[Mapping[str, Any]]:
     """The objects of ``parent[key]`` (absent: none); anything else there is a problem, never skipped."""
     children = parent.get(key) or []
@@ -213,7 +222,7 @@ def read_spans(path: Path) -> tuple[dict[str, list[Span]], list[str]]:
     item, never dropped."""
     traces: dict[str, list[Span]] = {}
     problems: list[str] = []
-    requests = _requests(path)
+    requests = [_phoenix_page(request) for request in _requests(path)]
     if not requests or not all(isinstance(r, Mapping) and isinstance(r.get("resourceSpans"), list) for r in requests):
         raise TraceError(f"{path} is not an OTLP/JSON trace export (an object with resourceSpans)")
     for request_number, request in enumerate(requests, start=1):

@@ -107,9 +107,31 @@ def _otlp(spans: list[dict[str, Any]]) -> dict[str, Any]:
     return {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
 
 
-def _span(span_id: str, attributes: dict[str, str], parent: str | None = None) -> dict[str, Any]:
+def _span(span_id: str, attributes: dict[str, str], parent: str | None = None, end: int = 0) -> dict[str, Any]:
     return {"traceId": "ab" * 16, "spanId": span_id, "parentSpanId": parent or "", "name": span_id,
+            "startTimeUnixNano": str(end - 1), "endTimeUnixNano": str(end),
             "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()]}
+
+
+def test_the_answer_is_the_last_llm_output_and_the_question_the_user_s(tmp_path: Path) -> None:
+    # A query-rewriting LLM call before retrieval, the answering call after it; no CHAIN root.
+    export = tmp_path / "rewrite.json"
+    export.write_text(json.dumps(_otlp([
+        _span("03", {"openinference.span.kind": "LLM", "llm.input_messages.0.message.role": "user",
+                     "llm.input_messages.0.message.content": "What battery does the X200 have?",
+                     "llm.output_messages.0.message.content": "The X200 has a 56 Wh battery."}, end=30),
+        _span("01", {"openinference.span.kind": "LLM", "llm.input_messages.0.message.role": "user",
+                     "llm.input_messages.0.message.content": "rewrite: battery x200?",
+                     "llm.output_messages.0.message.content": "What battery does the X200 have?"}, end=10),
+        _span("02", {"openinference.span.kind": "RETRIEVER",
+                     "retrieval.documents.0.document.content": "The X200 has a 56 Wh battery."}, end=20),
+    ])), encoding="utf-8")
+    [item] = read_otlp_traces(export)
+    assert item.sample is not None and item.sample.trace is not None
+    assert item.sample.answer == "The X200 has a 56 Wh battery." and item.sample.trace.answer_span_id == "03"
+    assert item.sample.question == "What battery does the X200 have?"
+    assert item.sample.passage_ids == ["1"]  # a document without an id is named by its position
+    assert item.sample.trace.root_span_id is None  # three roots: none is the root
 
 
 def test_a_mapping_file_reads_a_team_s_own_attribute_names(tmp_path: Path) -> None:

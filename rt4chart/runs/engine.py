@@ -291,6 +291,7 @@ class Pipeline:
                 "judge": self.backend.name,
                 "prompt_version": self.prompt_version,
                 "gold": sample.gold,
+                "trace": sample.trace,
                 "answer_sha256": answer_sha256(sample.answer),
                 "context_sha256": context_sha256(sample.context),
                 "language": language,

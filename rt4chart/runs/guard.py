@@ -33,6 +33,7 @@ import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rt4chart.judges.cascade import LatencyBudget, latency_budget
 from rt4chart.judges.registry import JudgeStack, judge_stack
 from rt4chart.method.joins import and_join, answer_hallucinated
 from rt4chart.method.text import split_sentences
@@ -89,7 +90,15 @@ class GuardLimits(BaseModel):
     max_body_bytes: int = Field(default=1_000_000, ge=1)
     """Largest request body (HTTP 413 beyond it)."""
     max_sentences: int = Field(default=50, ge=1)
-    """Answer sentences one request may have audited (HTTP 413 beyond it): what bounds its claims."""
+    """Answer sentences one request may have audited (HTTP 413 beyond it)."""
+    max_claims: int = Field(default=200, ge=1)
+    """Claims one request may have verified (HTTP 413 beyond it): counted once the answer is decomposed,
+    before any claim is verified; a streamed answer's sentences count together."""
+    latency_budget_ms: float | None = Field(default=None, gt=0)
+    """Milliseconds a cascade judge's later stages may take per audited text (a whole answer, or one
+    streamed sentence), counted from when the text reaches the judge; a request may ask for its own.
+    Claims left open when it runs out keep an earlier stage's judgement, marked in the record, and the
+    decision is at least ``on_incomplete``. ``None``: no bound. Cascade judges only."""
     timeout_s: float = Field(default=30.0, gt=0)
     """Seconds one request may take, streamed body included (HTTP 408 beyond it)."""
     max_in_flight: int = Field(default=4, ge=1)
@@ -113,6 +122,8 @@ class GuardConfig(BaseModel):
     """Port to bind (0: any free one)."""
     judge: str | None = None
     """Judge spec as --judge takes it (default: the embedded judge)."""
+    api_base: str | None = None
+    """Base URL of the judge's OpenAI-compatible server, as rt4 verify --api-base takes it."""
     cache: str | None = None
     """Judge cache directory or redis:// URL shared by all requests (None: no cache)."""
     budget_usd: float | None = Field(default=None, ge=0)
@@ -135,6 +146,13 @@ class GuardConfig(BaseModel):
     def check(self) -> None:
         if self.host not in LOOPBACK_HOSTS and not self.token:
             raise GuardConfigError(f"binding {self.host} (beyond 127.0.0.1) needs a token: --token or {TOKEN_ENV}")
+        if self.limits.latency_budget_ms is not None and not self.cascades:
+            raise GuardConfigError("--latency-budget-ms bounds a cascade's later stages: it needs --judge cascade:...")
+
+    @property
+    def cascades(self) -> bool:
+        """Whether the judge is a cascade (what a latency budget acts on)."""
+        return (self.judge or "").startswith("cascade:")
 
 
 class RequestError(Exception):
@@ -163,6 +181,8 @@ class VerifyRequest(BaseModel):
     """ISO 639-1 code of the answer (default: detected)."""
     stream: bool = False
     """Stream the verdicts back as NDJSON events."""
+    latency_budget_ms: float | None = Field(default=None, gt=0)
+    """This request's cascade latency budget (default: the service's ``--latency-budget-ms``)."""
 
 
 class Delta(BaseModel):
@@ -208,6 +228,7 @@ class Metrics:
     decisions: Counter[str] = field(default_factory=Counter)
     responses: Counter[tuple[str, int]] = field(default_factory=Counter)
     in_flight: int = 0
+    budget_cuts: int = 0
 
     def render(self, usage: Usage) -> str:
         lines = [
@@ -229,6 +250,9 @@ class Metrics:
             "# HELP rt4_guard_in_flight Requests admitted (audited or queued).",
             "# TYPE rt4_guard_in_flight gauge",
             f"rt4_guard_in_flight {self.in_flight}",
+            "# HELP rt4_guard_latency_budget_cuts_total Audits whose cascade latency budget ran out.",
+            "# TYPE rt4_guard_latency_budget_cuts_total counter",
+            f"rt4_guard_latency_budget_cuts_total {self.budget_cuts}",
             "# HELP rt4_guard_judge_calls_total Judge calls made (cache hits included).",
             "# TYPE rt4_guard_judge_calls_total counter",
             f"rt4_guard_judge_calls_total {usage.calls}",
@@ -286,6 +310,38 @@ def merge_sentence_records(request_id: str, answer: str, parts: list[tuple[int, 
 
 
 @dataclass
+class ClaimAllowance:
+    """The claims one request may have verified; the sentences of a streamed answer share it."""
+
+    limit: int
+    drawn: int = 0
+
+    def admit(self, claims: int) -> None:
+        """Count ``claims`` more, refusing the request (413) once they pass the limit."""
+        self.drawn += claims
+        if self.drawn > self.limit:
+            raise RequestError(413, f"the answer has {self.drawn} claims or more, over --max-claims {self.limit}")
+
+
+def note_budget_cuts(record: AuditRecord, budget: LatencyBudget) -> AuditRecord:
+    """The record with the claims a cascade left unconfirmed when its latency budget ran out marked:
+    each such claim's errors say which judgement stands and which stage was not heard, and the record's
+    errors count them, so the policy never passes the answer silently."""
+    claims = [
+        claim.model_copy(update={"errors": [*claim.errors, budget.cut[claim.text]]})
+        if claim.text in budget.cut
+        else claim
+        for claim in record.claims
+    ]
+    cut = sum(claim.text in budget.cut for claim in record.claims)
+    note = (
+        f"latency budget of {budget.seconds * 1000:g} ms spent: {cut} claims not settled by the cascade's later "
+        "stages (see their errors)"
+    )
+    return record.model_copy(update={"claims": claims, "errors": [*record.errors, note]})
+
+
+@dataclass
 class SentenceVerdict:
     """One answer sentence and its audit, as a stream event."""
 
@@ -325,8 +381,11 @@ class StreamingAudit:
         emit: Callable[[SentenceVerdict], Awaitable[None]],
         *,
         stop_on_block: bool = False,
+        latency_budget_ms: float | None = None,
     ) -> None:
         self.guard = guard
+        self.latency_budget_ms = latency_budget_ms
+        self.allowance = ClaimAllowance(guard.config.limits.max_claims)
         self.request_id = request_id
         self.context = context
         self.question = question
@@ -371,7 +430,7 @@ class StreamingAudit:
                 answer=sentence.text,
                 language=self.language,
             )
-            task = asyncio.create_task(self.guard.audit(sample))
+            task = asyncio.create_task(self.guard.audit(sample, self.allowance, self.latency_budget_ms))
             self._tasks.append(task)
             self._queue.put_nowait((self._settled + sentence.start, sentence.text, task))
         if complete:
@@ -425,7 +484,9 @@ class Guard:
         return self._pipeline
 
     async def start(self, _app: web.Application) -> None:
-        self._stack = judge_stack(self.config.judge, cache=self.config.cache, budget_usd=self.config.budget_usd)
+        self._stack = judge_stack(
+            self.config.judge, api_base=self.config.api_base, cache=self.config.cache, budget_usd=self.config.budget_usd
+        )
         self._pipeline = Pipeline(self._stack, self.config.options)
         if self.config.upstream:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.config.limits.timeout_s))
@@ -436,8 +497,19 @@ class Guard:
         if self._stack is not None:
             await self._stack.aclose()
 
-    async def audit(self, sample: Sample) -> AuditRecord:
-        return await self.pipeline.verify_sample(sample)
+    async def audit(
+        self, sample: Sample, allowance: ClaimAllowance | None = None, latency_budget_ms: float | None = None
+    ) -> AuditRecord:
+        """Audit one text under the request's claim allowance and latency budget (default: the service's)."""
+        limits = self.config.limits
+        allowance = allowance or ClaimAllowance(limits.max_claims)
+        budget_ms = latency_budget_ms or limits.latency_budget_ms
+        with latency_budget(None if budget_ms is None else budget_ms / 1000) as budget:
+            record = await self.pipeline.verify_sample(sample, admit_claims=allowance.admit)
+        if budget is None or not budget.cut:
+            return record
+        self.metrics.budget_cuts += 1
+        return note_budget_cuts(record, budget)
 
     async def conclude(self, record: AuditRecord, started: float) -> Decision:
         """Decide, count and log one answer's record."""
@@ -533,7 +605,7 @@ class Guard:
         started = time.perf_counter()
         if request.content_type == NDJSON:
             return await self._verify_ndjson(request, started)
-        first = _parse(VerifyRequest, await _read_json(request))
+        first = self._verify_request(await _read_json(request))
         if not first.answer.strip():
             raise RequestError(422, "answer: give a non-empty answer (or stream it as NDJSON deltas)")
         request_id = first.id or uuid.uuid4().hex
@@ -549,16 +621,22 @@ class Guard:
         sample = Sample(
             id=request_id, context=first.context, question=first.question, answer=first.answer, language=first.language
         )
-        record = await self.audit(sample)
+        record = await self.audit(sample, latency_budget_ms=first.latency_budget_ms)
         decision = await self.conclude(record, started)
         return web.json_response({"decision": decision, "record": record.model_dump(mode="json")})
+
+    def _verify_request(self, data: Any) -> VerifyRequest:
+        first = _parse(VerifyRequest, data)
+        if first.latency_budget_ms is not None and not self.config.cascades:
+            raise RequestError(422, "latency_budget_ms: bounds a cascade's later stages, and this judge is no cascade")
+        return first
 
     async def _verify_ndjson(self, request: web.Request, started: float) -> web.StreamResponse:
         lines = _body_lines(request, self.config.limits.max_body_bytes)
         head = await anext(lines, None)
         if head is None:
             raise RequestError(422, "an NDJSON body starts with the request line (context, question, ...)")
-        first = _parse(VerifyRequest, _loads(head, 1))
+        first = self._verify_request(_loads(head, 1))
         response, audit = await self._open_ndjson(request, first)
         return await self._stream_ndjson(request, response, audit, _deltas(first.answer, lines), started)
 
@@ -573,7 +651,10 @@ class Guard:
             await _write_event(response, verdict.event())
 
         request_id = first.id or uuid.uuid4().hex
-        audit = StreamingAudit(self, request_id, first.context, first.question, first.language, emit)
+        audit = StreamingAudit(
+            self, request_id, first.context, first.question, first.language, emit,
+            latency_budget_ms=first.latency_budget_ms,
+        )
 
         async def abort(status: int, message: str) -> web.StreamResponse:
             audit.cancel()
@@ -597,11 +678,11 @@ class Guard:
             async for delta in deltas:
                 audit.feed(delta)
             audit.finish()
+            await audit.drain()
         except RequestError as error:
             # The status is sent already: the error is the stream's last event.
             abort: Callable[[int, str], Awaitable[web.StreamResponse]] = request[ABORT_KEY]
             return await abort(error.status, str(error))
-        await audit.drain()
         await _write_event(response, await audit.answer_event(started))
         await response.write_eof()
         return response

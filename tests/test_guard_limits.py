@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +217,21 @@ async def test_a_draining_service_answers_new_audits_503() -> None:
 async def until_draining(guard: Any) -> None:
     while not guard.guard.draining:
         await asyncio.sleep(0.01)
+
+
+def test_the_language_detector_is_loaded_at_start_not_by_a_request() -> None:
+    # In a fresh interpreter (a test session may have loaded it already): once the service listens,
+    # the detector is in memory, so no request stalls the event loop loading it.
+    probe = (
+        "import asyncio\n"
+        "from rt4chart import languages\n"
+        "from rt4chart.runs.guard import GuardConfig, start_guard\n"
+        "async def main():\n"
+        f"    guard = await start_guard(GuardConfig(port=0, judge={JUDGE!r}))\n"
+        "    loaded = languages._identifier.cache_info().currsize\n"
+        "    await guard.stop()\n"
+        "    assert loaded == 1, 'not loaded at start'\n"
+        "asyncio.run(main())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from rt4chart.judges.cascade import LatencyBudget, latency_budget
 from rt4chart.judges.registry import JudgeStack, judge_stack
+from rt4chart.languages import load_detector
 from rt4chart.method.text import split_sentences
 from rt4chart.protocol import BudgetExhausted, JudgeUnavailable
 from rt4chart.records.io import dump_report
@@ -80,6 +81,8 @@ class Guard:
         return self._pipeline
 
     async def start(self, _app: web.Application) -> None:
+        # Loaded here, off the event loop, so that no request pays for it (see load_detector).
+        await asyncio.to_thread(load_detector)
         self._stack = judge_stack(
             self.config.judge, api_base=self.config.api_base, cache=self.config.cache, budget_usd=self.config.budget_usd
         )

@@ -1,6 +1,6 @@
 """``rt4 guard``'s per-request bounds and refusals: a cascade's latency budget (a slow judge on a
-fault server of 127.0.0.1), the claim limit, and the 503 of a spent budget or a draining service.
-Real servers on free 127.0.0.1 ports, real HTTP clients; no assertion on wall-clock time."""
+fault server of 127.0.0.1), the claim limit, the 503 of a spent budget or a draining service, and
+what the service loads before it listens. Real servers on free 127.0.0.1 ports, real HTTP clients; no assertion on wall-clock time."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import aiohttp
 import pytest
 from faults import FaultServer, claims_in, fault_server
 from test_guard import EVENT_WAIT_S, EXAMPLES, FAITHFUL, JUDGE, REFUND_CONTEXT, HeldStream, read_events, until_in_flight
+from typer.testing import CliRunner
 
+from rt4chart.cli.app import app as cli_app
 from rt4chart.runs.guard import GuardConfig, GuardConfigError, GuardLimits, start_guard
 
 REFUND_SENTENCE = REFUND_CONTEXT[1]
@@ -143,6 +145,13 @@ async def test_a_latency_budget_needs_a_cascade() -> None:
                 assert "no cascade" in (await response.json())["error"]["message"]
     finally:
         await guard.stop()
+
+
+def test_the_cli_refuses_a_latency_budget_without_a_cascade_with_exit_2() -> None:
+    result = CliRunner().invoke(cli_app, ["guard", "--judge", JUDGE, "--latency-budget-ms", "100"])
+    assert result.exit_code == 2 and "needs --judge cascade" in result.output
+    result = CliRunner().invoke(cli_app, ["guard", "--max-claims", "0"])
+    assert result.exit_code == 2
 
 
 @pytest.mark.asyncio

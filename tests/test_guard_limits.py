@@ -1,6 +1,7 @@
 """``rt4 guard``'s per-request bounds and refusals: a cascade's latency budget (a slow judge on a
 fault server of 127.0.0.1), the claim limit, the 503 of a spent budget or a draining service, and
-what the service loads before it listens. Real servers on free 127.0.0.1 ports, real HTTP clients; no assertion on wall-clock time."""
+what the service loads before it listens. Real servers on free 127.0.0.1 ports, real HTTP clients;
+no assertion on wall-clock time."""
 
 from __future__ import annotations
 

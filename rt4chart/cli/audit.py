@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from rt4chart.cli.common import InputArgument, _print_stop, _read_input, _usage_errors
+from rt4chart.cli.common import InputArgument, _print_stop, _read_input, _run, _usage_errors
 from rt4chart.cli.flags import AUDIT_FLAGS, OUTPUT_FLAGS, RUN_FLAGS, run_spec, stderr
 from rt4chart.options import HelpPanel
 from rt4chart.report.outputs import OutputFormat
@@ -26,19 +26,14 @@ if TYPE_CHECKING:
 commands = typer.Typer()
 
 
-def _execute(spec: RunSpec, items: Iterable[InputLine], quiet: bool) -> RunOutcome:
+def _execute(spec: RunSpec, items: Iterable[InputLine], quiet: bool) -> RunOutcome[None]:
     """Run ``spec`` through the run layer with the progress bar on stderr; records without --out go to
     stdout. Records are streamed, not held (the outcome is built from counters)."""
-    from rt4chart.report.progress import ProgressObserver, print_interrupted
-    from rt4chart.runs.run import RunInterrupted, execute
+    from rt4chart.report.progress import ProgressObserver
+    from rt4chart.runs.run import aexecute
 
-    try:
-        with _usage_errors():
-            return execute(spec, items, observer=ProgressObserver(stderr, enabled=not quiet), stdout=sys.stdout,
-                           keep_records=False)
-    except RunInterrupted as interrupted:
-        print_interrupted(interrupted.out, interrupted.records, stderr)
-        raise typer.Exit(interrupted.exit_code) from None
+    observer = ProgressObserver(stderr, enabled=not quiet)
+    return _run(aexecute(spec, items, observer=observer, stdout=sys.stdout, keep_records=False), spec.out)
 
 
 def _stream_input(input_path: Path) -> Iterable[InputLine]:

@@ -81,7 +81,7 @@ def estimate(
 ) -> None:
     """Calls, tokens and USD an audit of INPUT.jsonl would need (expected and worst case); calls no judge."""
     from rt4chart.report.progress import print_estimate
-    from rt4chart.runs.run import estimate as estimate_run
+    from rt4chart.runs.planning import estimate as estimate_run
 
     items = _read_input(input_path)
     with _usage_errors():

@@ -76,11 +76,12 @@ def eval_command(
     result = outcome.payload
     if result is None:
         _print_stop(outcome, note="an incomplete evaluation is not a result: none was written")
-        raise typer.Exit(outcome.exit_code)
-    title = f"{dataset} {split or 'all'}: {result.judge}, {config.variant}"
-    print_metrics(result.metrics, Console(), title, result_details(result))
-    written = write_result(result, results_dir, outcome.reports if save_predictions else None)
-    stderr.print("wrote " + ", ".join(str(p) for p in written), highlight=False, markup=False)
+    else:
+        title = f"{dataset} {split or 'all'}: {result.judge}, {config.variant}"
+        print_metrics(result.metrics, Console(), title, result_details(result))
+        written = write_result(result, results_dir, outcome.reports if save_predictions else None)
+        stderr.print("wrote " + ", ".join(str(p) for p in written), highlight=False, markup=False)
+    raise typer.Exit(outcome.exit_code)
 
 
 @commands.command()

@@ -1,18 +1,24 @@
 """The run layer: a run of an audit declared once (:class:`RunSpec`) and executed by every entry point.
 
-``rt4 verify``, ``rt4 eval``, ``rt4 compare``, ``rt4 repair --verify-after`` and
-:func:`rt4chart.verify` / :func:`rt4chart.averify` all end here. A run builds its judge stack, its
-engine (local or Ray, :class:`rt4chart.runs.engine.AuditEngine`), audits through the one batch runner
-with the stop policy (:func:`rt4chart.runs.engine.run_audit`: budget stop, judge unavailable, resume,
-the output's lock), enriches each record with white-box signals before it is written, publishes
-what the run asked for, and returns a :class:`RunOutcome` whose status is data. :func:`exit_code`
-is the one map from a status to the documented exit code (README "Exit codes": of 3, 2, 4, 1 the
-first that applies wins).
+``rt4 verify`` and :func:`rt4chart.verify` / :func:`rt4chart.averify` run :func:`aexecute`, as do the
+audits inside ``rt4 eval`` (:func:`rt4chart.runs.evaluation.aevaluate`) and ``rt4 repair
+--verify-after`` (:func:`rt4chart.runs.repair.arepair`); ``rt4 compare``
+(:func:`rt4chart.runs.compare.acompare`) drives its engines with the same helpers. A run builds its
+judge stack, its engine (local or Ray, :class:`rt4chart.runs.engine.AuditEngine`), audits through the
+one batch runner with the stop policy (:func:`rt4chart.runs.engine.run_audit`: budget stop, judge
+unavailable, resume, the output's lock), enriches each record with white-box signals before it is
+written, and publishes what the run asked for.
 
-Hook points for what a run does besides auditing: :func:`_publish` (every output a finished run
-writes besides its records) and :func:`outcome_of` (how a run's records and stop become its
-outcome). A run that cannot start (unknown judge, unusable cache or output, a missing extra) raises
-:class:`RunUsageError` before anything is spent.
+Every run, of every command, returns the one :class:`RunOutcome` (what the command produced is its
+payload), whose status :func:`status_of` decides from its counts, stop and decision
+(:func:`policy_fails`); :func:`exit_code` is the one map from a status to the documented exit code
+(README "Exit codes": of 3, 2, 4, 1 the first that applies wins). :func:`run_sync` is the one
+synchronous entry of every run's coroutine.
+
+Hook points for what a run does besides auditing: :func:`rt4chart.report.outputs.publish` (every
+output a finished run writes besides its records) and :func:`outcome_of` (how an audit's records and
+stop become its outcome). A run that cannot start (unknown judge, unusable cache or output, a missing
+extra) raises :class:`RunUsageError` before anything is spent.
 """
 
 from __future__ import annotations
@@ -66,7 +72,6 @@ if TYPE_CHECKING:
     from typing import TextIO
 
     from rt4chart.analysis.diff import GateOutcome
-    from rt4chart.report.progress import AuditEstimate
 
 
 class RunUsageError(ValueError):
@@ -586,34 +591,3 @@ def raise_stop(outcome: RunOutcome[Any]) -> None:
     stop raises :class:`BudgetExhausted`, an unreachable judge :class:`JudgeUnavailable`)."""
     if outcome.stop is not None:
         raise outcome.stop.exception()
-
-
-def estimate(spec: RunSpec, samples: Iterable[Sample | Mapping[str, Any] | InputLine]) -> AuditEstimate:
-    """``rt4 estimate``: the calls, tokens and USD a run of ``spec`` would need (expected and worst
-    case), from the real pipeline against a judge that answers nothing; calls no judge."""
-    from rt4chart.judges.cache import CacheError, open_cache
-    from rt4chart.judges.registry import resolve_judge_for_pricing
-    from rt4chart.runs.planning import estimate_audit
-
-    owned = not isinstance(spec.judge, Backend)  # a caller's backend stays the caller's
-    try:
-        # Pricing needs no key: a user can price an audit before getting one.
-        backend = (
-            spec.judge
-            if isinstance(spec.judge, Backend)
-            else resolve_judge_for_pricing(spec.judge, api_base=spec.api_base)
-        )
-    except JudgeConfigError as error:
-        raise RunUsageError(str(error)) from error
-    try:
-        cache = open_cache(spec.cache) if spec.cache is not None else None
-        try:
-            return estimate_audit(Pipeline(backend, spec.options), input_lines(samples), cache)
-        finally:
-            if cache is not None:
-                cache.close()
-    except CacheError as error:
-        raise RunUsageError(str(error)) from error
-    finally:
-        if owned:
-            asyncio.run(backend.aclose())

@@ -469,6 +469,45 @@ def _rewrite_args(verified: Path, samples: Path, server: Any, out: Path) -> list
             "--api-base", server.base_url, "--no-cache", "--out", str(out), "-q"]
 
 
+def test_sigterm_stops_a_repair_as_it_stops_a_verify_run(tmp_path: Path) -> None:
+    """rt4 repair runs through the run layer's one synchronous entry: SIGTERM (a cancelled job) exits
+    130 saying how many repair records were kept and that --resume goes on from them."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from faults import fault_server
+
+    samples, verified = _verified_guides(tmp_path, 4)
+    out = tmp_path / "repaired.jsonl"
+    answered: list[int] = []
+
+    def reply(body: dict[str, Any]) -> str:
+        answered.append(1)
+        if len(answered) == 2:
+            server.gate.clear()  # the 3rd request is held: the run is caught mid-way
+        return REWRITE
+
+    with fault_server(reply) as server:
+        command = [sys.executable, "-m", "rt4chart", *_rewrite_args(verified, samples, server, out),
+                   "--samples-in-flight", "1"]
+        run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        deadline = time.monotonic() + 300  # a bound on the wait, not a measurement
+        while (len(server.requests) < 3 or not out.is_file() or out.read_text().count("\n") < 2) and (
+            time.monotonic() < deadline and run.poll() is None
+        ):
+            time.sleep(0.05)
+        run.send_signal(signal.SIGTERM)
+        _, stderr = run.communicate(timeout=60)
+        server.gate.set()
+    message = " ".join(stderr.decode().split())
+    assert run.returncode == 130, message
+    assert f"interrupted: 2 complete records are in {out}" in message and "--resume" in message, message
+
+
 def test_a_killed_repair_resumes_without_rewriting_the_finished_answers(tmp_path: Path) -> None:
     import os
     import signal

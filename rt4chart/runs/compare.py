@@ -21,7 +21,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rt4chart.analysis.agreement import AgreementReport
+from rt4chart.analysis.agreement import (
+    AgreementInputError,
+    AgreementReport,
+    agreement_report,
+    answer_table,
+    claim_table,
+    gold_column,
+    read_outputs,
+)
 from rt4chart.judges.budget import Ledger
 from rt4chart.judges.cache import JudgeCache
 from rt4chart.judges.registry import JudgeStack
@@ -257,15 +265,7 @@ async def _run_engine(
 
 
 def _agreement(paths: list[Path], resamples: int, seed: int) -> list[AgreementReport]:
-    from rt4chart.analysis.agreement import (
-        AgreementInputError,
-        agreement_report,
-        answer_table,
-        claim_table,
-        gold_column,
-        read_outputs,
-    )
-
+    """Answer- and claim-level agreement between the judges' output files (``rt4 agree``'s figures)."""
     try:
         loaded = read_outputs(paths)
         gold_labels = gold_column(loaded[0][1], None)

@@ -51,13 +51,21 @@ if TYPE_CHECKING:
     from rt4chart.protocol import Message as Message
     from rt4chart.protocol import TokenCounter as TokenCounter
     from rt4chart.report.outputs import PublishOptions as PublishOptions
+    from rt4chart.runs.compare import Comparison as Comparison
+    from rt4chart.runs.compare import acompare as acompare
     from rt4chart.runs.engine import EngineOptions as EngineOptions
     from rt4chart.runs.engine import Pipeline as Pipeline
+    from rt4chart.runs.evaluation import EvalConfig as EvalConfig
+    from rt4chart.runs.evaluation import EvaluationResult as EvaluationResult
+    from rt4chart.runs.evaluation import aevaluate as aevaluate
+    from rt4chart.runs.repair import Repairs as Repairs
+    from rt4chart.runs.repair import arepair as arepair
     from rt4chart.runs.run import RunOutcome as RunOutcome
     from rt4chart.runs.run import RunStatus as RunStatus
     from rt4chart.runs.run import aexecute as aexecute
     from rt4chart.runs.run import execute as execute
     from rt4chart.runs.run import exit_code as exit_code
+    from rt4chart.runs.run import run_sync as run_sync
     from rt4chart.runs.spec import RunSpec as RunSpec
     from rt4chart.runs.spec import SignalSpec as SignalSpec
     from rt4chart.types import AuditRecord as AuditRecord
@@ -129,7 +137,15 @@ _EXPORTS = {
     "VerifyInput": "rt4chart.method.tasks",
     "VerifyOutput": "rt4chart.method.tasks",
     "Vote": "rt4chart.types",
+    "Comparison": "rt4chart.runs.compare",
+    "EvalConfig": "rt4chart.runs.evaluation",
+    "EvaluationResult": "rt4chart.runs.evaluation",
+    "Repairs": "rt4chart.runs.repair",
+    "acompare": "rt4chart.runs.compare",
+    "aevaluate": "rt4chart.runs.evaluation",
     "aexecute": "rt4chart.runs.run",
+    "arepair": "rt4chart.runs.repair",
+    "run_sync": "rt4chart.runs.run",
     "and_join": "rt4chart.method.joins",
     "execute": "rt4chart.runs.run",
     "exit_code": "rt4chart.runs.run",

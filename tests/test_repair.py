@@ -4,7 +4,14 @@ each strategy; edits are checked against the original answer and applied back.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -469,40 +476,53 @@ def _rewrite_args(verified: Path, samples: Path, server: Any, out: Path) -> list
             "--api-base", server.base_url, "--no-cache", "--out", str(out), "-q"]
 
 
-def test_a_killed_repair_resumes_without_rewriting_the_finished_answers(tmp_path: Path) -> None:
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
+@contextlib.contextmanager
+def _repair_stopped_mid_way(
+    tmp_path: Path, answers: int, finished: int, stop: signal.Signals
+) -> Iterator[tuple[Any, list[str], Path, str, int]]:
+    """``rt4 repair --strategy rewrite`` of ``answers`` guides in a process of its own, sent ``stop``
+    once ``finished`` records are written and the next request is held by the server. Yields the
+    fault server (its gate open again), the command's arguments, its output, stderr and exit code."""
     from faults import fault_server
 
-    samples, verified = _verified_guides(tmp_path, 6)
+    samples, verified = _verified_guides(tmp_path, answers)
     out = tmp_path / "repaired.jsonl"
     answered: list[int] = []
 
     def reply(body: dict[str, Any]) -> str:
         answered.append(1)
-        if len(answered) == 3:
-            server.gate.clear()  # the 4th request is held: the run is caught mid-way
+        if len(answered) == finished:
+            server.gate.clear()  # the next request is held: the run is caught mid-way
         return REWRITE
 
     with fault_server(reply) as server:
-        command = [sys.executable, "-m", "rt4chart", *_rewrite_args(verified, samples, server, out),
-                   "--samples-in-flight", "1"]
-        run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        args = _rewrite_args(verified, samples, server, out)
+        run = subprocess.Popen([sys.executable, "-m", "rt4chart", *args, "--samples-in-flight", "1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
         deadline = time.monotonic() + 300  # a bound on the wait, not a measurement
-        while (len(server.requests) < 4 or not out.is_file() or out.read_text().count("\n") < 3) and (
+        while (len(server.requests) <= finished or not out.is_file() or out.read_text().count("\n") < finished) and (
             time.monotonic() < deadline and run.poll() is None
         ):
             time.sleep(0.05)
-        run.send_signal(signal.SIGKILL)
+        run.send_signal(stop)
         _, stderr = run.communicate(timeout=60)
-        assert len(server.requests) == 4 and out.read_text().count("\n") == 3, stderr.decode()
         server.gate.set()
-        resumed = CliRunner().invoke(app, [*_rewrite_args(verified, samples, server, out), "--resume"])
+        yield server, args, out, " ".join(stderr.decode().split()), run.returncode
+
+
+def test_sigterm_stops_a_repair_as_it_stops_a_verify_run(tmp_path: Path) -> None:
+    """rt4 repair runs through the run layer's one synchronous entry: SIGTERM (a cancelled job) exits
+    130 saying how many repair records were kept and that --resume goes on from them."""
+    with _repair_stopped_mid_way(tmp_path, 4, 2, signal.SIGTERM) as (_, _, out, stderr, returncode):
+        assert returncode == 130, stderr
+        assert f"interrupted: 2 complete records are in {out}" in stderr and "--resume" in stderr, stderr
+
+
+def test_a_killed_repair_resumes_without_rewriting_the_finished_answers(tmp_path: Path) -> None:
+    with _repair_stopped_mid_way(tmp_path, 6, 3, signal.SIGKILL) as (server, args, out, stderr, _):
+        assert len(server.requests) == 4 and out.read_text().count("\n") == 3, stderr
+        resumed = CliRunner().invoke(app, [*args, "--resume"])
         assert resumed.exit_code == 0, resumed.output
         assert len(server.requests) == 4 + 3, "only the three answers not yet repaired were sent again"
     records = [RepairRecord.model_validate_json(line) for line in out.read_text(encoding="utf-8").splitlines()]

@@ -22,9 +22,10 @@ from typer.testing import CliRunner
 
 from rt4chart.cli.app import app
 from rt4chart.records.io import read_jsonl
+from rt4chart.records.manifest import RunCounts
 from rt4chart.report.outputs import PublishOptions
 from rt4chart.runs.engine import BudgetStop, RunStop, UnavailableStop
-from rt4chart.runs.run import RunSpec, RunStatus, RunUsageError, execute, exit_code, first_status
+from rt4chart.runs.run import RunSpec, RunStatus, RunUsageError, execute, exit_code, status_of
 
 EXIT_JUDGE_UNAVAILABLE = 4
 
@@ -35,10 +36,13 @@ def test_each_status_has_the_documented_exit_code_and_precedence_is_3_2_4_1() ->
         RunStatus.INCOMPLETE: 4, RunStatus.FAILED: 1, RunStatus.PASSED: 0,
     }
     assert {status: exit_code(status) for status in documented} == documented
-    assert first_status([RunStatus.FAILED, RunStatus.INCOMPLETE, RunStatus.INVALID_INPUT]) is RunStatus.INVALID_INPUT
-    assert first_status([RunStatus.FAILED, RunStatus.STOPPED_BY_BUDGET]) is RunStatus.STOPPED_BY_BUDGET
-    assert first_status([RunStatus.FAILED, RunStatus.JUDGE_UNAVAILABLE]) is RunStatus.JUDGE_UNAVAILABLE
-    assert first_status([]) is RunStatus.PASSED
+    unavailable = UnavailableStop(endpoint="e", failures=1, last_error="x")
+    assert status_of(RunCounts(invalid=1, incomplete=1), None, True) is RunStatus.INVALID_INPUT
+    assert status_of(RunCounts(invalid=1), BudgetStop(detail="cap"), True) is RunStatus.STOPPED_BY_BUDGET
+    assert status_of(RunCounts(incomplete=1), unavailable, True) is RunStatus.JUDGE_UNAVAILABLE
+    assert status_of(RunCounts(incomplete=1), None, True) is RunStatus.INCOMPLETE
+    assert status_of(RunCounts(), None, True) is RunStatus.FAILED
+    assert status_of(RunCounts(), None, False) is RunStatus.PASSED
 
 
 def test_a_stop_crosses_a_process_boundary_as_a_typed_value() -> None:

@@ -21,6 +21,7 @@ from rt4chart.cli.common import (
     _input_items,
     _print_stop,
     _read_input,
+    _run,
     _usage_errors,
 )
 from rt4chart.cli.flags import AUDIT_FLAGS, OUTPUT_FLAGS, RUN_FLAGS, run_spec, stderr
@@ -35,19 +36,14 @@ if TYPE_CHECKING:
 commands = typer.Typer()
 
 
-def _execute(spec: RunSpec, items: Iterable[InputLine], quiet: bool) -> RunOutcome:
+def _execute(spec: RunSpec, items: Iterable[InputLine], quiet: bool) -> RunOutcome[None]:
     """Run ``spec`` through the run layer with the progress bar on stderr; records without --out go to
     stdout. Records are streamed, not held (the outcome is built from counters)."""
-    from rt4chart.report.progress import ProgressObserver, print_interrupted
-    from rt4chart.runs.run import RunInterrupted, execute
+    from rt4chart.report.progress import ProgressObserver
+    from rt4chart.runs.run import aexecute
 
-    try:
-        with _usage_errors():
-            return execute(spec, items, observer=ProgressObserver(stderr, enabled=not quiet), stdout=sys.stdout,
-                           keep_records=False)
-    except RunInterrupted as interrupted:
-        print_interrupted(interrupted.out, interrupted.records, stderr)
-        raise typer.Exit(interrupted.exit_code) from None
+    observer = ProgressObserver(stderr, enabled=not quiet)
+    return _run(aexecute(spec, items, observer=observer, stdout=sys.stdout, keep_records=False), spec.out)
 
 
 def _stream_input(input_path: Path) -> Iterable[InputLine]:
@@ -100,9 +96,10 @@ def estimate(
 ) -> None:
     """Calls, tokens and USD an audit of INPUT.jsonl would need (expected and worst case); calls no judge."""
     from rt4chart.report.progress import print_estimate
-    from rt4chart.runs.run import estimate as estimate_run
+    from rt4chart.runs.planning import estimate as estimate_run
 
-    items = _input_items(input_path, input_format, trace_mapping) or _read_input(input_path)
+    traces = _input_items(input_path, input_format, trace_mapping)
+    items = _read_input(input_path) if traces is None else traces
     with _usage_errors():
         plan = estimate_run(spec, items)
     if as_json:

@@ -7,10 +7,10 @@ uses them), not an API.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.text import Text
@@ -21,6 +21,8 @@ from rt4chart.cli.flags import fail, stderr
 if TYPE_CHECKING:
     from rt4chart.records.io import InputLine
     from rt4chart.runs.run import RunOutcome
+
+OutcomeT = TypeVar("OutcomeT")
 
 
 def _hide_flag_types(command: Any, ctx: Any) -> None:
@@ -55,8 +57,26 @@ def _usage_errors() -> Iterator[None]:
         raise fail(str(error)) from None
 
 
+def _run(run: Coroutine[Any, Any, OutcomeT], out: Path | None = None, *, interrupted_note: str | None = None) -> OutcomeT:
+    """A command's run, through the run layer's one synchronous entry (:func:`rt4chart.runs.run.run_sync`):
+    a run that cannot start is a usage error; SIGINT or SIGTERM exit 130 saying what was kept (in
+    ``out``, how to resume; else ``interrupted_note``, for a run that does not resume)."""
+    from rt4chart.report.progress import print_interrupted
+    from rt4chart.runs.run import RunInterrupted, run_sync
+
+    try:
+        with _usage_errors():
+            return run_sync(run, out)
+    except RunInterrupted as interrupted:
+        if interrupted_note is None:
+            print_interrupted(interrupted.out, interrupted.records, stderr)
+        else:
+            stderr.print(Text(f"interrupted: {interrupted_note}", style="yellow"), highlight=False, soft_wrap=True)
+        raise typer.Exit(interrupted.exit_code) from None
+
+
 def _print_stop(
-    outcome: RunOutcome, note: str = "records already written are kept; rerun with --resume once the judge is reachable"
+    outcome: RunOutcome[Any], note: str = "records already written are kept; rerun with --resume once the judge is reachable"
 ) -> None:
     """Say why a run stopped when its judge could not be reached (the endpoint, never a key), or
     why its verdicts were left open."""

@@ -19,7 +19,7 @@ from rt4chart.cli.common import (
     _guard_outputs,
     _print_stop,
     _read_input,
-    _usage_errors,
+    _run,
 )
 from rt4chart.cli.flags import AUDIT_FLAGS, CACHE_FLAGS, fail, run_spec, stderr
 from rt4chart.options import HelpPanel
@@ -59,8 +59,7 @@ def eval_command(
     """Audit a labelled dataset, print every metric with 95% CIs, and record the result."""
     from rt4chart.analysis.datasets import DatasetError
     from rt4chart.report.progress import ProgressObserver, print_metrics
-    from rt4chart.runs.evaluation import EvalConfig, load_samples, result_details, write_result
-    from rt4chart.runs.run import evaluate
+    from rt4chart.runs.evaluation import EvalConfig, aevaluate, load_samples, result_details, write_result
 
     if (limit is not None and limit < 0) or resamples < 0:
         raise fail("--limit and --resamples must not be negative")
@@ -72,16 +71,17 @@ def eval_command(
         samples = load_samples(config)
     except DatasetError as error:
         raise fail(str(error)) from None
-    with _usage_errors():
-        outcome = evaluate(spec, config, samples, observer=ProgressObserver(stderr, enabled=not quiet))
-    if outcome.result is None:
-        _print_stop(outcome.run, note="an incomplete evaluation is not a result: none was written")
-        raise typer.Exit(outcome.exit_code)
-    result = outcome.result
-    title = f"{dataset} {split or 'all'}: {result.judge}, {config.variant}"
-    print_metrics(result.metrics, Console(), title, result_details(result))
-    written = write_result(result, results_dir, outcome.run.reports if save_predictions else None)
-    stderr.print("wrote " + ", ".join(str(p) for p in written), highlight=False, markup=False)
+    outcome = _run(aevaluate(spec, config, samples, observer=ProgressObserver(stderr, enabled=not quiet)),
+                   interrupted_note="no result was written (an incomplete evaluation is not a result)")
+    result = outcome.payload
+    if result is None:
+        _print_stop(outcome, note="an incomplete evaluation is not a result: none was written")
+    else:
+        title = f"{dataset} {split or 'all'}: {result.judge}, {config.variant}"
+        print_metrics(result.metrics, Console(), title, result_details(result))
+        written = write_result(result, results_dir, outcome.reports if save_predictions else None)
+        stderr.print("wrote " + ", ".join(str(p) for p in written), highlight=False, markup=False)
+    raise typer.Exit(outcome.exit_code)
 
 
 @commands.command()
@@ -261,17 +261,20 @@ def compare(
     """Decompose each answer once, have every judge verify that same claim set, then report agreement."""
     from rt4chart.report.agreement_view import print_agreement
     from rt4chart.report.progress import ProgressObserver
-    from rt4chart.runs.run import compare
+    from rt4chart.runs.compare import acompare
 
     names = [name.strip() for name in judges_spec.split(",") if name.strip()]
     items = _read_input(input_path)
-    with _usage_errors():
-        outcome = compare(spec.model_copy(update={"input_file": input_path}), names, items, out_dir, decompose_with=decompose_with, resamples=resamples, seed=seed,
-                          observer=ProgressObserver(stderr, enabled=not quiet))
-    stderr.print("wrote " + ", ".join(str(p) for p in outcome.paths), highlight=False, markup=False)
-    for judged in outcome.by_judge:
+    run = acompare(spec.model_copy(update={"input_file": input_path}), names, items, out_dir,
+                   decompose_with=decompose_with, resamples=resamples, seed=seed,
+                   observer=ProgressObserver(stderr, enabled=not quiet))
+    outcome = _run(run, interrupted_note=f"the records finished so far are in {out_dir}; rt4 compare does not "
+                   "resume: rerun it")
+    comparison = outcome.payload
+    stderr.print("wrote " + ", ".join(str(p) for p in comparison.paths), highlight=False, markup=False)
+    for judged in comparison.by_judge:
         _print_stop(judged)
     console = Console()
-    for report in outcome.agreement:
+    for report in comparison.agreement:
         print_agreement(report, console)
     raise typer.Exit(outcome.exit_code)

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from rt4chart.cli.common import _guard_outputs, _print_stop, _read_input, _usage_errors
+from rt4chart.cli.common import _guard_outputs, _print_stop, _read_input, _run
 from rt4chart.cli.flags import AUDIT_FLAGS, CACHE_FLAGS, fail, run_spec, stderr
 from rt4chart.options import HelpPanel
 from rt4chart.runs.spec import RunSpec
@@ -76,7 +76,7 @@ def repair(
     3 stopped by the budget; 4 the repairing or re-auditing judge could not be reached or left verdicts open.
     """
     from rt4chart.method.repair import STRATEGIES
-    from rt4chart.runs.run import repair as run_repair
+    from rt4chart.runs.repair import arepair
 
     if strategy not in STRATEGIES:
         raise fail(f"--strategy must be one of {', '.join(STRATEGIES)} (got {strategy!r})")
@@ -92,19 +92,19 @@ def repair(
     records = _read_verify_records(verified)
     if not records:
         raise fail(f"the verify records {verified} hold no record (the file is empty or blank)")
-    with _usage_errors():
-        outcome = run_repair(spec.model_copy(update={"judge": judge, "out": out, "resume": resume}), records, items,
-                             chosen, input_name=input_path.name, verify_after=verify_after, verify_judge=verify_judge,
-                             stdout=sys.stdout)
+    spec = spec.model_copy(update={"judge": judge, "out": out, "resume": resume})
+    outcome = _run(arepair(spec, records, items, chosen, input_name=input_path.name, verify_after=verify_after,
+                           verify_judge=verify_judge, stdout=sys.stdout), out)
+    repairs = outcome.payload
     if not quiet:
-        judged_by = next((r.verified_after.judge for r in outcome.records if r.verified_after), None)
-        _print_repair_summary(outcome.summary, judged_by)
-    if outcome.reaudit is not None:
-        _print_stop(outcome.reaudit, note="the repairs are written; rerun once the judge is reachable")
+        judged_by = next((r.verified_after.judge for r in repairs.records if r.verified_after), None)
+        _print_repair_summary(repairs.summary, judged_by)
+    if repairs.reaudit is not None:
+        _print_stop(repairs.reaudit, note="the repairs are written; rerun once the judge is reachable")
     elif outcome.stop is not None:
         stderr.print(Text.assemble(("stopped:", "red"), f" {outcome.stop}"), highlight=False, soft_wrap=True)
-    if outcome.summary.invalid:
-        for result in outcome.records:
+    if repairs.summary.invalid:
+        for result in repairs.records:
             if result.repaired is None:
                 stderr.print(Text.assemble(("error:", "red"), " " + "; ".join(result.errors)), highlight=False, soft_wrap=True)
     raise typer.Exit(outcome.exit_code)

@@ -24,7 +24,7 @@ separate inserted sentences). Text a judge wrote is always marked ``generated``.
 
 Everything here is pure except :meth:`Repairer.repair`, which calls the repairing judge through
 the backend contract. The re-audit of repaired answers (``--verify-after``) is a run of the run
-layer (:func:`rt4chart.runs.run.arepair`) over :func:`repaired_samples`, recorded by :func:`record_reaudit`.
+layer (:func:`rt4chart.runs.repair.arepair`) over :func:`repaired_samples`, recorded by :func:`record_reaudit`.
 """
 
 from __future__ import annotations

@@ -3,22 +3,64 @@
 Each answer is decomposed once (:func:`decompose_once`, through the pipeline's own decomposition
 front: by the ``--decompose-with`` judge as ``--decomposer`` says, else by the rule decomposer),
 and every judge verifies exactly those claims through its own :class:`SharedClaimsEngine`, which
-the run layer (:func:`rt4chart.runs.run.acompare`) drives like any other engine: one output file
-per judge, in input order, one record per input line, the same stop policy as ``rt4 verify``;
-ready for ``rt4 agree --level claim`` (which then aligns claims one to one).
+:func:`acompare` drives like any other engine (:func:`rt4chart.runs.engine.run_audit`): one output
+file per judge, in input order, one record per input line, the same stop policy as ``rt4 verify``;
+ready for ``rt4 agree --level claim`` (which then aligns claims one to one). Its outcome is the one
+:class:`~rt4chart.runs.run.RunOutcome`, a :class:`Comparison` its payload.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from rt4chart.analysis.agreement import (
+    AgreementInputError,
+    AgreementReport,
+    agreement_report,
+    answer_table,
+    claim_table,
+    gold_column,
+    read_outputs,
+)
+from rt4chart.judges.budget import Ledger
+from rt4chart.judges.cache import JudgeCache
+from rt4chart.judges.registry import JudgeStack
 from rt4chart.method.decompose import Decomposition
+from rt4chart.options import AuditOptions
 from rt4chart.protocol import BudgetExhausted, JudgeUnavailable
-from rt4chart.records.io import InputLine, error_report
-from rt4chart.runs.engine import BudgetStop, Pipeline, PipelineBound, UnavailableStop, in_input_order, stop_of
+from rt4chart.records.io import InputLine, OutputError, error_report, guard_outputs
+from rt4chart.records.manifest import RunCounts
+from rt4chart.report.progress import RunSummary
+from rt4chart.runs.engine import (
+    AuditEngine,
+    AuditResult,
+    BudgetStop,
+    Pipeline,
+    PipelineBound,
+    UnavailableStop,
+    in_input_order,
+    run_audit,
+    stop_of,
+)
+from rt4chart.runs.run import (
+    RunObserver,
+    RunOutcome,
+    RunStatus,
+    RunUsageError,
+    Stop,
+    build_stack,
+    input_lines,
+    outcome_of,
+)
+from rt4chart.runs.spec import RunSpec
 from rt4chart.types import AuditRecord, Sample
 
 
@@ -70,3 +112,166 @@ class SharedClaimsEngine(PipelineBound):
         if item.sample is None:
             return error_report(item)
         return await self.pipeline.verify_sample(item.sample, item.line, self.shared[item.line])
+
+
+def _stack_cache(spec: RunSpec) -> JudgeCache | None:
+    """One cache opened for several stacks of a run (closed by the run), or ``None``."""
+    from rt4chart.judges.cache import CacheError, open_cache
+
+    if spec.cache is None:
+        return None
+    try:
+        return open_cache(spec.cache)
+    except CacheError as error:
+        raise RunUsageError(str(error)) from None
+
+
+class Comparison(BaseModel):
+    """What ``rt4 compare`` produced (the payload of its :class:`~rt4chart.runs.run.RunOutcome`): one
+    outcome per judge, their files and, when every judge finished, the agreement between them."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    by_judge: list[RunOutcome[None]]
+    """Each judge's run, in ``--judges`` order."""
+    paths: list[Path]
+    """Each judge's output file, in the same order."""
+    agreement: list[AgreementReport] = Field(default_factory=list)
+    """Answer- and claim-level agreement (answer level first); empty when a run stopped or left
+    verdicts open."""
+
+
+def _total(counts: Sequence[RunCounts]) -> RunCounts:
+    """Several runs' tallies added up (citation figures left out): a comparison's status is
+    :func:`~rt4chart.runs.run.status_of` this total, so the first of 3, 2, 4 that applies to any judge."""
+    added = {
+        name: sum(getattr(tally, name) for tally in counts)
+        for name, field in RunCounts.model_fields.items()
+        if field.annotation is int
+    }
+    labels = sum((Counter(tally.labels) for tally in counts), Counter[str]())
+    claims = sum((Counter(tally.claims) for tally in counts), Counter[str]())
+    return RunCounts(labels=dict(labels), claims=dict(claims), **added)
+
+
+def _first_stop(stops: Sequence[Stop | None]) -> Stop | None:
+    """Of several runs' stops, the one that decides their status: a budget stop (exit 3) before an
+    unreachable judge (exit 4)."""
+    stopped = [stop for stop in stops if stop is not None]
+    return next((stop for stop in stopped if isinstance(stop, BudgetStop)), stopped[0] if stopped else None)
+
+
+async def acompare(
+    spec: RunSpec,
+    judges: Sequence[str],
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    out_dir: Path,
+    *,
+    decompose_with: str | None = None,
+    resamples: int = 1000,
+    seed: int = 0,
+    observer: RunObserver | None = None,
+) -> RunOutcome[Comparison]:
+    """``rt4 compare``: decompose each answer once (``decompose_with``, else by rules), have every
+    judge verify those claims through the run's stop policy, one file per judge in ``out_dir``.
+
+    ``spec.judge`` is not used (``judges`` are the judges); its api base, limits, cache and options
+    apply to every judge. Raises :class:`RunUsageError` before any judge call when it cannot start.
+    """
+    items = input_lines(samples)
+    if len(judges) < 2 or len(set(judges)) != len(judges):
+        raise RunUsageError(f"--judges needs at least two different judges (got {','.join(judges)!r})")
+    ledger = Ledger(limit_usd=spec.limits.budget_usd)
+    cache = _stack_cache(spec)  # shared by every judge; closed here
+    stacks: list[JudgeStack] = []
+    try:
+        for name in [*judges, *([decompose_with] if decompose_with else [])]:
+            stacks.append(build_stack(name, api_base=spec.api_base, limits=spec.limits, cache=cache, ledger=ledger))
+        judging = stacks[: len(judges)]
+        decomposer = _decomposer(spec.options, stacks[len(judges)] if decompose_with else None, judging[0])
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise RunUsageError(f"--out-dir {out_dir}: {error.strerror}") from None
+        try:
+            requested = {f"--out-dir file of {stack.name}": out_dir / output_name(stack.name) for stack in judging}
+            paths = list(guard_outputs(requested, [spec.input_file]).values())
+        except OutputError as error:
+            raise RunUsageError(str(error)) from None
+        if observer is not None:
+            observer.start(len(items) * len(judging), ledger, calls_seen=True)
+        try:
+            shared = await decompose_once(items, decomposer)
+            decomposer_stop = None
+        except (BudgetExhausted, JudgeUnavailable) as error:
+            shared, decomposer_stop = {}, stop_of(error)
+        engines = [SharedClaimsEngine(Pipeline(stack, spec.options), shared, decomposer_stop) for stack in judging]
+        runs = await asyncio.gather(
+            *(_run_engine(engine, items, path, observer) for engine, path in zip(engines, paths, strict=True))
+        )
+    finally:
+        if observer is not None:
+            observer.finish()
+        for stack in stacks:
+            await stack.aclose()
+        if cache is not None:
+            cache.close()
+    by_judge = [
+        outcome_of(reports, result, summary, False, ledger, engine.judge_name)
+        for engine, (reports, result, summary) in zip(engines, runs, strict=True)
+    ]
+    outcome = RunOutcome(
+        payload=Comparison(by_judge=by_judge, paths=paths), counts=_total([judged.counts for judged in by_judge]),
+        stop=_first_stop([judged.stop for judged in by_judge]), judge=",".join(judges),
+        spent_usd=ledger.spent_usd, budget_usd=ledger.limit_usd,
+    )
+    if outcome.status in (RunStatus.PASSED, RunStatus.FAILED, RunStatus.INVALID_INPUT):
+        outcome.payload.agreement = _agreement(paths, resamples, seed)
+    return outcome
+
+
+def _decomposer(options: AuditOptions, decompose_with: JudgeStack | None, first_judge: JudgeStack) -> Pipeline:
+    """The pipeline whose decomposition front draws a comparison's claims: ``--decompose-with``'s
+    judge, as ``--decomposer`` says; without one, the rule decomposer (no judge is asked)."""
+    if decompose_with is None:
+        if options.decomposer in ("judge", "holistic"):
+            raise RunUsageError(f"--decomposer {options.decomposer} needs --decompose-with JUDGE: the judge "
+                                "that writes every answer's claims once")
+        return Pipeline(first_judge, options.model_copy(update={"decomposer": "rules"}))
+    if not decompose_with.capabilities.can_write_text:
+        raise RunUsageError(f"--decompose-with {decompose_with.name}: this judge cannot decompose answers")
+    return Pipeline(decompose_with, options)
+
+
+async def _run_engine(
+    engine: AuditEngine[AuditRecord], items: list[InputLine], out: Path | None, observer: RunObserver | None
+) -> tuple[list[AuditRecord], AuditResult, RunSummary]:
+    """One engine through :func:`run_audit` (no resume, no stdout), its records and totals collected."""
+    summary = RunSummary()
+    reports: list[AuditRecord] = []
+
+    def on_report(report: AuditRecord) -> None:
+        summary.add(report)
+        reports.append(report)
+        if observer is not None:
+            observer.record(report, summary)
+
+    try:
+        result = await run_audit(engine, items, out, on_report)
+    except OutputError as error:  # another run holds the output's lock
+        raise RunUsageError(str(error)) from None
+    reports.sort(key=lambda report: report.line)
+    return reports, result, summary
+
+
+def _agreement(paths: list[Path], resamples: int, seed: int) -> list[AgreementReport]:
+    """Answer- and claim-level agreement between the judges' output files (``rt4 agree``'s figures)."""
+    try:
+        loaded = read_outputs(paths)
+        gold_labels = gold_column(loaded[0][1], None)
+    except AgreementInputError as error:
+        raise RunUsageError(str(error)) from None
+    return [
+        agreement_report(build(loaded, gold_labels, "hallucinated"), resamples=resamples, seed=seed)
+        for build in (answer_table, claim_table)
+    ]

@@ -33,6 +33,8 @@ from rt4chart.options import AuditOptions
 from rt4chart.protocol import DEFAULT_MAX_TOKENS, Backend
 from rt4chart.records.io import InputLine, PredictionsError, file_sha256, read_predictions
 from rt4chart.runs.engine import AuditResult, Pipeline, run_audit
+from rt4chart.runs.run import RunObserver, RunOutcome, aexecute
+from rt4chart.runs.spec import RunSpec
 from rt4chart.types import AuditRecord, Gold, Sample, Usage
 
 
@@ -202,8 +204,8 @@ def evaluate(
     :class:`rt4chart.analysis.datasets.DatasetError` or :class:`rt4chart.judges.registry.JudgeConfigError` before
     any judge call when the data or the judge cannot be used, and the stop's exception
     (:class:`~rt4chart.protocol.BudgetExhausted`, :class:`~rt4chart.protocol.JudgeUnavailable`)
-    when the audit stops. ``rt4 eval`` runs through :func:`rt4chart.runs.run.aevaluate` instead, which
-    reports a stop as its status.
+    when the audit stops. ``rt4 eval`` runs through :func:`aevaluate` instead, which reports a stop
+    as its status.
     """
     if samples is None:
         samples = load_samples(config)
@@ -337,3 +339,25 @@ def write_converted(samples: Sequence[Sample], out: Path) -> None:
     """Write samples as rt4chart input JSONL with gold (what ``rt4 convert`` produces)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(s.model_dump_json(exclude_none=True) + "\n" for s in samples), encoding="utf-8")
+
+
+async def aevaluate(
+    spec: RunSpec, config: EvalConfig, samples: Sequence[Sample], *, observer: RunObserver | None = None
+) -> RunOutcome[EvaluationResult | None]:
+    """``rt4 eval``: audit ``samples`` (what :func:`load_samples` gives for ``config``) as a run of
+    ``spec``, then score the records against their gold labels: the payload, ``None`` when the
+    audit stopped (an incomplete evaluation is not a result)."""
+    started = time.perf_counter()
+    run = await aexecute(spec, samples, observer=observer)
+    result = None
+    if run.stop is None:
+        wall = time.perf_counter() - started
+        result = evaluation_result(config, samples, run.reports, run.judge, run.prompt_version, wall)
+    # An evaluation measures: failing answers, verdicts left open and answers that could not be
+    # audited are its data (its metrics count them), so only a stop decides its status.
+    decided = run.counts.model_copy(update={"incomplete": 0, "invalid": 0}) if result is not None else run.counts
+    return RunOutcome(
+        payload=result, counts=decided, fails=False, stop=run.stop, judge=run.judge,
+        prompt_version=run.prompt_version, spent_usd=run.spent_usd, budget_usd=run.budget_usd,
+        reports=run.reports, summary=run.summary,
+    )

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel
 
 from rt4chart.judges.cache import JudgeCache, request_key
+from rt4chart.judges.registry import JudgeConfigError
 from rt4chart.languages import audit_language
 from rt4chart.method.citations import find_citations, max_check_calls
 from rt4chart.method.decompose import decompose_by_rules, rule_claims
@@ -66,6 +69,8 @@ from rt4chart.protocol import (
 from rt4chart.records.io import InputLine
 from rt4chart.report.progress import AuditEstimate
 from rt4chart.runs.engine import Pipeline
+from rt4chart.runs.run import RunUsageError, input_lines
+from rt4chart.runs.spec import RunSpec
 from rt4chart.types import Label, Sample, Sentence
 
 NOT_SENT = "not sent: planning run"
@@ -269,3 +274,33 @@ def estimate_audit(pipeline: Pipeline, items: list[InputLine], cache: JudgeCache
 
 def _longest_reask(max_tokens: int) -> list[Message]:
     return reask_messages(list(range(8)), "x " * max_tokens)
+
+
+def estimate(spec: RunSpec, samples: Iterable[Sample | Mapping[str, Any] | InputLine]) -> AuditEstimate:
+    """``rt4 estimate``: the calls, tokens and USD a run of ``spec`` would need (expected and worst
+    case), from the real pipeline against a judge that answers nothing; calls no judge."""
+    from rt4chart.judges.cache import CacheError, open_cache
+    from rt4chart.judges.registry import resolve_judge_for_pricing
+
+    owned = not isinstance(spec.judge, Backend)  # a caller's backend stays the caller's
+    try:
+        # Pricing needs no key: a user can price an audit before getting one.
+        backend = (
+            spec.judge
+            if isinstance(spec.judge, Backend)
+            else resolve_judge_for_pricing(spec.judge, api_base=spec.api_base)
+        )
+    except JudgeConfigError as error:
+        raise RunUsageError(str(error)) from error
+    try:
+        cache = open_cache(spec.cache) if spec.cache is not None else None
+        try:
+            return estimate_audit(Pipeline(backend, spec.options), input_lines(samples), cache)
+        finally:
+            if cache is not None:
+                cache.close()
+    except CacheError as error:
+        raise RunUsageError(str(error)) from error
+    finally:
+        if owned:
+            asyncio.run(backend.aclose())

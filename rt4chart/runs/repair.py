@@ -3,9 +3,10 @@
 Each verify record is an input line of the repair run (:func:`repair_items`: its position in the
 verify file, the sample it audits, a digest of both), and :class:`RepairEngine` repairs them
 through the repairing judge, ``samples_in_flight`` at a time, in input order, its stop (the budget,
-the judge unavailable) a value. The run layer (:func:`rt4chart.runs.run.arepair`) drives it with
-:func:`rt4chart.runs.engine.run_audit`, as it drives the audit engines: records streamed to the
-output under its lock, one per verify record, ``--resume`` keeping the finished ones.
+the judge unavailable) a value. :func:`arepair` drives it with :func:`rt4chart.runs.engine.run_audit`,
+as the run layer drives the audit engines: records streamed to the output under its lock, one per
+verify record, ``--resume`` keeping the finished ones. Its outcome is the one
+:class:`~rt4chart.runs.run.RunOutcome`, :class:`Repairs` its payload.
 """
 
 from __future__ import annotations
@@ -13,16 +14,32 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from rt4chart.judges.budget import Ledger, SampleAdmission
-from rt4chart.method.repair import Repairer, RepairRecord, RepairStrategy
+from rt4chart.method.repair import (
+    Repairer,
+    RepairRecord,
+    RepairStrategy,
+    RepairSummary,
+    record_reaudit,
+    repaired_samples,
+    summarize,
+)
 from rt4chart.method.tasks import load_prompts, prompt_set_version
 from rt4chart.protocol import BudgetExhausted, GenerationParams, JudgeUnavailable
-from rt4chart.records.io import InputLine, RecordKind
-from rt4chart.runs.engine import BudgetStop, UnavailableStop, in_input_order, stop_of
-from rt4chart.types import AuditRecord
+from rt4chart.records.io import InputLine, OutputError, RecordKind, dump_report, write_reports_atomically
+from rt4chart.records.manifest import RunCounts
+from rt4chart.report.outputs import PublishOptions
+from rt4chart.runs.engine import BudgetStop, UnavailableStop, in_input_order, run_audit, stop_of
+from rt4chart.runs.run import RunOutcome, RunUsageError, aexecute, build_stack, input_lines
+from rt4chart.runs.spec import RunSpec
+from rt4chart.types import AuditRecord, Sample
+
+if TYPE_CHECKING:
+    from typing import TextIO
 
 
 class RepairSettings(BaseModel):
@@ -122,3 +139,93 @@ class RepairEngine:
         record = await self.repairer.repair(self.verified[item.line], item.sample)
         record.line = item.line  # the verify record's position in its file
         return record
+
+
+class Repairs(BaseModel):
+    """What ``rt4 repair`` produced (the payload of its :class:`~rt4chart.runs.run.RunOutcome`): the
+    repair records, their summary, and the re-audit of the repaired answers."""
+
+    records: list[RepairRecord]
+    """One per verify record, in their order."""
+    summary: RepairSummary
+    """Retention and residual hallucination over the records."""
+    reaudit: RunOutcome[None] | None = None
+    """The re-audit of the repaired answers (``--verify-after``)."""
+
+
+async def arepair(
+    spec: RunSpec,
+    records: Sequence[AuditRecord | str],
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    strategy: RepairStrategy,
+    *,
+    input_name: str = "the input",
+    verify_after: bool = False,
+    verify_judge: str | None = None,
+    stdout: TextIO | None = None,
+) -> RunOutcome[Repairs]:
+    """``rt4 repair``: repair the flagged answers of ``records`` (verify records, or why a line is
+    not one) against their ``samples`` with ``spec.judge`` (``None``: no repairing judge), through
+    the one batch runner (:func:`rt4chart.runs.engine.run_audit` over a
+    :class:`RepairEngine`): one repair record per verify record, in their
+    order, ``spec.options.samples_in_flight`` at a time, into ``spec.out`` (else ``stdout``), a
+    killed run resumed with ``spec.resume``. With ``verify_after``, the repaired answers are then
+    re-audited as a run of their own (:func:`rt4chart.runs.run.aexecute`) with ``verify_judge`` (default:
+    ``spec.judge``, else the embedded verifier), and the records rewritten with their re-audits."""
+    if strategy == "rewrite" and spec.judge is None:
+        raise RunUsageError("--strategy rewrite needs --judge: a judge that writes text")
+    if spec.resume and spec.out is None:
+        raise RunUsageError("--resume needs --out FILE")
+    items, verified = repair_items(records, input_lines(samples), input_name)
+    repairing = (
+        build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache) if spec.judge else None
+    )
+    finished: list[RepairRecord] = []
+    try:
+        if repairing is not None and not repairing.capabilities.can_write_text:
+            raise RunUsageError(
+                f"judge {repairing.name} cannot write text; repair needs a language-model or scripted judge"
+            )
+        engine = RepairEngine(Repairer(strategy, repairing, spec.options.params), verified,
+                              spec.options.samples_in_flight, repairing.ledger if repairing is not None else None)
+        try:
+            # With a re-audit to come, stdout gets the records once they hold it.
+            result = await run_audit(engine, items, spec.out, finished.append, resume=spec.resume,
+                                     stdout=None if verify_after else stdout)
+        except OutputError as error:  # another run holds the output's lock
+            raise RunUsageError(str(error)) from None
+    finally:
+        if repairing is not None:
+            await repairing.aclose()
+    finished.sort(key=lambda record: record.line)
+    stop = result.stop
+    reaudit = None
+    if verify_after and stop is None:
+        valid = {item.line: item.sample for item in items if item.sample is not None}
+        todo = repaired_samples(finished, valid)
+        # --api-base belongs to --judge; a separate --verify-judge is resolved on its own.
+        rejudge = spec.model_copy(update={
+            "judge": spec.judge if verify_judge is None else verify_judge,
+            "api_base": spec.api_base if verify_judge is None else None,
+            "out": None, "resume": False, "outputs": PublishOptions(), "signals": None, "input_file": None,
+        })
+        reaudit = await aexecute(rejudge, [sample for _, sample in todo])
+        for (repaired, _), after in zip(todo, reaudit.reports, strict=True):
+            record_reaudit(repaired, after)
+        stop = reaudit.stop
+        if spec.out is not None:
+            write_reports_atomically(spec.out, finished)
+    if verify_after and spec.out is None and stdout is not None:
+        stdout.writelines(dump_report(record) + "\n" for record in finished)
+    summary = summarize(strategy, finished)
+    counts = RunCounts(
+        records=len(finished), written=result.written, resumed=result.resumed, remaining=result.remaining,
+        # Records a stop left unrepaired are not bad input: with a stop, the stop decides (3 or 4).
+        invalid=summary.invalid if stop is None else 0,
+        incomplete=reaudit.counts.incomplete if reaudit is not None else 0,
+    )
+    return RunOutcome(
+        payload=Repairs(records=finished, summary=summary, reaudit=reaudit), counts=counts,
+        fails=summary.residual_hallucinated > 0, stop=stop, judge=engine.judge_name,
+        prompt_version=engine.prompt_version,
+    )

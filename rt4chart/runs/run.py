@@ -1,18 +1,24 @@
 """The run layer: a run of an audit declared once (:class:`RunSpec`) and executed by every entry point.
 
-``rt4 verify``, ``rt4 eval``, ``rt4 compare``, ``rt4 repair --verify-after`` and
-:func:`rt4chart.verify` / :func:`rt4chart.averify` all end here. A run builds its judge stack, its
-engine (local or Ray, :class:`rt4chart.runs.engine.AuditEngine`), audits through the one batch runner
-with the stop policy (:func:`rt4chart.runs.engine.run_audit`: budget stop, judge unavailable, resume,
-the output's lock), enriches each record with white-box signals before it is written, publishes
-what the run asked for, and returns a :class:`RunOutcome` whose status is data. :func:`exit_code`
-is the one map from a status to the documented exit code (README "Exit codes": of 3, 2, 4, 1 the
-first that applies wins).
+``rt4 verify`` and :func:`rt4chart.verify` / :func:`rt4chart.averify` run :func:`aexecute`, as do the
+audits inside ``rt4 eval`` (:func:`rt4chart.runs.evaluation.aevaluate`) and ``rt4 repair
+--verify-after`` (:func:`rt4chart.runs.repair.arepair`); ``rt4 compare``
+(:func:`rt4chart.runs.compare.acompare`) drives its engines with the same helpers. A run builds its
+judge stack, its engine (local or Ray, :class:`rt4chart.runs.engine.AuditEngine`), audits through the
+one batch runner with the stop policy (:func:`rt4chart.runs.engine.run_audit`: budget stop, judge
+unavailable, resume, the output's lock), enriches each record with white-box signals before it is
+written, and publishes what the run asked for.
 
-Hook points for what a run does besides auditing: :func:`_publish` (every output a finished run
-writes besides its records) and :func:`outcome_of` (how a run's records and stop become its
-outcome). A run that cannot start (unknown judge, unusable cache or output, a missing extra) raises
-:class:`RunUsageError` before anything is spent.
+Every run, of every command, returns the one :class:`RunOutcome` (what the command produced is its
+payload), whose status :func:`status_of` decides from its counts, stop and decision
+(:func:`policy_fails`); :func:`exit_code` is the one map from a status to the documented exit code
+(README "Exit codes": of 3, 2, 4, 1 the first that applies wins). :func:`run_sync` is the one
+synchronous entry of every run's coroutine.
+
+Hook points for what a run does besides auditing: :func:`rt4chart.report.outputs.publish` (every
+output a finished run writes besides its records) and :func:`outcome_of` (how an audit's records and
+stop become its outcome). A run that cannot start (unknown judge, unusable cache or output, a missing
+extra) raises :class:`RunUsageError` before anything is spent.
 """
 
 from __future__ import annotations
@@ -22,23 +28,20 @@ import contextlib
 import gc
 import signal
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 from rich.console import Console
 
-from rt4chart.analysis.agreement import AgreementReport
 from rt4chart.judges.budget import Ledger, RunLimits
 from rt4chart.judges.cache import JudgeCache
 from rt4chart.judges.registry import JudgeConfigError, JudgeStack, check_judge_serves
-from rt4chart.method.repair import RepairRecord, RepairStrategy, RepairSummary
-from rt4chart.options import AuditOptions, FailOn
-from rt4chart.protocol import Backend, BudgetExhausted, JudgeUnavailable
+from rt4chart.options import FailOn
+from rt4chart.protocol import Backend
 from rt4chart.records.io import (
     InputFile,
     InputLine,
@@ -60,9 +63,7 @@ from rt4chart.runs.engine import (
     Pipeline,
     UnavailableStop,
     run_audit,
-    stop_of,
 )
-from rt4chart.runs.evaluation import EvalConfig, EvaluationResult
 from rt4chart.runs.ray_engine import RayUnavailable
 from rt4chart.runs.spec import RunSpec, SignalSpec
 from rt4chart.types import AuditRecord, Sample
@@ -71,7 +72,6 @@ if TYPE_CHECKING:
     from typing import TextIO
 
     from rt4chart.analysis.diff import GateOutcome
-    from rt4chart.report.progress import AuditEstimate
 
 
 class RunUsageError(ValueError):
@@ -118,19 +118,33 @@ def exit_code(status: RunStatus) -> int:
 
 
 
-class RunOutcome(BaseModel):
-    """How a run ended: its status (data, for :func:`exit_code`), the counts behind it, the stop."""
+PayloadT = TypeVar("PayloadT")
+"""What a command's run produced besides its tally (:attr:`RunOutcome.payload`)."""
+
+OutcomeT = TypeVar("OutcomeT")
+"""What a run's coroutine returns (:func:`run_sync`)."""
+
+Stop = BudgetStop | UnavailableStop
+"""Why a run stopped before its last line."""
+
+
+class RunOutcome(BaseModel, Generic[PayloadT]):
+    """How a run of any command ended (``rt4 verify``, ``eval``, ``compare``, ``repair``, ``signals``):
+    the tally, the decision and the stop its status is decided from (:func:`status_of`, the one
+    place: :attr:`status` is computed, never set), and what the command produced (``payload``)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    status: RunStatus
-    """How the run ended."""
+    payload: PayloadT
+    """What the command produced besides its records' tally: ``None`` for ``rt4 verify`` and
+    ``rt4 signals``; a :class:`rt4chart.runs.compare.Comparison`, :class:`rt4chart.runs.repair.Repairs`,
+    or the :class:`rt4chart.runs.evaluation.EvaluationResult` of ``rt4 eval`` (``None`` when it stopped)."""
     counts: RunCounts
-    """The run's tally: the figures the status was decided from."""
+    """The run's tally: the figures the status is decided from."""
     fails: bool = False
     """Whether the answers fail the run's policy (``--fail-on``, ``--max-rate``, a baseline gate):
     :func:`policy_fails` of ``counts``."""
-    stop: BudgetStop | UnavailableStop | None = None
+    stop: Stop | None = None
     """Why the run stopped before its last line, if it did."""
     judge: str = ""
     """The judge's name, as records carry it."""
@@ -141,13 +155,20 @@ class RunOutcome(BaseModel):
     budget_usd: float | None = None
     """The run's cap, if any."""
     reports: list[AuditRecord] = Field(default_factory=list, exclude=True)
-    """The run's records, in input order; empty when the run streamed them (``keep_records=False``:
-    they are in ``out``, and the outcome is built from counters)."""
+    """The run's audit records, in input order; empty when the run streamed them (``keep_records=False``:
+    they are in ``out``, and the outcome is built from counters) or wrote no audit records."""
     summary: RunSummary = Field(default_factory=RunSummary, exclude=True)
     """Totals over the records (what the end-of-run table shows)."""
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def status(self) -> RunStatus:
+        """How the run ended: :func:`status_of` its counts, stop and decision."""
+        return status_of(self.counts, self.stop, self.fails)
+
     @property
     def exit_code(self) -> int:
+        """The documented exit code of :attr:`status` (:func:`exit_code`)."""
         return exit_code(self.status)
 
     @property
@@ -276,8 +297,9 @@ def policy_fails(counts: RunCounts, outputs: PublishOptions, gate: GateOutcome |
     return counts.failing / counts.judged > outputs.max_rate
 
 
-def status_of(counts: RunCounts, stop: BudgetStop | UnavailableStop | None, fails: bool) -> RunStatus:
-    """A run's status from its tally, its stop and its decision: the first of 3, 2, 4, 1 that applies."""
+def status_of(counts: RunCounts, stop: Stop | None, fails: bool) -> RunStatus:
+    """A run's status from its tally, its stop and its decision: the first of 3, 2, 4, 1 that applies.
+    The one place a status is decided: :attr:`RunOutcome.status` of every command's run is this."""
     if isinstance(stop, BudgetStop):
         return RunStatus.STOPPED_BY_BUDGET
     if counts.invalid:
@@ -291,13 +313,12 @@ def status_of(counts: RunCounts, stop: BudgetStop | UnavailableStop | None, fail
 
 def outcome_of(
     reports: Sequence[AuditRecord], result: AuditResult, summary: RunSummary, fails: bool, ledger: Ledger, judge: str
-) -> RunOutcome:
-    """The outcome of a run whose records are ``reports``, tallied in ``summary``, its decision ``fails``
-    (:func:`policy_fails`): its status, first of 3, 2, 4, 1 that applies."""
+) -> RunOutcome[None]:
+    """The outcome of an audit whose records are ``reports``, tallied in ``summary``, its decision
+    ``fails`` (:func:`policy_fails`)."""
     counts = summary.record_counts().model_copy(
         update={"written": result.written, "resumed": result.resumed, "remaining": result.remaining}
     )
-    status = status_of(counts, result.stop, fails)
     summary.fails = fails
     summary.remaining = result.remaining
     summary.stopped_by_budget = result.stopped_by_budget
@@ -305,7 +326,7 @@ def outcome_of(
     summary.run_usage, summary.overrun_usd = ledger.usage, ledger.overrun_usd
     summary.resumed = result.resumed
     return RunOutcome(
-        status=status, counts=counts, fails=fails, stop=result.stop, judge=judge, spent_usd=ledger.spent_usd,
+        payload=None, counts=counts, fails=fails, stop=result.stop, judge=judge, spent_usd=ledger.spent_usd,
         budget_usd=ledger.limit_usd, reports=list(reports), summary=summary,
     )
 
@@ -321,14 +342,14 @@ class SignalRecordLike(Protocol):
     def model_dump_json(self) -> str: ...
 
 
-def write_signal_records(out: Path, records: Sequence[SignalRecordLike]) -> RunOutcome:
+def write_signal_records(out: Path, records: Sequence[SignalRecordLike]) -> RunOutcome[None]:
     """Write the records of ``rt4 signals csr|attention`` (one per input line, atomically) and the run's
     outcome: invalid input (exit 2) when a line has no signals, every line still having its record."""
     write_lines_atomically(out, (record.model_dump_json() for record in records))
     invalid = sum(1 for record in records if record.errors)
     counts = RunCounts(records=len(records), written=len(records), invalid=invalid,
                        flagged=sum(1 for record in records if record.flagged))
-    return RunOutcome(status=RunStatus.INVALID_INPUT if invalid else RunStatus.PASSED, counts=counts)
+    return RunOutcome(payload=None, counts=counts)
 
 
 def report_records(outputs: PublishOptions, audited: list[AuditedSample], console: Console) -> RunStatus:
@@ -391,7 +412,7 @@ async def aexecute(
     stdout: TextIO | None = None,
     console: Console | None = None,
     keep_records: bool = True,
-) -> RunOutcome:
+) -> RunOutcome[None]:
     """Run ``spec`` over ``samples``: one record per input line, in input order, into ``spec.out``
     (else ``stdout`` unless it shows the readable view, else only the outcome), then publish what
     ``spec.outputs`` asks for (the view, annotations: on ``console``).
@@ -479,14 +500,22 @@ def execute(
     stdout: TextIO | None = None,
     console: Console | None = None,
     keep_records: bool = True,
-) -> RunOutcome:
-    """Synchronous :func:`aexecute`; SIGINT and SIGTERM raise :class:`RunInterrupted`."""
+) -> RunOutcome[None]:
+    """Synchronous :func:`aexecute` (:func:`run_sync`)."""
+    run = aexecute(spec, samples, observer=observer, stdout=stdout, console=console, keep_records=keep_records)
+    return run_sync(run, spec.out)
+
+
+def run_sync(run: Coroutine[Any, Any, OutcomeT], out: Path | None = None) -> OutcomeT:
+    """Run a run's coroutine (:func:`aexecute`, :func:`rt4chart.runs.compare.acompare`,
+    :func:`rt4chart.runs.repair.arepair`, :func:`rt4chart.runs.evaluation.aevaluate`) to its end: the one
+    synchronous entry of every run. SIGINT and SIGTERM raise :class:`RunInterrupted` (``out``: the
+    run's records file, what a resume reads)."""
     with _terminate_as_interrupt():
         try:
-            return asyncio.run(aexecute(spec, samples, observer=observer, stdout=stdout, console=console,
-                                        keep_records=keep_records))
+            return asyncio.run(run)
         except KeyboardInterrupt:
-            raise RunInterrupted(spec.out, _complete_lines(spec.out)) from None
+            raise RunInterrupted(out, _complete_lines(out)) from None
 
 
 class RunInterrupted(Exception):
@@ -557,368 +586,8 @@ def _collections_spaced_out() -> Iterator[None]:
             gc.set_threshold(*_thresholds_before)
 
 
-def raise_stop(outcome: RunOutcome) -> None:
+def raise_stop(outcome: RunOutcome[Any]) -> None:
     """Raise the exception of the outcome's stop (what :func:`rt4chart.verify` promises: a budget
     stop raises :class:`BudgetExhausted`, an unreachable judge :class:`JudgeUnavailable`)."""
     if outcome.stop is not None:
         raise outcome.stop.exception()
-
-
-_PRECEDENCE = list(RunStatus)
-"""Statuses in the order the exit code decides (the declaration order of :class:`RunStatus`)."""
-
-
-def first_status(statuses: Iterable[RunStatus]) -> RunStatus:
-    """Of several runs' statuses, the one the exit code follows (3, 2, 4, 1: the first that applies)."""
-    return min(statuses, key=_PRECEDENCE.index, default=RunStatus.PASSED)
-
-
-def _stack_cache(spec: RunSpec) -> JudgeCache | None:
-    """One cache opened for several stacks of a run (closed by the run), or ``None``."""
-    from rt4chart.judges.cache import CacheError, open_cache
-
-    if spec.cache is None:
-        return None
-    try:
-        return open_cache(spec.cache)
-    except CacheError as error:
-        raise RunUsageError(str(error)) from None
-
-
-class CompareOutcome(BaseModel):
-    """How ``rt4 compare`` ended: one outcome per judge, their files and, when every judge finished,
-    the agreement between them (answer level, then claim level)."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    status: RunStatus
-    """The status the exit code follows (the first of the judges' that applies)."""
-    by_judge: list[RunOutcome]
-    """Each judge's run, in ``--judges`` order."""
-    paths: list[Path]
-    """Each judge's output file, in the same order."""
-    agreement: list[AgreementReport] = Field(default_factory=list)
-    """Answer- and claim-level agreement; empty when a run stopped or left verdicts open."""
-
-    @property
-    def exit_code(self) -> int:
-        return exit_code(self.status)
-
-    @property
-    def stop(self) -> BudgetStop | UnavailableStop | None:
-        """The first judge's stop, if any stopped."""
-        return next((outcome.stop for outcome in self.by_judge if outcome.stop is not None), None)
-
-
-async def acompare(
-    spec: RunSpec,
-    judges: Sequence[str],
-    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
-    out_dir: Path,
-    *,
-    decompose_with: str | None = None,
-    resamples: int = 1000,
-    seed: int = 0,
-    observer: RunObserver | None = None,
-) -> CompareOutcome:
-    """``rt4 compare``: decompose each answer once (``decompose_with``, else by rules), have every
-    judge verify those claims through the run's stop policy, one file per judge in ``out_dir``.
-
-    ``spec.judge`` is not used (``judges`` are the judges); its api base, limits, cache and options
-    apply to every judge. Raises :class:`RunUsageError` before any judge call when it cannot start.
-    """
-    from rt4chart.runs.compare import SharedClaimsEngine, decompose_once, output_name
-
-    items = input_lines(samples)
-    if len(judges) < 2 or len(set(judges)) != len(judges):
-        raise RunUsageError(f"--judges needs at least two different judges (got {','.join(judges)!r})")
-    ledger = Ledger(limit_usd=spec.limits.budget_usd)
-    cache = _stack_cache(spec)  # shared by every judge; closed here
-    stacks: list[JudgeStack] = []
-    try:
-        for name in [*judges, *([decompose_with] if decompose_with else [])]:
-            stacks.append(build_stack(name, api_base=spec.api_base, limits=spec.limits, cache=cache, ledger=ledger))
-        judging = stacks[: len(judges)]
-        decomposer = _decomposer(spec.options, stacks[len(judges)] if decompose_with else None, judging[0])
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise RunUsageError(f"--out-dir {out_dir}: {error.strerror}") from None
-        try:
-            requested = {f"--out-dir file of {stack.name}": out_dir / output_name(stack.name) for stack in judging}
-            paths = list(guard_outputs(requested, [spec.input_file]).values())
-        except OutputError as error:
-            raise RunUsageError(str(error)) from None
-        if observer is not None:
-            observer.start(len(items) * len(judging), ledger, calls_seen=True)
-        try:
-            shared = await decompose_once(items, decomposer)
-            decomposer_stop = None
-        except (BudgetExhausted, JudgeUnavailable) as error:
-            shared, decomposer_stop = {}, stop_of(error)
-        engines = [SharedClaimsEngine(Pipeline(stack, spec.options), shared, decomposer_stop) for stack in judging]
-        runs = await asyncio.gather(
-            *(_run_engine(engine, items, path, observer) for engine, path in zip(engines, paths, strict=True))
-        )
-    finally:
-        if observer is not None:
-            observer.finish()
-        for stack in stacks:
-            await stack.aclose()
-        if cache is not None:
-            cache.close()
-    by_judge = [
-        outcome_of(reports, result, summary, False, ledger, engine.judge_name)
-        for engine, (reports, result, summary) in zip(engines, runs, strict=True)
-    ]
-    status = first_status(outcome.status for outcome in by_judge)
-    agreement = []
-    if status in (RunStatus.PASSED, RunStatus.FAILED, RunStatus.INVALID_INPUT):
-        agreement = _agreement(paths, resamples, seed)
-    return CompareOutcome(status=status, by_judge=by_judge, paths=paths, agreement=agreement)
-
-
-def _decomposer(options: AuditOptions, decompose_with: JudgeStack | None, first_judge: JudgeStack) -> Pipeline:
-    """The pipeline whose decomposition front draws a comparison's claims: ``--decompose-with``'s
-    judge, as ``--decomposer`` says; without one, the rule decomposer (no judge is asked)."""
-    if decompose_with is None:
-        if options.decomposer in ("judge", "holistic"):
-            raise RunUsageError(f"--decomposer {options.decomposer} needs --decompose-with JUDGE: the judge "
-                                "that writes every answer's claims once")
-        return Pipeline(first_judge, options.model_copy(update={"decomposer": "rules"}))
-    if not decompose_with.capabilities.can_write_text:
-        raise RunUsageError(f"--decompose-with {decompose_with.name}: this judge cannot decompose answers")
-    return Pipeline(decompose_with, options)
-
-
-async def _run_engine(
-    engine: AuditEngine[AuditRecord], items: list[InputLine], out: Path | None, observer: RunObserver | None
-) -> tuple[list[AuditRecord], AuditResult, RunSummary]:
-    """One engine through :func:`run_audit` (no resume, no stdout), its records and totals collected."""
-    summary = RunSummary()
-    reports: list[AuditRecord] = []
-
-    def on_report(report: AuditRecord) -> None:
-        summary.add(report)
-        reports.append(report)
-        if observer is not None:
-            observer.record(report, summary)
-
-    try:
-        result = await run_audit(engine, items, out, on_report)
-    except OutputError as error:  # another run holds the output's lock
-        raise RunUsageError(str(error)) from None
-    reports.sort(key=lambda report: report.line)
-    return reports, result, summary
-
-
-def _agreement(paths: list[Path], resamples: int, seed: int) -> list[AgreementReport]:
-    from rt4chart.analysis.agreement import (
-        AgreementInputError,
-        agreement_report,
-        answer_table,
-        claim_table,
-        gold_column,
-        read_outputs,
-    )
-
-    try:
-        loaded = read_outputs(paths)
-        gold_labels = gold_column(loaded[0][1], None)
-    except AgreementInputError as error:
-        raise RunUsageError(str(error)) from None
-    return [
-        agreement_report(build(loaded, gold_labels, "hallucinated"), resamples=resamples, seed=seed)
-        for build in (answer_table, claim_table)
-    ]
-
-
-def compare(
-    spec: RunSpec,
-    judges: Sequence[str],
-    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
-    out_dir: Path,
-    **keywords: Any,
-) -> CompareOutcome:
-    """Synchronous :func:`acompare`."""
-    return asyncio.run(acompare(spec, judges, samples, out_dir, **keywords))
-
-
-class RepairOutcome(BaseModel):
-    """How ``rt4 repair`` ended: the repair records, their summary, and the re-audit's outcome."""
-
-    status: RunStatus
-    """Invalid records first, then the re-audit's status (a judge that cannot be reached is 4,
-    never "still flagged"); ``failed`` when a repaired answer is still flagged."""
-    records: list[RepairRecord]
-    """One per verify record, in their order."""
-    summary: RepairSummary
-    """Retention and residual hallucination over the records."""
-    reaudit: RunOutcome | None = None
-    """The re-audit of the repaired answers (``--verify-after``)."""
-    stop: BudgetStop | UnavailableStop | None = None
-    """Why the repair or its re-audit stopped, if it did."""
-
-    @property
-    def exit_code(self) -> int:
-        return exit_code(self.status)
-
-
-async def arepair(
-    spec: RunSpec,
-    records: Sequence[AuditRecord | str],
-    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
-    strategy: RepairStrategy,
-    *,
-    input_name: str = "the input",
-    verify_after: bool = False,
-    verify_judge: str | None = None,
-    stdout: TextIO | None = None,
-) -> RepairOutcome:
-    """``rt4 repair``: repair the flagged answers of ``records`` (verify records, or why a line is
-    not one) against their ``samples`` with ``spec.judge`` (``None``: no repairing judge), through
-    the one batch runner (:func:`rt4chart.runs.engine.run_audit` over a
-    :class:`rt4chart.runs.repair.RepairEngine`): one repair record per verify record, in their
-    order, ``spec.options.samples_in_flight`` at a time, into ``spec.out`` (else ``stdout``), a
-    killed run resumed with ``spec.resume``. With ``verify_after``, the repaired answers are then
-    re-audited as a run of their own (:func:`aexecute`) with ``verify_judge`` (default:
-    ``spec.judge``, else the embedded verifier), and the records rewritten with their re-audits."""
-    from rt4chart.method.repair import Repairer, record_reaudit, repaired_samples, summarize
-    from rt4chart.records.io import dump_report, write_reports_atomically
-    from rt4chart.runs.repair import RepairEngine, repair_items
-
-    if strategy == "rewrite" and spec.judge is None:
-        raise RunUsageError("--strategy rewrite needs --judge: a judge that writes text")
-    if spec.resume and spec.out is None:
-        raise RunUsageError("--resume needs --out FILE")
-    items, verified = repair_items(records, input_lines(samples), input_name)
-    repairing = (
-        build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache) if spec.judge else None
-    )
-    finished: list[RepairRecord] = []
-    try:
-        if repairing is not None and not repairing.capabilities.can_write_text:
-            raise RunUsageError(
-                f"judge {repairing.name} cannot write text; repair needs a language-model or scripted judge"
-            )
-        engine = RepairEngine(Repairer(strategy, repairing, spec.options.params), verified,
-                              spec.options.samples_in_flight, repairing.ledger if repairing is not None else None)
-        try:
-            # With a re-audit to come, stdout gets the records once they hold it.
-            result = await run_audit(engine, items, spec.out, finished.append, resume=spec.resume,
-                                     stdout=None if verify_after else stdout)
-        except OutputError as error:  # another run holds the output's lock
-            raise RunUsageError(str(error)) from None
-    finally:
-        if repairing is not None:
-            await repairing.aclose()
-    finished.sort(key=lambda record: record.line)
-    stop = result.stop
-    reaudit = None
-    if verify_after and stop is None:
-        valid = {item.line: item.sample for item in items if item.sample is not None}
-        todo = repaired_samples(finished, valid)
-        # --api-base belongs to --judge; a separate --verify-judge is resolved on its own.
-        rejudge = spec.model_copy(update={
-            "judge": spec.judge if verify_judge is None else verify_judge,
-            "api_base": spec.api_base if verify_judge is None else None,
-            "out": None, "resume": False, "outputs": PublishOptions(), "signals": None, "input_file": None,
-        })
-        reaudit = await aexecute(rejudge, [sample for _, sample in todo])
-        for (repaired, _), after in zip(todo, reaudit.reports, strict=True):
-            record_reaudit(repaired, after)
-        stop = reaudit.stop
-        if spec.out is not None:
-            write_reports_atomically(spec.out, finished)
-    if verify_after and spec.out is None and stdout is not None:
-        stdout.writelines(dump_report(record) + "\n" for record in finished)
-    summary = summarize(strategy, finished)
-    found = [RunStatus.FAILED] if summary.residual_hallucinated else []
-    if summary.invalid and stop is None:  # records a stop left unrepaired are not bad input
-        found.append(RunStatus.INVALID_INPUT)
-    if isinstance(stop, BudgetStop):
-        found.append(RunStatus.STOPPED_BY_BUDGET)
-    elif stop is not None:
-        found.append(RunStatus.JUDGE_UNAVAILABLE)
-    if reaudit is not None and reaudit.counts.incomplete:
-        found.append(RunStatus.INCOMPLETE)
-    return RepairOutcome(status=first_status(found), records=finished, summary=summary, reaudit=reaudit, stop=stop)
-
-
-def repair(
-    spec: RunSpec,
-    records: Sequence[AuditRecord | str],
-    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
-    strategy: RepairStrategy,
-    **keywords: Any,
-) -> RepairOutcome:
-    """Synchronous :func:`arepair`."""
-    return asyncio.run(arepair(spec, records, samples, strategy, **keywords))
-
-
-class EvalOutcome(BaseModel):
-    """How ``rt4 eval`` ended: the audit's outcome and, unless it stopped, the scored result."""
-
-    status: RunStatus
-    """``passed`` when the result was scored (an evaluation measures: findings are its data), else
-    the stop's status (an incomplete evaluation is not a result)."""
-    run: RunOutcome
-    """The audit of the dataset."""
-    result: EvaluationResult | None = None
-    """The metrics and their provenance; ``None`` when the audit stopped."""
-
-    @property
-    def exit_code(self) -> int:
-        return exit_code(self.status)
-
-
-async def aevaluate(
-    spec: RunSpec, config: EvalConfig, samples: Sequence[Sample], *, observer: RunObserver | None = None
-) -> EvalOutcome:
-    """``rt4 eval``: audit ``samples`` (what :func:`rt4chart.runs.evaluation.load_samples` gives for
-    ``config``) as a run of ``spec``, then score the records against their gold labels."""
-    from rt4chart.runs.evaluation import evaluation_result
-
-    started = time.perf_counter()
-    run = await aexecute(spec, samples, observer=observer)
-    if run.stop is not None:
-        return EvalOutcome(status=run.status, run=run)
-    wall = time.perf_counter() - started
-    result = evaluation_result(config, samples, run.reports, run.judge, run.prompt_version, wall)
-    return EvalOutcome(status=RunStatus.PASSED, run=run, result=result)
-
-
-def evaluate(spec: RunSpec, config: EvalConfig, samples: Sequence[Sample], **keywords: Any) -> EvalOutcome:
-    """Synchronous :func:`aevaluate`."""
-    return asyncio.run(aevaluate(spec, config, samples, **keywords))
-
-
-def estimate(spec: RunSpec, samples: Iterable[Sample | Mapping[str, Any] | InputLine]) -> AuditEstimate:
-    """``rt4 estimate``: the calls, tokens and USD a run of ``spec`` would need (expected and worst
-    case), from the real pipeline against a judge that answers nothing; calls no judge."""
-    from rt4chart.judges.cache import CacheError, open_cache
-    from rt4chart.judges.registry import resolve_judge_for_pricing
-    from rt4chart.runs.planning import estimate_audit
-
-    owned = not isinstance(spec.judge, Backend)  # a caller's backend stays the caller's
-    try:
-        # Pricing needs no key: a user can price an audit before getting one.
-        backend = (
-            spec.judge
-            if isinstance(spec.judge, Backend)
-            else resolve_judge_for_pricing(spec.judge, api_base=spec.api_base)
-        )
-    except JudgeConfigError as error:
-        raise RunUsageError(str(error)) from error
-    try:
-        cache = open_cache(spec.cache) if spec.cache is not None else None
-        try:
-            return estimate_audit(Pipeline(backend, spec.options), input_lines(samples), cache)
-        finally:
-            if cache is not None:
-                cache.close()
-    except CacheError as error:
-        raise RunUsageError(str(error)) from error
-    finally:
-        if owned:
-            asyncio.run(backend.aclose())

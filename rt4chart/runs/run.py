@@ -43,6 +43,7 @@ from rt4chart.records.io import (
     InputFile,
     InputLine,
     OutputError,
+    discards,
     guard_outputs,
     parse_sample,
     read_records,
@@ -419,7 +420,8 @@ async def aexecute(
     stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)
     summary = RunSummary(fail_on=spec.outputs.fail_on, max_rate=spec.outputs.max_rate)
     reports: list[AuditRecord] = []
-    rereads = out is not None and not keep_records  # outputs that need every record read them from out
+    # Outputs that need every record read them back from out (the null device gives none back).
+    rereads = out is not None and not keep_records and not discards(out)
     try:
         engine = _engine(spec, stack)
         if observer is not None:

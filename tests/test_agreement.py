@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -249,3 +250,11 @@ def test_welch_test_matches_scipy_and_is_undefined_without_variation() -> None:
     assert (t, p, warnings) == (pytest.approx(expected.statistic), pytest.approx(expected.pvalue), [])
     assert welch_test([0.5], [0.4, 0.3])[:2] == (None, None)
     assert welch_test([0.5, 0.5], [0.4, 0.4])[2]
+
+
+def test_welch_test_on_identical_runs_is_undefined_without_a_warning() -> None:
+    # Three equal figures whose floating-point variance is not exactly zero (1e-32).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t, p, notes = welch_test([0.7, 0.7, 0.7], [0.1, 0.1, 0.1])
+    assert (t, p) == (None, None) and notes == ["no run-to-run variation in either judge: Welch's t-test undefined"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import warnings
 
 import numpy as np
@@ -26,6 +27,7 @@ from rt4chart.analysis.agreement import (
     versus_gold,
     welch_test,
 )
+from rt4chart.analysis.review_agreement import estimate_agreement
 from rt4chart.types import AuditRecord, ClaimVerdict, Gold, Label, Span
 
 LABELS = ["a", "b", "c"]
@@ -258,3 +260,13 @@ def test_welch_test_on_identical_runs_is_undefined_without_a_warning() -> None:
         warnings.simplefilter("error")
         t, p, notes = welch_test([0.7, 0.7, 0.7], [0.1, 0.1, 0.1])
     assert (t, p) == (None, None) and notes == ["no run-to-run variation in either judge: Welch's t-test undefined"]
+
+
+def test_a_zero_width_review_interval_never_warns_of_widths_above_one() -> None:
+    # Two reviews, both agreeing: every resample gives precision 1, and the note on how far the truth
+    # may be (3/2 by the naive rule of three) has to stay a share.
+    codes = np.array([0, 0])
+    _, _, labels, _ = estimate_agreement(codes, codes, np.ones(2), resamples=50)
+    note = next(w for figures in labels for w in figures.precision.warnings if "zero width" in w)
+    widths = [float(number) for number in re.findall(r"\d+\.\d+", note)]
+    assert widths and all(width <= 1 for width in widths), note

@@ -410,6 +410,13 @@ async def aexecute(
     items = samples if isinstance(samples, InputFile) else input_lines(samples)
     if spec.resume and spec.out is None:
         raise RunUsageError("--resume needs --out FILE")
+    if spec.outputs.github and spec.out is None and not spec.outputs.text_view:
+        # GitHub reads workflow commands from stdout, where the records would go otherwise: one
+        # stream holding both is neither valid JSONL nor clean annotations.
+        raise RunUsageError(
+            "--github prints workflow commands on stdout, where the records go without --out: "
+            "give --out FILE (or --out /dev/null to keep no records)"
+        )
     started_at = datetime.now(UTC)
     spec = _guarded(spec)
     if problem := baseline_problem(spec.outputs):  # refused before any judge call

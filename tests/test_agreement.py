@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import re
+import warnings
 
 import numpy as np
 import pytest
@@ -25,6 +27,7 @@ from rt4chart.analysis.agreement import (
     versus_gold,
     welch_test,
 )
+from rt4chart.analysis.review_agreement import estimate_agreement
 from rt4chart.types import AuditRecord, ClaimVerdict, Gold, Label, Span
 
 LABELS = ["a", "b", "c"]
@@ -249,3 +252,21 @@ def test_welch_test_matches_scipy_and_is_undefined_without_variation() -> None:
     assert (t, p, warnings) == (pytest.approx(expected.statistic), pytest.approx(expected.pvalue), [])
     assert welch_test([0.5], [0.4, 0.3])[:2] == (None, None)
     assert welch_test([0.5, 0.5], [0.4, 0.4])[2]
+
+
+def test_welch_test_on_identical_runs_is_undefined_without_a_warning() -> None:
+    # Three equal figures whose floating-point variance is not exactly zero (1e-32).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t, p, notes = welch_test([0.7, 0.7, 0.7], [0.1, 0.1, 0.1])
+    assert (t, p) == (None, None) and notes == ["no run-to-run variation in either judge: Welch's t-test undefined"]
+
+
+def test_a_zero_width_review_interval_never_warns_of_widths_above_one() -> None:
+    # Two reviews, both agreeing: every resample gives precision 1, and the note on how far the truth
+    # may be (3/2 by the naive rule of three) has to stay a share.
+    codes = np.array([0, 0])
+    _, _, labels, _ = estimate_agreement(codes, codes, np.ones(2), resamples=50)
+    note = next(w for figures in labels for w in figures.precision.warnings if "zero width" in w)
+    widths = [float(number) for number in re.findall(r"\d+\.\d+", note)]
+    assert widths and all(width <= 1 for width in widths), note

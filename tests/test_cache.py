@@ -166,3 +166,15 @@ def test_no_cache_flag_bypasses_the_cache(tmp_path: Path) -> None:
     assert read_records(tmp_path / "b.jsonl")[0]["usage"]["calls"] > 0
     assert not (tmp_path / "c").exists()
     assert json.loads((tmp_path / "a.jsonl").read_text())["usage"]["cache_hits"] == 0
+
+
+def test_cache_stats_prints_its_figures_on_stdout(tmp_path: Path) -> None:
+    # What the command is for goes to stdout (`entries=$(rt4 cache stats)` in a CI step), not stderr.
+    cache_dir = tmp_path / "cache"
+    JudgeCache(cache_dir).close()
+    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    stats = subprocess.run([sys.executable, "-m", "rt4chart", "cache", "stats", "--cache-dir", str(cache_dir)],
+                           capture_output=True, text=True, env=environment, timeout=120)
+    assert stats.returncode == 0, stats.stderr
+    assert stats.stdout.startswith(f"{cache_dir}: 0 entries, ") and stats.stdout.endswith(" MB\n")
+    assert stats.stderr == ""

@@ -425,3 +425,44 @@ def test_a_profile_is_refused_for_a_cascade_or_a_judge_it_cannot_name(tmp_path: 
                        "claim_threshold = 0.5\n", encoding="utf-8")
     run = CliRunner().invoke(app, ["verify", str(inputs), "--judge", str(cascade), "--no-cache"])
     assert run.exit_code == EXIT_USAGE and "cannot settle judge" in run.output and "Traceback" not in run.output
+
+
+def test_a_point_worse_than_the_judge_on_every_figure_is_said_and_not_recommended(tmp_path: Path) -> None:
+    # The judge's own verdicts are right on every claim, but its stated confidences rank them badly:
+    # unsupported claims score 0.9, 0.9 and 0.05, supported ones 0.95, 0.5, 0.5 and 0.5. The best F1
+    # point (0.9) then flags one supported claim and misses one unsupported: held out, precision,
+    # recall and F1 all fall below the judge's own 1.0.
+    supported = ["The museum opens at 9 am.", "Entry costs 12 euros.", "It has three floors.", "Guides speak French."]
+    unsupported = ["It was founded in 1850.", "It has seven gardens.", "The cafe sells pizza."]
+    verdicts = {"opens": ("entailed", 0.05), "Entry": ("entailed", 0.5), "floors": ("entailed", 0.5),
+                "Guides": ("entailed", 0.5), "founded": ("baseless", 0.9), "gardens": ("baseless", 0.9),
+                "cafe": ("baseless", 0.05)}
+    lines = []
+    for number in range(6):
+        answer = " ".join(supported + unsupported)
+        spans = [{"start": answer.index(s), "end": answer.index(s) + len(s)} for s in unsupported]
+        sample = {"id": f"museum-{number}", "question": "What should visitors know?",
+                  "context": " ".join(supported) + f" Exhibit {number} is new.", "answer": answer,
+                  "gold": {"hallucinated": True, "spans": spans}}
+        lines.append(json.dumps(sample))
+    inputs = tmp_path / "answers.jsonl"
+    inputs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    evidence = dict(zip(["opens", "Entry", "floors", "Guides"], supported, strict=True))
+    rules = [{"claim": word, "label": label, "confidence": confidence,
+              "evidence": [evidence[word]] if label == "entailed" else []}
+             for word, (label, confidence) in verdicts.items()]
+    rules_file = tmp_path / "rules.json"
+    rules_file.write_text(json.dumps({"verify": rules}), encoding="utf-8")
+    records, profile = tmp_path / "records.jsonl", tmp_path / "calibrated.toml"
+    audit = CliRunner().invoke(app, ["verify", str(inputs), "--judge", f"scripted:{rules_file}", "--no-cache",
+                                     "--out", str(records)])
+    assert audit.exit_code == 1, audit.output
+    arguments = ["calibrate", str(records), "--folds", "3", "--resamples", "20", "--judge", f"scripted:{rules_file}"]
+    report = json.loads(CliRunner().invoke(app, [*arguments, "--json"]).output)
+    assert all(report["held_out"][name]["value"] < report["current"][name]["value"]
+               for name in ("precision", "recall", "f1")), report
+    assert report["below_judge"] and any("no improvement" in warning for warning in report["warnings"])
+    shown = CliRunner().invoke(app, [*arguments, "--out", str(profile)])
+    assert shown.exit_code == 0, shown.output
+    assert "no improvement" in shown.output and "not recommended" in shown.output
+    assert f"use it with --judge {profile}" not in shown.output

@@ -5,12 +5,13 @@ JUnit schema, GitHub Actions annotations on the offending input lines, and the e
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 import xmlschema
-from fixtures.reports.runs import ANSWERS, JUNIT_SCHEMA, read_records, rt4, verify
+from fixtures.reports.runs import ANSWERS, JUNIT_SCHEMA, RULES, copy_answers, read_records, rt4, verify
 from junitparser import Error, Failure, JUnitXml
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -82,6 +83,20 @@ def test_github_annotations_point_at_the_offending_input_lines(tmp_path: Path) -
     assert "\n" not in berlin["message"]  # one workflow command per line
     assert _unescape(berlin["message"]).splitlines()[0] == "[contradicted] claim 1: It has 10 million inhabitants."
     assert '"It has 3.7 million inhabitants."' in _unescape(berlin["message"])
+
+
+def test_github_without_out_is_a_usage_error_and_with_dev_null_only_annotations(tmp_path: Path) -> None:
+    # Workflow commands are read from stdout; records there too would make one stream that is
+    # neither JSONL nor clean annotations: refused before any work, and --out /dev/null keeps none.
+    copy_answers(tmp_path)
+    audit = ("verify", "answers.jsonl", "--judge", f"scripted:{RULES}", "--no-cache", "--quiet", "--github")
+    mixed = rt4(*audit, cwd=tmp_path)
+    assert mixed.returncode == EXIT_USAGE and mixed.stdout == "", mixed.stdout
+    assert "--github" in mixed.stderr and "--out" in mixed.stderr and "Traceback" not in mixed.stderr
+    annotations_only = rt4(*audit, "--out", os.devnull, cwd=tmp_path)
+    assert annotations_only.returncode == EXIT_FAIL, annotations_only.stderr
+    lines = annotations_only.stdout.splitlines()
+    assert lines and all(ANNOTATION.match(line) for line in lines), annotations_only.stdout
 
 
 @pytest.mark.parametrize(

@@ -206,6 +206,17 @@ def test_cli_writes_json_markdown_and_html(tmp_path: Path, runs: tuple[Path, Pat
     assert missing.returncode == 2 and "not found" in missing.stderr
 
 
+def test_terminal_and_markdown_views_show_both_rationales_of_a_flip(tmp_path: Path, runs: tuple[Path, Path]) -> None:
+    # s-changed: the baseline's judge had no rule for "free every day" (baseless), the new one has rule 4.
+    base, new = runs
+    terminal = rt4("diff", str(base), str(new), "--markdown", "summary.md", cwd=tmp_path)
+    assert terminal.returncode == 0, terminal.stderr
+    assert "before rationale: no rule matched" in terminal.stdout
+    assert "now rationale: scripted rule 4" in terminal.stdout
+    [row] = [line for line in (tmp_path / "summary.md").read_text().splitlines() if line.startswith("| `s-changed`")]
+    assert "(before: no rule matched; now: scripted rule 4)" in row
+
+
 def test_gate_exit_codes_for_new_worse_and_none(tmp_path: Path) -> None:
     valid_new = {key: value for key, value in NEW_ANSWERS.items() if key != "s-bad"}
     base = _audit(tmp_path, "gate-base", BASE_ANSWERS, BASE_RULES)

@@ -395,3 +395,18 @@ def test_escapes_controls_and_bidi_overrides_from_answers_never_reach_a_terminal
         assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text and "\x01" not in text
     assert "\u241b[2J" in shown[0], "the escape is shown, not dropped"
     ElementTree.parse(junit)  # well-formed XML: no control character left in it
+
+
+def test_out_to_the_null_device_drops_the_records_and_keeps_the_device(audit_inputs: tuple[Path, Path]) -> None:
+    # The run is still judged and published (the JUnit report holds every sample), its records go
+    # nowhere (not to stdout either), and /dev gets no lock, temporary file or manifest beside null.
+    inputs, rules = audit_inputs
+    junit = inputs.parent / "junit.xml"
+    before = set(os.listdir("/dev"))
+    run = rt4_process("verify", str(inputs), "--judge", f"scripted:{rules}", "--no-cache", "-o", os.devnull,
+                      "--junit", str(junit))
+    assert run.returncode == 1, run.stderr  # the scripted rules flag a sample: the run's verdict
+    assert run.stdout == "" and "Traceback" not in run.stderr
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode), "the null device is still a device"
+    assert set(os.listdir("/dev")) == before
+    assert junit.read_text().count("<testcase ") == 3

@@ -147,11 +147,11 @@ def test_cache_stats_and_clear_read_the_server_named_by_cache_url(
         cache.close()
     stats = rt4("cache", "stats", "--cache-url", own_database, cwd=tmp_path)
     assert stats.returncode == 0, stats.stderr
-    assert "2 entries" in stats.stderr and own_database in stats.stderr
+    assert "2 entries" in stats.stdout and own_database in stats.stdout
     cleared = rt4("cache", "clear", "--cache-url", own_database, cwd=tmp_path)
     assert cleared.returncode == 0, cleared.stderr
     after = rt4("cache", "stats", "--cache-url", own_database, cwd=tmp_path)
-    assert "0 entries" in after.stderr
+    assert "0 entries" in after.stdout
     both = rt4("cache", "stats", "--cache-url", own_database, "--cache-dir", "cache", cwd=tmp_path)
     assert both.returncode == 2 and "alternatives" in both.stderr
     assert not (tmp_path / "cache").exists()

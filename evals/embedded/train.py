@@ -1,6 +1,6 @@
-"""Train the embedded verifier's learned head on dev data and write rt4chart/judges/embedded/model.json.
+"""Train the embedded verifier's learned head on dev data and write the model file to ``--out``.
 
-    nice -n 10 python evals/embedded/train.py            # minutes on 2 cores (see RESULTS.md)
+    nice -n 10 python evals/embedded/train.py --out rt4chart/judges/embedded/model.json   # minutes (RESULTS.md)
 
 Data: the dev splits only (RAGTruth QA ``dev.jsonl`` for the ``question`` head, the FaithBench
 non-test part for the ``no_question`` head; split rule in ../shared/data/README.md). Test splits
@@ -49,8 +49,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import shlex
 import sys
+import sysconfig
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,7 +65,7 @@ from sklearn.pipeline import Pipeline
 from rt4chart.analysis.datasets import load_dataset, source_key
 from rt4chart.analysis.metrics import balanced_accuracy, binary_prf
 from rt4chart.judges.embedded.fit import C_GRID, feature_names, fitted_head, platt, regression
-from rt4chart.judges.embedded.model import ARTEFACT, FEATURES, Guard, Head, HeadName, ModelArtefact, Platt, features
+from rt4chart.judges.embedded.model import FEATURES, Guard, Head, HeadName, ModelArtefact, Platt, features
 from rt4chart.judges.embedded.verifier import ClaimAnalysis, SentenceEncoder, analyse_request, load_encoder, model_dir
 from rt4chart.method.decompose import decompose_by_rules
 from rt4chart.method.tasks import VerifyInput
@@ -370,16 +370,32 @@ def train_head(
                        matrix[:: max(1, len(matrix) // 50)])
 
 
+SHIPPED_IN_CHECKOUT = "rt4chart/judges/embedded/model.json"
+
+
+def installed_package_path(path: Path) -> bool:
+    """Whether ``path`` lies under this interpreter's site-packages (an installed package)."""
+    target = path.resolve()
+    installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
+    return any(target.is_relative_to(folder) for folder in installed)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ARTEFACT, help="where to write the model file")
+    parser.add_argument(
+        "--out", type=Path, required=True,
+        help=f"where to write the model file (the shipped one, from a checkout: {SHIPPED_IN_CHECKOUT})",
+    )
     args = parser.parse_args()
+    if installed_package_path(args.out):
+        # A rebuild written into site-packages silently replaces the judge every later audit runs as.
+        parser.error(f"--out {args.out} is inside an installed package; give a path outside site-packages")
     heads = {}
     for head, (dataset, metric) in HEADS.items():
         samples = load_dataset(dataset, split="dev")
         heads[head] = train_head(*measured(dataset, samples), dataset, metric)
-    command = shlex.join(["python", "evals/embedded/train.py", *sys.argv[1:]])
-    artefact = ModelArtefact(features=list(FEATURES), heads=heads, command=command)
+    # --out only says where the file goes, so it is left out: rebuilds anywhere compare byte for byte.
+    artefact = ModelArtefact(features=list(FEATURES), heads=heads, command="python evals/embedded/train.py")
     args.out.write_text(artefact.model_dump_json(indent=1) + "\n")
     print(f"wrote {args.out} ({args.out.stat().st_size} bytes)")
 

@@ -668,7 +668,9 @@ def welch_test(first: Sequence[float], second: Sequence[float]) -> tuple[float |
     """Welch's t-test (scipy) over per-run figures; ``None`` where it is undefined."""
     if len(first) < 2 or len(second) < 2:
         return None, None, ["Welch's t-test needs at least two runs per judge"]
-    if np.var(first) == 0.0 and np.var(second) == 0.0:
+    # Identical runs: np.var of three copies of 0.7 is 1e-32, not 0, and scipy then divides by it
+    # (t = 5e15 and a RuntimeWarning); the range of equal figures is exactly 0.
+    if np.ptp(first) == 0.0 and np.ptp(second) == 0.0:
         return None, None, ["no run-to-run variation in either judge: Welch's t-test undefined"]
     # scipy.stats takes most of a second to import: every `rt4 verify` imports this module, few test runs.
     from scipy import stats

@@ -206,6 +206,9 @@ class Calibration(BaseModel):
     """``precision``, ``recall``, ``f1`` of the held-out flags, with 95% bootstrap intervals."""
     current: dict[str, Estimate]
     """The same figures of the judge's own verdicts (label not entailed), for comparison."""
+    below_judge: bool = False
+    """Whether the held-out precision, recall and F1 are all below those of the judge's own verdicts:
+    the point (and a profile applying it) would do worse than the judge as it is."""
     fold_points: list[FoldPoint]
     validation: ClaimValidation
     """The verifier-validation table, at the held-out flags."""
@@ -656,6 +659,15 @@ def calibrate(
     )
     result.ungrouped = len({c.group for c in labelled if c.group.startswith("answer ")})
     result.warnings = in_sample_warnings(result, target)
+    result.below_judge = all(
+        held.value is not None and own.value is not None and held.value < own.value
+        for held, own in ((result.held_out[name], result.current[name]) for name in ("precision", "recall", "f1"))
+    )
+    if result.below_judge:
+        result.warnings.append(
+            "held out, the chosen point's precision, recall and F1 are all below the judge's own verdicts': it is "
+            "no improvement; keep the judge as it is (or label more claims)"
+        )
     if refit is not None:
         if result.score != "p_unsupported" or result.head is None:
             raise CalibrationError("--refit refits the embedded verifier's head: records of the shipped embedded "
@@ -825,7 +837,10 @@ def calibration_markdown(result: Calibration) -> str:
             *(f"| held-out {name} at {result.target} | {format_estimate(refit.held_out[name])} | "
               f"{format_estimate(held[name])} |" for name in ("precision", "recall", "f1")),
         ]
-    if result.profile:
+    if result.profile and result.below_judge:
+        lines += ["", f"wrote {result.profile}, which does worse held out than the judge's own verdicts: not "
+                  "recommended (see the warning)"]
+    elif result.profile:
         lines += ["", f"wrote {result.profile}: use it with --judge {result.profile}"]
     return "\n".join(lines) + "\n"
 

@@ -110,9 +110,12 @@ def _statistic(value: float | None, n: int, warning: str, interval: tuple[float 
     warnings = []
     if low is not None and low == high and n > 0:
         # Every resample agreed (all reviews on one side): the percentile interval has no width,
-        # though the truth may be up to about 3 / n away (the rule of three's 95% bound).
-        warnings.append(f"an interval of zero width from {n} reviews understates the uncertainty (about 3/{n} = "
-                        f"{3 / n:.2f} by the rule of three)")
+        # though the truth may be up to 1 - 0.05^(1/n) away (the exact one-sided 95% bound when none
+        # of n trials goes the other way; the rule of three's 3/n approximates it for large n only,
+        # and passes 1 below n = 4).
+        bound = 1 - 0.05 ** (1 / n)
+        warnings.append(f"an interval of zero width from {n} reviews understates the uncertainty (the truth may be "
+                        f"up to {bound:.2f} away: 1 - 0.05^(1/{n}), the exact form of the rule of three)")
     return Statistic(value=value, ci_low=low, ci_high=high, n=n, warnings=warnings)
 
 

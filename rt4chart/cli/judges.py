@@ -43,7 +43,8 @@ def cache_stats(*, spec: RunSpec) -> None:
         stats = stats_of(spec.cache)
     except CacheError as error:
         raise fail(str(error)) from None
-    stderr.print(f"{stats.directory}: {stats.entries} entries, {stats.size_bytes / 1e6:.2f} MB", highlight=False, markup=False)
+    # The figures are what the command is for: stdout, where `$(rt4 cache stats)` finds them.
+    typer.echo(f"{stats.directory}: {stats.entries} entries, {stats.size_bytes / 1e6:.2f} MB")
 
 
 @cache_commands.command("clear")

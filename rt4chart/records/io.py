@@ -1,9 +1,10 @@
 """JSONL in and out. Every input line yields exactly one item: a sample or the reason it is bad.
 
 Output files are guarded: :func:`resolve_output` refuses an output that is the input, a directory,
-a device or sits in a missing folder, and follows a symlink to the file it names (so temporary
-files and renames happen beside the target, never replacing the link); :func:`output_lock` holds
-one advisory lock per output file, so two runs never write one file at once.
+a device other than the null device (which drops what it gets: :func:`discards`) or sits in a
+missing folder, and follows a symlink to the file it names (so temporary files and renames happen
+beside the target, never replacing the link); :func:`output_lock` holds one advisory lock per
+output file, so two runs never write one file at once.
 
 A records output brings sidecar files beside it (:func:`sidecars`: its manifest, its lock, and the
 temporary file every atomic write renames from); :func:`guard_outputs` holds them to the outputs'
@@ -498,6 +499,12 @@ def sidecar_owner(path: Path) -> tuple[str, Path] | None:
     return None
 
 
+def discards(out: Path) -> bool:
+    """Whether ``out`` is the null device (``-o /dev/null``): what is written there is dropped, so it
+    gets no sidecars, no lock and no rename (renaming a file over it would replace the device)."""
+    return os.path.realpath(out) == os.devnull
+
+
 class OutputError(ValueError):
     """An output path that cannot be used safely (an input, another output of the same run, a
     directory, a device, a missing or unwritable folder, or a file another run is writing)."""
@@ -546,7 +553,8 @@ def guard_outputs(
     the outputs whose flags are in ``records`` are records files, with a manifest and a lock).
     Refused, for an output and each of its sidecars: one of ``inputs`` (the same file under any name,
     a hard link, or standard input for ``-``), two files of the run that are one file, a directory,
-    anything that is not a regular file (a device, a FIFO). Refused too: an output named as the
+    anything that is not a regular file (a device, a FIFO), except the null device (:func:`discards`),
+    which any output may name. Refused too: an output named as the
     sidecar of an existing file or of one of the run's files (``--out base.jsonl.manifest.json``,
     ``--report .out.jsonl.lock``), a path whose folder does not exist, and a folder (or an existing
     file) that cannot be written. The returned paths are the symlinks' targets: writers rename
@@ -586,6 +594,8 @@ def guard_outputs(
 
     for flag, out in named.items():
         target = targets[flag]
+        if discards(target):
+            continue
         if not target.parent.is_dir():
             raise OutputError(f"{flag} {out}: folder {target.parent} does not exist")
         owned = sidecar_owner(target)
@@ -614,7 +624,7 @@ def output_lock(out: Path | None) -> Iterator[None]:
     A second holder fails at once with :class:`OutputError` instead of waiting: two runs on one
     output would rename over records the other one is still appending.
     """
-    if out is None:
+    if out is None or discards(out):
         yield
         return
     lock = lock_path(out)
@@ -639,6 +649,8 @@ def write_text_atomically(path: Path, pieces: Iterable[str]) -> None:
     ``OSError`` names ``path`` (a failed ``write`` names no file of its own).
     """
     path = Path(os.path.realpath(path))  # through a symlink to its target: the link stays a link
+    if discards(path):
+        return
     temporary = temporary_path(path)
     try:
         with open(temporary, "w", encoding="utf-8") as handle:
@@ -672,6 +684,7 @@ class ReportAppender:
 
     def __init__(self, path: Path) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._synced = not discards(path)  # fsync of the null device fails (EINVAL)
 
     def append(self, report: RunRecord) -> None:
         data = (dump_report(report) + "\n").encode("utf-8")
@@ -680,7 +693,8 @@ class ReportAppender:
             written += os.write(self._fd, data[written:])
 
     def close(self) -> None:
-        os.fsync(self._fd)
+        if self._synced:
+            os.fsync(self._fd)
         os.close(self._fd)
 
 

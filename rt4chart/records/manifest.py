@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from rt4chart.options import AuditOptions
-from rt4chart.records.io import STDIN, audit_fingerprint, file_sha256, write_lines_atomically
+from rt4chart.records.io import STDIN, audit_fingerprint, discards, file_sha256, write_lines_atomically
 from rt4chart.records.io import manifest_path as manifest_path  # kept in io with the other sidecars, named here too
 from rt4chart.types import RunCitations, Usage
 
@@ -143,11 +143,14 @@ def write_manifest(
     resumed: int = 0,
     reused_from_baseline: int = 0,
     baseline: Path | None = None,
-) -> Path:
-    """Write the manifest of the finished records file ``out``; return its path.
+) -> Path | None:
+    """Write the manifest of the finished records file ``out``; return its path (``None`` for the
+    null device, whose records were dropped: no manifest beside it).
 
     Call it once the records are final (after signals are attached): it hashes the file as it is.
     """
+    if discards(out):
+        return None
     readable = input_path is not None and str(input_path) != STDIN
     manifest = RunManifest(
         rt4chart_version=rt4chart_version(),

@@ -70,6 +70,13 @@ def _claim_line(change: ClaimChange) -> str:
     return f"claim {side.index} {change.kind} ({side.label}): {side.text}"
 
 
+def _rationales(change: ClaimChange) -> str:
+    """Each run's rationale for the claim, for the Markdown summary (empty when neither gave one)."""
+    said = [f"{name}: {side.rationale}" for name, side in (("before", change.base), ("now", change.new))
+            if side is not None and side.rationale]
+    return f" ({'; '.join(said)})" if said else ""
+
+
 def print_diff(result: RunDiff, console: Console) -> None:
     """The terminal view: configuration, counts, tests, then every changed answer with its claims."""
     config = result.config
@@ -101,6 +108,8 @@ def print_diff(result: RunDiff, console: Console) -> None:
             for name, side in (("before", change.base), ("now", change.new)):
                 if side is None:
                     continue
+                if side.rationale:
+                    console.print(Text(f"    {name} rationale: {side.rationale}"), highlight=False, soft_wrap=True)
                 for evidence in side.evidence:
                     console.print(Text(f"    {name} evidence: \"{evidence.text}\""), highlight=False, soft_wrap=True)
 
@@ -136,9 +145,9 @@ def diff_markdown(result: RunDiff, title: str = "rt4chart diff") -> str:
             continue
         heading = headings.get(category, CATEGORY_TITLES[category])
         lines += [f"<details><summary>{heading}: {len(answers)}</summary>", "",
-                  "| id | label | claims that changed |", "|---|---|---|"]
+                  "| id | label | claims that changed (rationales) |", "|---|---|---|"]
         for answer in answers[:_MARKDOWN_ROWS]:
-            changes = "; ".join(_claim_line(change) for change in answer.claims) or "-"
+            changes = " / ".join(_claim_line(change) + _rationales(change) for change in answer.claims) or "-"
             lines.append(f"| `{_cell(str(answer.id))}` | {_label_change(answer)} | {_cell(changes)} |")
         if len(answers) > _MARKDOWN_ROWS:
             lines.append(f"| ... | | {len(answers) - _MARKDOWN_ROWS} more (see the HTML diff) |")

@@ -46,6 +46,7 @@ from rt4chart.records.io import (
     InputFile,
     InputLine,
     OutputError,
+    discards,
     guard_outputs,
     parse_sample,
     read_records,
@@ -430,6 +431,13 @@ async def aexecute(
     items = samples if isinstance(samples, InputFile) else input_lines(samples)
     if spec.resume and spec.out is None:
         raise RunUsageError("--resume needs --out FILE")
+    if spec.outputs.github and spec.out is None and not spec.outputs.text_view:
+        # GitHub reads workflow commands from stdout, where the records would go otherwise: one
+        # stream holding both is neither valid JSONL nor clean annotations.
+        raise RunUsageError(
+            "--github prints workflow commands on stdout, where the records go without --out: "
+            "give --out FILE (or --out /dev/null to keep no records)"
+        )
     started_at = datetime.now(UTC)
     spec = _guarded(spec)
     if problem := baseline_problem(spec.outputs):  # refused before any judge call
@@ -440,7 +448,8 @@ async def aexecute(
     stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)
     summary = RunSummary(fail_on=spec.outputs.fail_on, max_rate=spec.outputs.max_rate)
     reports: list[AuditRecord] = []
-    rereads = out is not None and not keep_records  # outputs that need every record read them from out
+    # Outputs that need every record read them back from out (the null device gives none back).
+    rereads = out is not None and not keep_records and not discards(out)
     try:
         engine = _engine(spec, stack)
         if observer is not None:

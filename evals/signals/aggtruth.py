@@ -502,16 +502,22 @@ def compare_selectors(args: argparse.Namespace) -> None:
             print(f"{selector} {feature}: {len(probe.columns)} heads", file=sys.stderr, flush=True)
     command = "python evals/signals/aggtruth.py " + shlex.join(sys.argv[1:])
     splits = ["dev (training)", *tests]
+    sizes = {split: next((row[split] for row in rows if split in row), None) for split in splits}
+    counted = ", ".join(
+        f"{split} n={size['answers']} ({size['hallucinated_answers']} hallucinated; {size['windows']} windows, "
+        f"{size['positive_windows']} positive)"
+        for split, size in sizes.items()
+        if size is not None
+    )
     lines = [
         SELECTOR_SECTION,
         "",
         f"- command: `{command}` (nice 10, 1 thread, shared 2-core CPU), "
         f"{datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}, {time.perf_counter() - started:.0f} s",
-        f"- data (seed {args.seed}, only answers whose features were cached when it ran): RAGTruth QA dev n={len(dev)} "
-        f"of {args.dev_n} chosen, "
-        + ", ".join(f"{split} n={len(pairs)}" for split, pairs in tests.items())
-        + "; the probe as above (class-balanced logistic regression on min-max scaled 8-token windows, selected "
-        "heads plus the passage percentage), trained on dev only; selector parameters fixed before measuring",
+        f"- data (seed {args.seed}, only answers whose features were cached when it ran; dev chosen {args.dev_n}, "
+        f"RAGTruth QA test chosen {args.test_n}): {counted}; the probe as above (class-balanced logistic regression "
+        "on min-max scaled 8-token windows, selected heads plus the passage percentage), trained on dev only; "
+        "selector parameters fixed before measuring",
         "- AggTruth's selectors (section 3.2): `center:R` (R/2 heads with the highest and R/2 with the lowest median "
         "ratio between the classes), `random:N:K` / `random-positive:N:K` (Boruta-like: heads beating an appended "
         "random column in at least K of N fits; Random+ counts positive coefficients only), `spearman` (|rho| above "

@@ -13,11 +13,15 @@ Three steps, each resumable (features are cached, so a killed run loses at most 
     python evals/signals/aggtruth.py throughput        # bare passes with attentions vs extraction
     python evals/signals/aggtruth.py memory            # peak RSS for a 2,000-token input
     python evals/signals/aggtruth.py report            # probes, fusion, RESULTS_aggtruth.md/json
+    python evals/signals/aggtruth.py selectors         # every head selector, old and AggTruth's, same data
 
 ``extract`` visits the three splits in proportion (so a stopped run still covers all three);
 ``throughput`` times the bare forward passes with attentions against the feature extraction on
 the same prompts in one process, alternating which goes first; ``report`` uses the answers whose
-features are cached and states every n.
+features are cached and states every n. ``selectors`` trains Sum and JS-Div probes with each head
+selector on the same cached dev answers and tests them on the same cached test answers; its table is
+the "Head selectors" section of RESULTS_aggtruth.md (and ``selectors`` in the JSON), which
+``report`` keeps when it rewrites the rest.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from rt4chart.signals.attention import (
     token_scores_from_windows,
     window_average,
 )
+from rt4chart.signals.base import SignalError
 from rt4chart.signals.fusion import claim_is_hallucinated, claim_row, fit_fusion, signal_feature_names
 from rt4chart.signals.probe import (
     AttentionProbe,
@@ -250,13 +255,34 @@ def main() -> None:
     report_parser.add_argument("--dev-n", type=int, default=200)
     report_parser.add_argument("--test-n", type=int, default=304)
     report_parser.add_argument("--faithbench-n", type=int, default=242)
-    report_parser.add_argument("--selector", default="spearman:auto")
+    report_parser.add_argument("--selector", default="spearman:significant")
     report_parser.add_argument("--no-judge", action="store_true", help="Skip the judge and the fusion rows.")
     report_parser.add_argument("--out", type=Path, default=HERE / "RESULTS_aggtruth.md")
+    selectors_parser = commands.add_parser("selectors")
+    selectors_parser.add_argument("--dev-n", type=int, default=525)
+    selectors_parser.add_argument("--test-n", type=int, default=304)
+    selectors_parser.add_argument("--faithbench-n", type=int, default=242)
+    selectors_parser.add_argument("--selectors", default=",".join(COMPARED_SELECTORS), help="Comma-separated.")
+    selectors_parser.add_argument("--out", type=Path, default=HERE / "RESULTS_aggtruth.md")
     args = parser.parse_args()
-    {"extract": extract, "throughput": throughput, "memory": memory, "report": report}[args.command](args)
+    commands_by_name = {"extract": extract, "throughput": throughput, "memory": memory, "report": report}
+    {**commands_by_name, "selectors": compare_selectors}[args.command](args)
 
 
+COMPARED_SELECTORS = (
+    "center:0.1",
+    "random:10:8",
+    "random-positive:10:8",
+    "spearman",
+    "spearman:significant",
+    "lasso",
+    "best-of-random:20:20",
+    "best-of-random-positive:20:20",
+    "layers-center:0.5",
+    "all",
+)
+"""AggTruth's four selectors, then ours; the parameters fixed before measuring, never tuned on test."""
+SELECTOR_SECTION = "## Head selectors"
 FUSION_FOLDS = 5
 """Folds of the out-of-fold dev probe scores the combiner is fitted on."""
 REFERENCE = (
@@ -424,10 +450,12 @@ def fusion_rows(
     return results
 
 
-def report(args: argparse.Namespace) -> None:
-    started = time.perf_counter()
-    model = args.model or smollm2_gguf()
-    identity, version = model_identity(model), load_csr_template().version
+Pairs = list[tuple[Sample, AttentionFeatures]]
+
+
+def cached_splits(args: argparse.Namespace) -> tuple[str, str, Pairs, dict[str, Pairs]]:
+    """Model identity, template version, the cached dev answers and the cached answers of each test split."""
+    identity, version = model_identity(args.model or smollm2_gguf()), load_csr_template().version
     cache = FeatureCache(CACHE_DIR)
     dev = cached_split("dev", args.dev_n, args.seed, cache, identity, version)
     tests = {
@@ -437,6 +465,92 @@ def report(args: argparse.Namespace) -> None:
         ),
     }
     cache.close()
+    return identity, version, dev, tests
+
+
+def replace_section(text: str, title: str, section: str) -> str:
+    """``text`` with its section ``title`` (up to the next ``## `` heading) replaced by ``section``, or it appended."""
+    start = text.find(title)
+    if start == -1:
+        return text.rstrip("\n") + "\n\n" + section
+    end = text.find("\n## ", start + len(title))
+    return text[:start] + section + ("" if end == -1 else "\n" + text[end + 1 :])
+
+
+def compare_selectors(args: argparse.Namespace) -> None:
+    """Sum and JS-Div probes by every selector, trained on the same dev answers, tested on the same test answers."""
+    started = time.perf_counter()
+    identity, version, dev, tests = cached_splits(args)
+    tests = {split: pairs for split, pairs in tests.items() if pairs}
+    dev_hash = training_hash([s.id for s, _ in dev], [s.answer for s, _ in dev], gold_spans(dev))
+    rows: list[dict[str, Any]] = []
+    for text in args.selectors.split(","):
+        selector = parse_selector(text)
+        for feature in ("sum", "jsdiv"):
+            windows = build_windows([f for _, f in dev], gold_spans(dev), feature)
+            row: dict[str, Any] = {"selector": str(selector), "feature": feature}
+            try:
+                probe = train_probe(
+                    windows, feature=feature, selector=selector, model=identity, template_version=version,
+                    data_sha256=dev_hash, seed=args.seed,
+                )  # fmt: skip
+            except SignalError as error:
+                rows.append({**row, "error": str(error)})
+                continue
+            row |= {"heads": len(probe.columns), "dev (training)": evaluate_probe(probe, dev)}
+            rows.append(row | {split: evaluate_probe(probe, pairs) for split, pairs in tests.items()})
+            print(f"{selector} {feature}: {len(probe.columns)} heads", file=sys.stderr, flush=True)
+    command = "python evals/signals/aggtruth.py " + shlex.join(sys.argv[1:])
+    splits = ["dev (training)", *tests]
+    sizes = {split: next((row[split] for row in rows if split in row), None) for split in splits}
+    counted = ", ".join(
+        f"{split} n={size['answers']} ({size['hallucinated_answers']} hallucinated; {size['windows']} windows, "
+        f"{size['positive_windows']} positive)"
+        for split, size in sizes.items()
+        if size is not None
+    )
+    lines = [
+        SELECTOR_SECTION,
+        "",
+        f"- command: `{command}` (nice 10, 1 thread, shared 2-core CPU), "
+        f"{datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}, {time.perf_counter() - started:.0f} s",
+        f"- data (seed {args.seed}, only answers whose features were cached when it ran; dev chosen {args.dev_n}, "
+        f"RAGTruth QA test chosen {args.test_n}): {counted}; the probe as above (class-balanced logistic regression "
+        "on min-max scaled 8-token windows, selected heads plus the passage percentage), trained on dev only; "
+        "selector parameters fixed before measuring",
+        "- AggTruth's selectors (section 3.2): `center:R` (R/2 heads with the highest and R/2 with the lowest median "
+        "ratio between the classes), `random:N:K` / `random-positive:N:K` (Boruta-like: heads beating an appended "
+        "random column in at least K of N fits; Random+ counts positive coefficients only), `spearman` (|rho| above "
+        "half the highest). Ours: `spearman:significant` (every head at p < 0.001), `lasso`, `best-of-random:N:K` "
+        "(best of N random sets of K heads on an 80/20 dev split), `layers-center:R` (the central fraction R of the "
+        "layers), `all`",
+        "",
+        "| selector | feature | heads | " + " | ".join(f"{split} window / answer AUROC" for split in splits) + " |",
+        "|---|---|---:|" + "---:|" * len(splits),
+    ]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"| {row['selector']} | {row['feature']} | 0 | {row['error']} |" + " |" * (len(splits) - 1))
+            continue
+        cells = [f"{rounded(row[s]['window_auroc'])} / {rounded(row[s]['answer_auroc'])}" for s in splits]
+        lines.append(f"| {row['selector']} | {row['feature']} | {row['heads']} | " + " | ".join(cells) + " |")
+    section = "\n".join(lines) + "\n"
+    previous = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+    args.out.write_text(replace_section(previous, SELECTOR_SECTION, section), encoding="utf-8")
+    results_file = args.out.with_suffix(".json")
+    stored = json.loads(results_file.read_text(encoding="utf-8")) if results_file.exists() else {}
+    stored["selectors"] = {
+        "command": command,
+        "rows": rows,
+        "ids": {"dev": [s.id for s, _ in dev], **{k: [s.id for s, _ in v] for k, v in tests.items()}},
+    }
+    results_file.write_text(json.dumps(stored, indent=2) + "\n", encoding="utf-8")
+    print(section)
+
+
+def report(args: argparse.Namespace) -> None:
+    started = time.perf_counter()
+    identity, version, dev, tests = cached_splits(args)
     selector = parse_selector(args.selector)
     dev_hash = training_hash([s.id for s, _ in dev], [s.answer for s, _ in dev], gold_spans(dev))
     probes: list[AttentionProbe] = []
@@ -534,8 +648,14 @@ def report(args: argparse.Namespace) -> None:
                 f"{run['peak_rss_mib_after']:.0f} MiB (model loaded and warmed: {run['peak_rss_mib_before']:.0f} MiB)"
             )
     text = "\n".join(lines) + "\n"
+    # The head-selector comparison is its own command's section: carried over, not lost.
+    previous = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+    if SELECTOR_SECTION in previous:
+        text += "\n" + previous[previous.index(SELECTOR_SECTION) :]
+    results_file = args.out.with_suffix(".json")
+    stored = json.loads(results_file.read_text(encoding="utf-8")) if results_file.exists() else {}
     args.out.write_text(text, encoding="utf-8")
-    args.out.with_suffix(".json").write_text(
+    results_file.write_text(
         json.dumps(
             {
                 "command": command,
@@ -547,6 +667,7 @@ def report(args: argparse.Namespace) -> None:
                 "throughput": throughput,
                 "memory": memory_runs,
                 "ids": {"dev": [s.id for s, _ in dev], **{k: [s.id for s, _ in v] for k, v in tests.items()}},
+                "selectors": stored.get("selectors"),
             },
             indent=2,
         )

@@ -8,18 +8,33 @@ the coefficients and the intercept, plus what it was trained on (model identity,
 feature, selector, window, sha256 of the training data, scikit-learn version). Plain JSON, never a
 pickle: loading a probe runs no code.
 
-Head selectors (our reading of the paper's, each decided on the training data only):
+Head selectors, each decided on the training windows only. The first four are AggTruth's (Matys
+et al. 2025, section 3.2):
 
-- ``spearman:R`` / ``spearman:auto``: heads whose window feature correlates with the window label
-  at Spearman p < 0.001, ranked by |rho|; keep the top fraction R of all heads (``auto``: every
-  significant head);
+- ``center:R``: per head, the median of the feature over positive windows divided by its median
+  over negative windows; keep the R/2 heads with the highest and the R/2 with the lowest ratio (R a
+  count of heads, or a fraction in (0, 1) of all heads; an odd count gives the extra head to the
+  highest). A median ratio of 0/0 counts as 1 (no difference between the classes);
+- ``random:N:K``: Boruta-like. Append a uniform random column, fit the class-balanced logistic
+  regression on the scaled heads and that column, and mark every head whose |coefficient| beats the
+  random column's; repeat N times (seeded); keep the heads marked at least K times;
+- ``random-positive:N:K`` (the paper's Random+): as ``random``, but a head is marked only when its
+  coefficient is positive and beats the random column's |coefficient| (a larger value means more
+  likely hallucinated);
+- ``spearman``: Spearman's rho of each head's window feature with the window label; keep the heads
+  whose |rho| is above half the highest |rho|.
+
+Our own, kept beside them:
+
+- ``spearman:significant`` / ``spearman:R``: heads that correlate at Spearman p < 0.001, ranked by
+  |rho|; every one of them, or the top fraction R of all heads;
 - ``lasso`` / ``lasso:C``: heads with a non-zero coefficient in an L1-penalised, class-balanced
   logistic regression (inverse strength C, default 0.05) on the scaled features;
-- ``random:N:K``: N seeded random sets of K heads, each fitted on 80% of the training answers and
-  scored by AUROC on the other 20%; the best set is kept;
-- ``random-positive:N:K``: the best random set, then only its heads whose coefficient is positive
-  (a larger value means more likely hallucinated), refitted;
-- ``center:R``: every head of the central fraction R of the layers;
+- ``best-of-random:N:K``: N seeded random sets of K heads, each fitted on 80% of the training
+  answers and scored by AUROC on the other 20%; the best set is kept;
+- ``best-of-random-positive:N:K``: the best random set, then only its heads whose coefficient is
+  positive, refitted;
+- ``layers-center:R``: every head of the central fraction R of the layers;
 - ``all``: every head.
 """
 
@@ -92,55 +107,94 @@ def fit_scaled_logistic(matrix: FloatArray, labels: BoolArray, *, l1_c: float | 
     )
 
 
+SelectorKind = Literal[
+    "center",
+    "random",
+    "random-positive",
+    "spearman",
+    "spearman-significant",
+    "lasso",
+    "best-of-random",
+    "best-of-random-positive",
+    "layers-center",
+    "all",
+]
+COUNTED_KINDS: dict[str, SelectorKind] = {
+    kind: kind for kind in ("random", "random-positive", "best-of-random", "best-of-random-positive")
+}
+"""Selectors written ``KIND:N:K``."""
+SELECTOR_SYNTAX = (
+    "center:R, random:N:K, random-positive:N:K, spearman (AggTruth's), spearman:significant, spearman:R, "
+    "lasso, lasso:C, best-of-random:N:K, best-of-random-positive:N:K, layers-center:R or all"
+)
+"""Every selector string :func:`parse_selector` reads, for help texts and errors."""
+
+
 @dataclass(frozen=True)
 class Selector:
     """A parsed head selector (see the module docstring)."""
 
-    kind: Literal["spearman", "lasso", "random", "random-positive", "center", "all"]
+    kind: SelectorKind
     fraction: float | None = None
-    sets: int = 0
+    """``center``: share of all heads; ``spearman-significant``: top share (None: every significant head);
+    ``layers-center``: share of the layers."""
+    count: int = 0
+    """``center``: heads kept (when no fraction is given); ``random*``: repeats N; ``best-of-random*``: sets N."""
     size: int = 0
+    """``random*``: times a head must be marked (K); ``best-of-random*``: heads per set (K)."""
     lasso_c: float = DEFAULT_LASSO_C
 
     def __str__(self) -> str:
-        if self.kind == "spearman":
-            return f"spearman:{'auto' if self.fraction is None else f'{self.fraction:g}'}"
+        if self.kind == "spearman-significant":
+            return f"spearman:{'significant' if self.fraction is None else f'{self.fraction:g}'}"
         if self.kind == "lasso":
             return f"lasso:{self.lasso_c:g}"
-        if self.kind in ("random", "random-positive"):
-            return f"{self.kind}:{self.sets}:{self.size}"
+        if self.kind in COUNTED_KINDS:
+            return f"{self.kind}:{self.count}:{self.size}"
         if self.kind == "center":
-            return f"center:{self.fraction:g}"
-        return "all"
+            return f"center:{self.count if self.fraction is None else f'{self.fraction:g}'}"
+        if self.kind == "layers-center":
+            return f"layers-center:{self.fraction:g}"
+        return self.kind
 
 
 def parse_selector(text: str) -> Selector:
-    """``spearman:auto|R``, ``lasso[:C]``, ``random:N:K``, ``random-positive:N:K``, ``center:R``, ``all``."""
+    """One of :data:`SELECTOR_SYNTAX`; anything else is a :class:`SignalError` that lists them."""
     kind, *arguments = text.strip().split(":")
     try:
+        if kind == "spearman" and not arguments:
+            return Selector("spearman")
+        if kind == "all" and not arguments:
+            return Selector("all")
         if kind == "spearman" and len(arguments) == 1:
-            if arguments[0] == "auto":
-                return Selector("spearman")
-            return Selector("spearman", fraction=_fraction(float(arguments[0])))
+            if arguments[0] == "significant":
+                return Selector("spearman-significant")
+            return Selector("spearman-significant", fraction=_fraction(float(arguments[0])))
         if kind == "lasso" and len(arguments) <= 1:
             c = float(arguments[0]) if arguments else DEFAULT_LASSO_C
             if not (math.isfinite(c) and c > 0):
                 raise ValueError
             return Selector("lasso", lasso_c=c)
-        if kind in ("random", "random-positive") and len(arguments) == 2:
-            sets, size = int(arguments[0]), int(arguments[1])
-            if sets < 1 or size < 1:
+        if kind in COUNTED_KINDS and len(arguments) == 2:
+            count, size = int(arguments[0]), int(arguments[1])
+            # Boruta-like selectors accept a head marked K of N times, so K cannot exceed N.
+            if count < 1 or size < 1 or (kind.startswith("random") and size > count):
                 raise ValueError
-            return Selector("random" if kind == "random" else "random-positive", sets=sets, size=size)
+            return Selector(COUNTED_KINDS[kind], count=count, size=size)
         if kind == "center" and len(arguments) == 1:
-            return Selector("center", fraction=_fraction(float(arguments[0])))
-        if kind == "all" and not arguments:
-            return Selector("all")
+            value = float(arguments[0])
+            if 0 < value < 1:
+                return Selector("center", fraction=value)
+            if value.is_integer() and value >= 1:
+                return Selector("center", count=int(value))
+            raise ValueError
+        if kind == "layers-center" and len(arguments) == 1:
+            return Selector("layers-center", fraction=_fraction(float(arguments[0])))
     except ValueError:
         pass
     raise SignalError(
-        f"unknown head selector {text!r}: use spearman:auto, spearman:R, lasso, lasso:C, random:N:K, "
-        "random-positive:N:K, center:R or all (R a fraction in (0, 1])"
+        f"unknown head selector {text!r}: use {SELECTOR_SYNTAX} "
+        "(R of center a head count or a fraction in (0, 1); other R a fraction in (0, 1]; K <= N for random)"
     )
 
 
@@ -193,22 +247,68 @@ def select_heads(windows: WindowSet, selector: Selector, *, seed: int = 0) -> li
     if selector.kind == "all":
         return list(range(count))
     if selector.kind == "center":
+        return _median_ratio_extremes(head_matrix, windows.labels, selector)
+    if selector.kind in ("random", "random-positive"):
+        return _boruta_heads(head_matrix, windows.labels, selector, seed)
+    if selector.kind == "spearman":
+        scored = _spearman_scores(head_matrix, windows.labels)
+        if not scored:
+            raise SignalError("no head's feature varies with the labels; more training data needed")
+        half_best = max(rho for rho, _, _ in scored) / 2
+        chosen = sorted(column for rho, _, column in scored if rho > half_best)
+        if not chosen:
+            raise SignalError("no head's feature correlates with the labels (every rho is 0)")
+        return chosen
+    if selector.kind == "spearman-significant":
+        return _spearman_significant(head_matrix, windows.labels, selector.fraction)
+    if selector.kind == "layers-center":
         assert selector.fraction is not None
         kept = max(1, round(windows.layers * selector.fraction))
         low = (windows.layers - kept) // 2
         return list(range(low * windows.heads, (low + kept) * windows.heads))
-    if selector.kind == "spearman":
-        return _spearman(head_matrix, windows.labels, selector.fraction)
     if selector.kind == "lasso":
         model = fit_scaled_logistic(head_matrix, windows.labels, l1_c=selector.lasso_c)
         chosen = [column for column, weight in enumerate(model.coefficients) if weight != 0.0]
         if not chosen:
             raise SignalError(f"lasso:{selector.lasso_c:g} kept no head; use a larger C")
         return chosen
-    return _random_heads(windows, selector, seed)
+    return _best_of_random(windows, selector, seed)
 
 
-def _spearman(matrix: FloatArray, labels: BoolArray, fraction: float | None) -> list[int]:
+def _median_ratio_extremes(matrix: FloatArray, labels: BoolArray, selector: Selector) -> list[int]:
+    """AggTruth's Center: the heads whose class medians differ most, on both sides of the ratio."""
+    heads = matrix.shape[1]
+    kept = selector.count if selector.fraction is None else max(1, round(selector.fraction * heads))
+    if kept > heads:
+        raise SignalError(f"{selector}: more heads asked for than the model's {heads}")
+    if labels.all() or not labels.any():
+        raise SignalError(f"{selector}: the training windows need both classes")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.median(matrix[labels], axis=0) / np.median(matrix[~labels], axis=0)
+    # 0/0: both classes' medians are zero, so the head does not tell them apart.
+    ratio = np.where(np.isnan(ratio), 1.0, ratio)
+    order = np.argsort(ratio, kind="stable")  # ties keep column order, so the choice is deterministic
+    lowest, highest = order[: kept // 2], order[heads - (kept - kept // 2) :]
+    return sorted(int(column) for column in np.concatenate([lowest, highest]))
+
+
+def _boruta_heads(matrix: FloatArray, labels: BoolArray, selector: Selector, seed: int) -> list[int]:
+    """AggTruth's Random / Random+: heads that beat an appended random column often enough."""
+    generator = np.random.default_rng(seed)
+    marked = np.zeros(matrix.shape[1], dtype=np.int64)
+    for _ in range(selector.count):
+        shadow = generator.random(len(labels))
+        weights = np.asarray(fit_scaled_logistic(np.column_stack([matrix, shadow]), labels).coefficients)
+        heads, bar = weights[:-1], abs(float(weights[-1]))
+        marked += (heads > bar) if selector.kind == "random-positive" else (np.abs(heads) > bar)
+    chosen = [int(column) for column in np.flatnonzero(marked >= selector.size)]
+    if not chosen:
+        raise SignalError(f"{selector}: no head beat the random column {selector.size} times of {selector.count}")
+    return chosen
+
+
+def _spearman_scores(matrix: FloatArray, labels: BoolArray) -> list[tuple[float, float, int]]:
+    """(|rho|, p, column) of every head whose feature is not constant."""
     from scipy.stats import spearmanr
 
     scored = []
@@ -218,16 +318,22 @@ def _spearman(matrix: FloatArray, labels: BoolArray, fraction: float | None) -> 
             continue
         result = spearmanr(values, labels)
         rho, p = float(result.statistic), float(result.pvalue)
-        if math.isfinite(p) and p < SPEARMAN_P:
-            scored.append((abs(rho), column))
+        if math.isfinite(rho):
+            scored.append((abs(rho), p, column))
+    return scored
+
+
+def _spearman_significant(matrix: FloatArray, labels: BoolArray, fraction: float | None) -> list[int]:
+    scored = sorted(
+        ((rho, column) for rho, p, column in _spearman_scores(matrix, labels) if p < SPEARMAN_P), reverse=True
+    )
     if not scored:
         raise SignalError(f"no head correlates with the labels at Spearman p < {SPEARMAN_P}; more training data needed")
-    scored.sort(reverse=True)
     keep = len(scored) if fraction is None else max(1, min(len(scored), math.ceil(fraction * matrix.shape[1])))
     return sorted(column for _, column in scored[:keep])
 
 
-def _random_heads(windows: WindowSet, selector: Selector, seed: int) -> list[int]:
+def _best_of_random(windows: WindowSet, selector: Selector, seed: int) -> list[int]:
     from sklearn.metrics import roc_auc_score
 
     count = windows.layers * windows.heads
@@ -243,14 +349,14 @@ def _random_heads(windows: WindowSet, selector: Selector, seed: int) -> list[int
             f"{selector}: the training answers' 80/20 split needs positive and negative windows on both sides"
         )
     best: tuple[float, list[int]] | None = None
-    for _ in range(selector.sets):
+    for _ in range(selector.count):
         columns = sorted(generator.sample(range(count), selector.size))
         model = fit_scaled_logistic(windows.matrix[train][:, columns], windows.labels[train])
         score = float(roc_auc_score(windows.labels[test], model.probabilities(windows.matrix[test][:, columns])))
         if best is None or score > best[0]:
             best = (score, columns)
     assert best is not None
-    if selector.kind == "random":
+    if selector.kind == "best-of-random":
         return best[1]
     model = fit_scaled_logistic(windows.matrix[:, best[1]], windows.labels)
     positive = [column for column, weight in zip(best[1], model.coefficients, strict=True) if weight > 0]

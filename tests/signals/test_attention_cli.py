@@ -94,14 +94,14 @@ def test_train_score_and_verify_through_the_cli(extractor: AttentionExtractor, t
     probe_path, cache = tmp_path / "probe.json", tmp_path / "cache"
     model = str(require_smollm2())
     trained = rt4(
-        "signals", "train", str(gold), "--model", model, "--feature", "jsdiv", "--selector", "center:0.2",
+        "signals", "train", str(gold), "--model", model, "--feature", "jsdiv", "--selector", "layers-center:0.2",
         "-o", str(probe_path), "--cache-dir", str(cache),
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr
     probe = load_probe(probe_path)
     features = [o.features for o in extract_features(GOLD, extractor)]
     assert all(f is not None for f in features)
-    assert probe.feature == "jsdiv" and probe.selector == "center:0.2" and probe.training.answers == 4
+    assert probe.feature == "jsdiv" and probe.selector == "layers-center:0.2" and probe.training.answers == 4
     assert probe.model == extractor.backend.identity
     assert probe.training.windows == sum(len(window_bounds(len(f.offsets))) for f in features if f)
     assert probe.selected_heads == [(layer, head) for layer in (12, 13, 14, 15, 16, 17) for head in range(9)]
@@ -134,7 +134,7 @@ def test_train_score_and_verify_through_the_cli(extractor: AttentionExtractor, t
         assert report["score"] == pytest.approx(float(expected.max()), abs=1e-4)
         assert [(t["start"], t["end"]) for t in report["tokens"]] == item.offsets
         assert report["flagged"] == bool((expected >= 0.5).any())
-        assert report["probe"].startswith("jsdiv/center:0.2#")
+        assert report["probe"].startswith("jsdiv/layers-center:0.2#")
 
     audit = tmp_path / "audit.jsonl"
     verified = rt4(

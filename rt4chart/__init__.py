@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from rt4chart.protocol import Message as Message
     from rt4chart.protocol import TokenCounter as TokenCounter
     from rt4chart.report.outputs import PublishOptions as PublishOptions
+    from rt4chart.report.tables import to_dataframe as to_dataframe
     from rt4chart.runs.engine import EngineOptions as EngineOptions
     from rt4chart.runs.engine import Pipeline as Pipeline
     from rt4chart.runs.run import RunOutcome as RunOutcome
@@ -136,6 +137,7 @@ _EXPORTS = {
     "judge_stack": "rt4chart.judges.registry",
     "or_join": "rt4chart.method.joins",
     "resolve_judge": "rt4chart.judges.registry",
+    "to_dataframe": "rt4chart.report.tables",
 }
 
 __all__ = sorted([*_EXPORTS, "averify", "verify"])

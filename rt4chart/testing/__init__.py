@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from rt4chart.testing.asserts import assert_grounded as assert_grounded
     from rt4chart.testing.asserts import check_grounded as check_grounded
     from rt4chart.testing.asserts import failing_claims as failing_claims
+    from rt4chart.report.tables import support_score as support_score
 
 __all__ = [
     "GroundingError",
@@ -28,6 +29,7 @@ __all__ = [
     "assert_grounded",
     "check_grounded",
     "failing_claims",
+    "support_score",
 ]
 
 

@@ -112,7 +112,7 @@ def test_an_unreachable_judge_stops_the_session_as_a_usage_error_named_once(suit
     url = closed_port_url()
     profile = profile_at(suite.path, "closed", url)
     suite.makepyfile(test_refund=REFUND_FILE.replace(", CONTEXT)", ", CONTEXT, decomposer='rules')"))
-    (suite.path / "test_more.py").write_text(REFUND_FILE.replace(", CONTEXT)", ", CONTEXT, decomposer='rules')")
+    (suite.path / "test_second.py").write_text(REFUND_FILE.replace(", CONTEXT)", ", CONTEXT, decomposer='rules')")
                                              .replace("def test_", "def test_more_"), encoding="utf-8")
     result = run(suite, f"--rt4-judge={profile}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

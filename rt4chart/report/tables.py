@@ -78,7 +78,8 @@ CLAIM_COLUMNS: tuple[Column[ClaimOf], ...] = (
     Column("label", "entailed, contradicted or baseless (empty: left open by judge errors)", lambda row: row[1].label),
     Column("answer_start", "where the claim's span starts in the answer (characters)",
            lambda row: row[1].answer_span.start if row[1].answer_span else None),
-    Column("answer_end", "where it ends (exclusive)", lambda row: row[1].answer_span.end if row[1].answer_span else None),
+    Column("answer_end", "where it ends (exclusive)",
+           lambda row: row[1].answer_span.end if row[1].answer_span else None),
     Column("evidence", f"the evidence quotes from the context, joined by '{LIST_SEPARATOR}'",
            lambda row: _joined(evidence.text for evidence in row[1].evidence)),
     Column("evidence_spans", "their context offsets, START-END each, in the same order",
@@ -122,7 +123,9 @@ def _rows(columns: Sequence[Column[Row]], rows: Iterable[Row]) -> list[list[Cell
             for row in rows]
 
 
-def table(records: Sequence[AuditRecord], level: TableLevel | str = TableLevel.CLAIM) -> tuple[list[str], list[list[Cell]]]:
+def table(
+    records: Sequence[AuditRecord], level: TableLevel | str = TableLevel.CLAIM
+) -> tuple[list[str], list[list[Cell]]]:
     """The header and rows of ``records`` at ``level`` (``ValueError`` for an unknown level)."""
     if TableLevel(level) is TableLevel.ANSWER:
         return [column.name for column in ANSWER_COLUMNS], _rows(ANSWER_COLUMNS, records)

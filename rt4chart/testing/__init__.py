@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rt4chart.report.tables import support_score as support_score
     from rt4chart.testing.asserts import GroundingError as GroundingError
     from rt4chart.testing.asserts import JudgeFailed as JudgeFailed
     from rt4chart.testing.asserts import SessionBudgetStop as SessionBudgetStop
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
     from rt4chart.testing.asserts import assert_grounded as assert_grounded
     from rt4chart.testing.asserts import check_grounded as check_grounded
     from rt4chart.testing.asserts import failing_claims as failing_claims
-    from rt4chart.report.tables import support_score as support_score
 
 __all__ = [
     "GroundingError",

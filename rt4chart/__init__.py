@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from rt4chart.protocol import TokenCounter as TokenCounter
     from rt4chart.report.outputs import PublishOptions as PublishOptions
     from rt4chart.report.tables import to_dataframe as to_dataframe
+    from rt4chart.runs.config import ConfigError as ConfigError
+    from rt4chart.runs.config import ProjectConfig as ProjectConfig
+    from rt4chart.runs.config import load_config as load_config
     from rt4chart.runs.engine import EngineOptions as EngineOptions
     from rt4chart.runs.engine import Pipeline as Pipeline
     from rt4chart.runs.run import RunOutcome as RunOutcome
@@ -138,6 +141,9 @@ _EXPORTS = {
     "or_join": "rt4chart.method.joins",
     "resolve_judge": "rt4chart.judges.registry",
     "to_dataframe": "rt4chart.report.tables",
+    "ConfigError": "rt4chart.runs.config",
+    "ProjectConfig": "rt4chart.runs.config",
+    "load_config": "rt4chart.runs.config",
 }
 
 __all__ = sorted([*_EXPORTS, "averify", "verify"])

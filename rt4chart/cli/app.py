@@ -29,7 +29,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from rt4chart.cli import audit, evaluation, guard, judges, repair, results, signals
+from rt4chart.cli import audit, config, evaluation, guard, judges, repair, results, signals
 from rt4chart.cli.common import _ReadableGroup
 from rt4chart.cli.flags import stderr
 
@@ -44,7 +44,7 @@ app = typer.Typer(
 # In this order in `rt4 --help`; a group without a name adds its commands, one with a name (cache,
 # signals) is a command with subcommands.
 for group in (audit.commands, results.commands, evaluation.commands, repair.commands, judges.commands,
-              judges.cache_commands, signals.commands, guard.commands):
+              judges.cache_commands, signals.commands, guard.commands, config.commands):
     app.add_typer(group)
 
 
@@ -58,11 +58,13 @@ def _print_version(asked: bool) -> None:
 
 @app.callback()
 def _commands(
+    ctx: typer.Context,
     _version: Annotated[
         bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     """Audit RAG answers against their context: claim-level verdicts with evidence."""
+    config.apply_project_config(ctx)
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ and ``rt4 config`` shows each setting's effective value and where it came from."
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -41,10 +41,15 @@ def apply_project_config(ctx: typer.Context) -> None:
 
 @commands.command()
 @run_spec(*CONFIGURABLE)
-def config(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the settings as JSON."), *,
-           spec: RunSpec) -> None:
+def config(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the settings as JSON.")] = False,
+    *,
+    spec: RunSpec,
+) -> None:
     """Show the effective settings of a run here: each value and where it came from (default, the
     config file, or a flag given with this command)."""
+    # `spec` is unused on purpose: building it validated the settings as a run would (a bad value: exit 2).
     project: ProjectConfig = ctx.find_root().obj or ProjectConfig()
     file = str(project.path) if project.path else None
     rows = []

@@ -3,9 +3,11 @@ prints (as do the reporting modules: progress, agreement_view, terminal_view, di
 
 This module is the app: the command group, ``--version``, :func:`main` (the console script) and the
 command groups it is made of, one module each: :mod:`~rt4chart.cli.audit` (verify, estimate),
-:mod:`~rt4chart.cli.results` (report, show, diff, review-plan), :mod:`~rt4chart.cli.evaluation` (eval, score,
+:mod:`~rt4chart.cli.results` (report, export, show, diff, review-plan), :mod:`~rt4chart.cli.evaluation` (eval, score,
 convert, calibrate, agree, compare), :mod:`~rt4chart.cli.repair`, :mod:`~rt4chart.cli.judges` (judges, serve,
-cache) and :mod:`~rt4chart.cli.signals`; what they share is in :mod:`~rt4chart.cli.common`.
+cache), :mod:`~rt4chart.cli.signals` and :mod:`~rt4chart.cli.config` (rt4 config; the project config
+file's settings as every command's flag defaults, applied before a command runs); what they share is in
+:mod:`~rt4chart.cli.common`.
 
 Exit codes of ``rt4 verify`` and ``rt4 report`` (the first that applies): 3 stopped early by the
 budget; 2 bad input or usage (any invalid input line, unknown judge, missing key, bad flags);

@@ -51,8 +51,12 @@ if TYPE_CHECKING:
     from rt4chart.protocol import Message as Message
     from rt4chart.protocol import TokenCounter as TokenCounter
     from rt4chart.report.outputs import PublishOptions as PublishOptions
+    from rt4chart.report.tables import to_dataframe as to_dataframe
     from rt4chart.runs.compare import Comparison as Comparison
     from rt4chart.runs.compare import acompare as acompare
+    from rt4chart.runs.config import ConfigError as ConfigError
+    from rt4chart.runs.config import ProjectConfig as ProjectConfig
+    from rt4chart.runs.config import load_config as load_config
     from rt4chart.runs.engine import EngineOptions as EngineOptions
     from rt4chart.runs.engine import Pipeline as Pipeline
     from rt4chart.runs.evaluation import EvalConfig as EvalConfig
@@ -152,6 +156,10 @@ _EXPORTS = {
     "judge_stack": "rt4chart.judges.registry",
     "or_join": "rt4chart.method.joins",
     "resolve_judge": "rt4chart.judges.registry",
+    "to_dataframe": "rt4chart.report.tables",
+    "ConfigError": "rt4chart.runs.config",
+    "ProjectConfig": "rt4chart.runs.config",
+    "load_config": "rt4chart.runs.config",
 }
 
 __all__ = sorted([*_EXPORTS, "averify", "verify"])

@@ -29,6 +29,8 @@ from rt4chart.testing.asserts import (
     acheck_grounded,
     assert_grounded,
     check_grounded,
+    failing_claims,
+    support_score,
 )
 from rt4chart.types import AuditRecord, Label, Sample, Usage
 
@@ -78,6 +80,42 @@ def test_fail_on_contradicted_lets_a_baseless_claim_pass_and_check_grounded_neve
     with pytest.raises(GroundingError):
         assert_grounded(sample.answer, sample.context, judge=JUDGE)
     assert check_grounded(sample.answer, sample.context, judge=JUDGE).label is Label.BASELESS
+
+
+def test_allowed_unsupported_tolerates_that_many_failing_claims_and_no_more() -> None:
+    sample = example("paper-running-example")
+    record = check_grounded(sample.answer, sample.context, sample.question, judge=JUDGE)
+    failing = len(failing_claims(record))
+    assert failing >= 2, "the example needs claims to tolerate"
+    passed = assert_grounded(sample.answer, sample.context, sample.question, judge=JUDGE,
+                             allowed_unsupported=failing)
+    assert passed.label is record.label
+    with pytest.raises(GroundingError) as failure:
+        assert_grounded(sample.answer, sample.context, sample.question, judge=JUDGE,
+                        allowed_unsupported=failing - 1)
+    assert f"{failing} of {len(record.claims)} claims not grounded in the context; {failing - 1} allowed" in str(
+        failure.value)
+
+
+def test_min_support_fails_an_answer_whose_share_of_entailed_claims_is_below_it() -> None:
+    sample = example("paper-running-example")
+    record = check_grounded(sample.answer, sample.context, sample.question, judge=JUDGE)
+    score = support_score(record)
+    entailed = sum(claim.label is Label.ENTAILED for claim in record.claims)
+    assert 0 < score < 1 and score == entailed / len(record.claims)
+    tolerant = {"allowed_unsupported": len(record.claims)}
+    assert_grounded(sample.answer, sample.context, sample.question, judge=JUDGE, min_support=score, **tolerant)
+    with pytest.raises(GroundingError) as failure:
+        asyncio.run(aassert_grounded(sample.answer, sample.context, sample.question, judge=JUDGE,
+                                     min_support=min(1.0, score + 0.01), **tolerant))
+    assert f"support {score:.3g} below min_support=" in str(failure.value)
+    assert failure.value.failing == failing_claims(record)
+
+
+@pytest.mark.parametrize("thresholds", [{"allowed_unsupported": -1}, {"min_support": 1.5}])
+def test_thresholds_out_of_range_are_refused_before_any_call(thresholds: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=next(iter(thresholds))):
+        assert_grounded("The sky is blue.", "The sky is blue.", judge="scripted:/nonexistent.json", **thresholds)
 
 
 def test_a_policy_an_assertion_cannot_have_is_refused() -> None:

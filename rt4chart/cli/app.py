@@ -3,9 +3,11 @@ prints (as do the reporting modules: progress, agreement_view, terminal_view, di
 
 This module is the app: the command group, ``--version``, :func:`main` (the console script) and the
 command groups it is made of, one module each: :mod:`~rt4chart.cli.audit` (verify, estimate),
-:mod:`~rt4chart.cli.results` (report, show, diff, review-plan), :mod:`~rt4chart.cli.evaluation` (eval, score,
+:mod:`~rt4chart.cli.results` (report, export, show, diff, review-plan), :mod:`~rt4chart.cli.evaluation` (eval, score,
 convert, calibrate, agree, compare), :mod:`~rt4chart.cli.repair`, :mod:`~rt4chart.cli.judges` (judges, serve,
-cache) and :mod:`~rt4chart.cli.signals`; what they share is in :mod:`~rt4chart.cli.common`.
+cache), :mod:`~rt4chart.cli.signals` and :mod:`~rt4chart.cli.config` (rt4 config; the project config
+file's settings as every command's flag defaults, applied before a command runs); what they share is in
+:mod:`~rt4chart.cli.common`.
 
 Exit codes of ``rt4 verify`` and ``rt4 report`` (the first that applies): 3 stopped early by the
 budget; 2 bad input or usage (any invalid input line, unknown judge, missing key, bad flags);
@@ -29,7 +31,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from rt4chart.cli import audit, evaluation, guard, judges, repair, results, signals
+from rt4chart.cli import audit, config, evaluation, guard, judges, repair, results, signals
 from rt4chart.cli.common import _ReadableGroup
 from rt4chart.cli.flags import stderr
 
@@ -44,7 +46,7 @@ app = typer.Typer(
 # In this order in `rt4 --help`; a group without a name adds its commands, one with a name (cache,
 # signals) is a command with subcommands.
 for group in (audit.commands, results.commands, evaluation.commands, repair.commands, judges.commands,
-              judges.cache_commands, signals.commands, guard.commands):
+              judges.cache_commands, signals.commands, guard.commands, config.commands):
     app.add_typer(group)
 
 
@@ -58,11 +60,13 @@ def _print_version(asked: bool) -> None:
 
 @app.callback()
 def _commands(
+    ctx: typer.Context,
     _version: Annotated[
         bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     """Audit RAG answers against their context: claim-level verdicts with evidence."""
+    config.apply_project_config(ctx)
 
 
 def main() -> None:

@@ -19,14 +19,23 @@ from types import UnionType
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import typer
-from pydantic import BaseModel, ValidationError
-from pydantic.fields import FieldInfo
+from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 from rich.console import Console
 from rich.text import Text
 
-from rt4chart.options import AuditOptions
-from rt4chart.runs.spec import CacheChoice, RunSpec
+from rt4chart.runs.spec import AUDIT_FLAGS as AUDIT_FLAGS  # the flag tuples, as the commands import them
+from rt4chart.runs.spec import CACHE_FLAGS as CACHE_FLAGS
+from rt4chart.runs.spec import OUTPUT_FLAGS as OUTPUT_FLAGS
+from rt4chart.runs.spec import RUN_FLAGS as RUN_FLAGS
+from rt4chart.runs.spec import (
+    CacheChoice,
+    RunSpec,
+    field_at,
+    field_extra,
+    flag_of,
+    nested_fields,
+)
 
 EXIT_USAGE = 2
 """Bad input or usage (README "Exit codes"); every other exit code comes from :func:`rt4chart.runs.run.exit_code`."""
@@ -41,34 +50,9 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
-def field_at(path: str) -> FieldInfo:
-    """The :class:`RunSpec` field at ``path`` (``limits.budget_usd``, ``options.window``); ``cache.*`` are
-    the fields of :class:`CacheChoice`, the three flags of the one field ``RunSpec.cache``."""
-    model: type[BaseModel] = RunSpec
-    *parents, name = path.split(".")
-    for parent in parents:
-        annotation = CacheChoice if (model, parent) == (RunSpec, "cache") else model.model_fields[parent].annotation
-        model = next(m for m in (annotation, *get_args(annotation)) if isinstance(m, type) and issubclass(m, BaseModel))
-    return model.model_fields[name]
-
-
-def _extra(info: FieldInfo) -> dict[str, Any]:
-    return info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-
-
-def flag_of(path: str) -> str:
-    """Every spelling of the flag of the field at ``path``: its ``json_schema_extra["flag"]`` as written
-    (``--out,-o``), else its name (``--window``; a bool both ways, ``--batch-claims/--no-batch-claims``)."""
-    info = field_at(path)
-    if "flag" in _extra(info):
-        return str(_extra(info)["flag"])
-    flag = "--" + path.rsplit(".", 1)[-1].replace("_", "-")
-    return f"{flag}/--no-{flag.removeprefix('--')}" if info.annotation is bool else flag
-
-
 def panel_of(path: str) -> str | None:
     """The ``--help`` panel the field at ``path`` declares (``json_schema_extra["panel"]``), if any."""
-    panel = _extra(field_at(path)).get("panel")
+    panel = field_extra(field_at(path)).get("panel")
     return None if panel is None else str(panel)
 
 
@@ -139,18 +123,6 @@ def _cache_of(choice: CacheChoice, per_user_default: bool) -> Path | str | None:
         raise fail(str(error)) from None
 
 
-def _nested(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Values by dotted path as the nested fields of a model (``{"limits": {"budget_usd": 1.0}}``)."""
-    fields: dict[str, Any] = {}
-    for path, value in values.items():
-        *parents, name = path.split(".")
-        level = fields
-        for parent in parents:
-            level = level.setdefault(parent, {})
-        level[name] = value
-    return fields
-
-
 def _problem(error: ErrorDetails, offered: Mapping[str, Any]) -> str:
     """One validation error as the user wrote it: the flag, and what is wrong with its value."""
     path = ".".join(str(part) for part in error["loc"])
@@ -168,7 +140,7 @@ def _spec_of(values: dict[str, Any], defaults: Mapping[str, Any], per_user_cache
     """The run the flags ask for (values by field path), or a usage error naming every wrong flag."""
     # A required field whose flag is not given is left out, so that the model says it is missing.
     given = {path: value for path, value in values.items() if value is not None or not field_at(path).is_required()}
-    fields = _nested(given)
+    fields = nested_fields(given)
     if "cache" in fields:
         choice = CacheChoice(**fields["cache"])
         fields["cache"] = _cache_of(choice, per_user_cache)
@@ -202,21 +174,3 @@ def run_spec(
         return _spec_of({by_name[name]: value for name, value in values.items()}, defaults, per_user_cache)
 
     return lambda command: _with_flags(command, "spec", added, spec_of)
-
-
-AUDIT_FLAGS = tuple(f"options.{name}" for name in AuditOptions.model_fields)
-"""A flag per :class:`AuditOptions` field: ``rt4 verify``, ``estimate``, ``eval``, ``compare`` and ``repair``."""
-
-CACHE_FLAGS = ("cache.cache_dir", "cache.cache_url", "cache.no_cache")
-"""``--cache-dir``, ``--cache-url`` and ``--no-cache``: the judge cache of a run."""
-
-RUN_FLAGS = (
-    "out", "resume", "judge", "api_base", "limits.concurrency", "limits.budget_usd", "limits.timeout_s",
-    *CACHE_FLAGS, "engine.engine", "engine.address", "engine.workers",
-    "engine.worker_cpus", "signals.kind", "signals.model", "signals.probe", "signals.server", "signals.delta",
-)
-"""The run flags of ``rt4 verify``, in the order of its ``--help``."""
-
-OUTPUT_FLAGS = ("outputs.html", "outputs.junit", "outputs.github", "outputs.fail_on", "outputs.max_rate",
-                "outputs.baseline")
-"""The output and CI flags of ``rt4 verify`` (``rt4 report`` takes all but ``--report``, its ``--html``)."""

@@ -1,6 +1,6 @@
 """The commands that read an audit's records: ``rt4 report`` (HTML, JUnit, GitHub annotations and the
-exit of rt4 verify, from existing records), ``show`` (the records on a terminal), ``diff`` (what changed
-between two audits) and ``review-plan`` (which claims to review)."""
+exit of rt4 verify, from existing records), ``export`` (the records as a CSV table), ``show`` (the records
+on a terminal), ``diff`` (what changed between two audits) and ``review-plan`` (which claims to review)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,30 @@ def report(
     if written:
         stderr.print("wrote " + ", ".join(written), highlight=False, markup=False)
     raise typer.Exit(exit_code(status))
+
+
+@commands.command()
+def export(
+    results: ResultsArgument,
+    csv_path: Annotated[Path | None, typer.Option("--csv", metavar="FILE.csv", help="Write the records as CSV here (columns: README, 'Export').")] = None,
+    level: Annotated[str, typer.Option(metavar="claim|answer", help="One row per claim (claim) or per answer (answer).")] = "claim",
+) -> None:
+    """Export existing results as a table: CSV, one row per claim or per answer."""
+    from rt4chart.records.io import PredictionsError, read_predictions
+    from rt4chart.report.tables import TableLevel, write_csv
+
+    if csv_path is None:
+        raise fail("nothing to write: give --csv FILE.csv")
+    if level not in set(TableLevel):
+        raise fail(f"--level must be one of {', '.join(TableLevel)} (got {level!r})")
+    csv_path = _guard_outputs({"--csv": csv_path}, [results])["--csv"]
+    try:
+        records = read_predictions(results)
+    except PredictionsError as error:
+        raise fail(str(error)) from None
+    write_csv(csv_path, records, level)
+    stderr.print(f"wrote {csv_path} ({len(records)} answers, one row per {level})", highlight=False, markup=False,
+                 soft_wrap=True)
 
 
 @commands.command()

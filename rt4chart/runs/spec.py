@@ -13,10 +13,12 @@ from it; the run itself lives in :mod:`rt4chart.runs.run`.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.fields import FieldInfo
 
 from rt4chart.judges.budget import RunLimits
 from rt4chart.options import AuditOptions, HelpPanel
@@ -98,3 +100,59 @@ class RunSpec(BaseModel):
     decides failure."""
     signals: SignalSpec | None = None
     """White-box signals added to each record before it is written; ``None``: none."""
+
+
+def field_at(path: str) -> FieldInfo:
+    """The :class:`RunSpec` field at ``path`` (``limits.budget_usd``, ``options.window``); ``cache.*`` are
+    the fields of :class:`CacheChoice`, the three flags of the one field ``RunSpec.cache``."""
+    model: type[BaseModel] = RunSpec
+    *parents, name = path.split(".")
+    for parent in parents:
+        annotation = CacheChoice if (model, parent) == (RunSpec, "cache") else model.model_fields[parent].annotation
+        model = next(m for m in (annotation, *get_args(annotation)) if isinstance(m, type) and issubclass(m, BaseModel))
+    return model.model_fields[name]
+
+
+def field_extra(info: FieldInfo) -> dict[str, Any]:
+    """What a field declares for its flag (``panel``, ``flag``): its ``json_schema_extra``."""
+    return info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+
+
+def flag_of(path: str) -> str:
+    """Every spelling of the flag of the field at ``path``: its ``json_schema_extra["flag"]`` as written
+    (``--out,-o``), else its name (``--window``; a bool both ways, ``--batch-claims/--no-batch-claims``)."""
+    info = field_at(path)
+    if "flag" in field_extra(info):
+        return str(field_extra(info)["flag"])
+    flag = "--" + path.rsplit(".", 1)[-1].replace("_", "-")
+    return f"{flag}/--no-{flag.removeprefix('--')}" if info.annotation is bool else flag
+
+
+def nested_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Values by dotted path as the nested fields of a model (``{"limits": {"budget_usd": 1.0}}``)."""
+    fields: dict[str, Any] = {}
+    for path, value in values.items():
+        *parents, name = path.split(".")
+        level = fields
+        for parent in parents:
+            level = level.setdefault(parent, {})
+        level[name] = value
+    return fields
+
+
+AUDIT_FLAGS = tuple(f"options.{name}" for name in AuditOptions.model_fields)
+"""A flag per :class:`AuditOptions` field: ``rt4 verify``, ``estimate``, ``eval``, ``compare`` and ``repair``."""
+
+CACHE_FLAGS = ("cache.cache_dir", "cache.cache_url", "cache.no_cache")
+"""``--cache-dir``, ``--cache-url`` and ``--no-cache``: the judge cache of a run."""
+
+RUN_FLAGS = (
+    "out", "resume", "judge", "api_base", "limits.concurrency", "limits.budget_usd", "limits.timeout_s",
+    *CACHE_FLAGS, "engine.engine", "engine.address", "engine.workers",
+    "engine.worker_cpus", "signals.kind", "signals.model", "signals.probe", "signals.server", "signals.delta",
+)
+"""The run flags of ``rt4 verify``, in the order of its ``--help``."""
+
+OUTPUT_FLAGS = ("outputs.html", "outputs.junit", "outputs.github", "outputs.fail_on", "outputs.max_rate",
+                "outputs.baseline")
+"""The output and CI flags of ``rt4 verify`` (``rt4 report`` takes all but ``--report``, its ``--html``)."""

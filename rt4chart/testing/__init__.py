@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rt4chart.report.tables import support_score as support_score
     from rt4chart.testing.asserts import GroundingError as GroundingError
     from rt4chart.testing.asserts import JudgeFailed as JudgeFailed
     from rt4chart.testing.asserts import SessionBudgetStop as SessionBudgetStop
@@ -28,6 +29,7 @@ __all__ = [
     "assert_grounded",
     "check_grounded",
     "failing_claims",
+    "support_score",
 ]
 
 

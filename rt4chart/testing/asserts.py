@@ -34,7 +34,7 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console, RenderableType
 from rich.padding import Padding
 from rich.text import Text
@@ -45,6 +45,7 @@ from rt4chart.judges.registry import JudgeStack, judge_stack
 from rt4chart.options import FailOn
 from rt4chart.protocol import Backend, BudgetExhausted
 from rt4chart.report.audited import AuditedSample
+from rt4chart.report.tables import support_score
 from rt4chart.report.terminal_view import claim_lines
 from rt4chart.types import AuditRecord, ClaimVerdict, Label, Sample, Usage
 
@@ -127,13 +128,35 @@ def _plain(lines: list[RenderableType]) -> str:
     return "\n".join(row.rstrip() for row in buffer.getvalue().splitlines())
 
 
-def grounding_message(report: AuditRecord, sample: Sample, failing: list[ClaimVerdict], fail_on: FailOn | str) -> str:
-    """The failure message: a heading, then each failing claim as the terminal view shows it."""
+class Thresholds(BaseModel):
+    """How much an assertion tolerates: the defaults fail on any failing claim."""
+
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+
+    allowed_unsupported: int = Field(default=0, ge=0)
+    """Claims that may fail the ``fail_on`` policy before the assertion fails."""
+    min_support: float = Field(default=0.0, ge=0.0, le=1.0)
+    """The least :func:`support_score` (share of entailed claims) that passes."""
+
+    def missed(self, report: AuditRecord, failing: list[ClaimVerdict]) -> str | None:
+        """Why ``report`` fails these thresholds (``None``: it passes them)."""
+        if len(failing) > self.allowed_unsupported:
+            allowed = f"; {self.allowed_unsupported} allowed" if self.allowed_unsupported else ""
+            return f"{len(failing)} of {len(report.claims)} claims not grounded in the context{allowed}"
+        score = support_score(report)
+        if score < self.min_support:
+            return f"support {score:.3g} below min_support={self.min_support:g} ({len(report.claims)} claims)"
+        return None
+
+
+def grounding_message(
+    report: AuditRecord, sample: Sample, failing: list[ClaimVerdict], fail_on: FailOn | str, why: str | None = None
+) -> str:
+    """The failure message: a heading (``why`` the assertion failed, by default the count of failing
+    claims), then each failing claim as the terminal view shows it."""
     item = AuditedSample(report, sample)
-    heading = (
-        f"{len(failing)} of {len(report.claims)} claims not grounded in the context "
-        f"(verdict: {report.label}; fail_on={FailOn(fail_on)}; judge {report.judge})"
-    )
+    reason = why or f"{len(failing)} of {len(report.claims)} claims not grounded in the context"
+    heading = f"{reason} (verdict: {report.label}; fail_on={FailOn(fail_on)}; judge {report.judge})"
     lines: list[RenderableType] = [Text(heading), Text(f"answer: {sample.answer}")]
     for claim in failing:
         lines.extend(claim_lines(item, claim))
@@ -395,6 +418,7 @@ def _run_blocking(work: Coroutine[Any, Any, T]) -> T:
 def _checked(report: AuditRecord) -> AuditRecord:
     """``report``, unless it holds no verdict: :class:`JudgeFailed` when the judge's failures left
     it open, ``ValueError`` when the input cannot be audited (an answer with no sentence)."""
+    __tracebackhide__ = True  # a failing test shows the test's line, not rt4chart's frames
     if report.label is None and report.incomplete:
         raise JudgeFailed(report)
     if report.label is None:
@@ -418,6 +442,7 @@ async def acheck_grounded(
     :class:`~rt4chart.options.AuditOptions` fields. Raises :class:`JudgeUnavailable` /
     :class:`JudgeFailed` when the judge fails, :class:`BudgetExhausted` on a budget stop.
     """
+    __tracebackhide__ = True
     sample = _sample(answer, context, question, sample_id)
     session = _session_for(judge)
     if session is not None:
@@ -435,6 +460,7 @@ def check_grounded(
     **options: Any,
 ) -> AuditRecord:
     """Synchronous :func:`acheck_grounded` (also inside a running event loop)."""
+    __tracebackhide__ = True
     sample = _sample(answer, context, question, sample_id)
     session = _session_for(judge)
     if session is not None:
@@ -443,14 +469,25 @@ def check_grounded(
 
 
 def _asserted(report: AuditRecord, answer: str, context: str | list[str], question: str | None,
-              fail_on: FailOn | str) -> AuditRecord:
+              fail_on: FailOn | str, thresholds: Thresholds) -> AuditRecord:
+    __tracebackhide__ = True
     failing = failing_claims(report, fail_on)
-    if failing:  # a known failing claim is a finding even when other claims were left open
-        sample = Sample(id=report.id or "answer", answer=answer, context=context, question=question)
-        raise GroundingError(grounding_message(report, sample, failing, fail_on), report, failing)
-    if report.incomplete:  # no claim fails, but the open ones might: the judge decided nothing
+    over_count = len(failing) > thresholds.allowed_unsupported
+    # Known failing claims past the allowance are a finding even when other claims were left open;
+    # otherwise the open ones might tip either threshold: the judge decided nothing.
+    if report.incomplete and not over_count:
         raise JudgeFailed(report)
+    why = thresholds.missed(report, failing)
+    if why is not None:
+        sample = Sample(id=report.id or "answer", answer=answer, context=context, question=question)
+        raise GroundingError(grounding_message(report, sample, failing, fail_on, why), report, failing)
     return report
+
+
+def _thresholds(fail_on: FailOn | str, allowed_unsupported: int, min_support: float) -> Thresholds:
+    """The assertion's thresholds, validated with its policy before any call (``ValueError``)."""
+    failing_labels(fail_on)
+    return Thresholds(allowed_unsupported=allowed_unsupported, min_support=min_support)
 
 
 async def aassert_grounded(
@@ -460,15 +497,20 @@ async def aassert_grounded(
     *,
     judge: str | Backend | None = None,
     fail_on: FailOn | str = FailOn.HALLUCINATED,
+    allowed_unsupported: int = 0,
+    min_support: float = 0.0,
     sample_id: str | None = None,
     **options: Any,
 ) -> AuditRecord:
-    """Fail (:class:`GroundingError`) when a claim of ``answer`` is not grounded in ``context``:
-    contradicted or baseless under ``fail_on="hallucinated"``, contradicted under
-    ``"contradicted"``. Returns the record when the answer passes. See :func:`acheck_grounded`."""
-    failing_labels(fail_on)  # an unknown policy is refused before any call
+    """Fail (:class:`GroundingError`) when more than ``allowed_unsupported`` claims of ``answer``
+    (default: any) are not grounded in ``context`` (contradicted or baseless under
+    ``fail_on="hallucinated"``, contradicted under ``"contradicted"``), or when the share of its claims
+    the context entails (:func:`support_score`) is below ``min_support`` (default 0: no minimum).
+    Returns the record when the answer passes. See :func:`acheck_grounded`."""
+    __tracebackhide__ = True
+    thresholds = _thresholds(fail_on, allowed_unsupported, min_support)  # refused before any call
     report = await acheck_grounded(answer, context, question, judge=judge, sample_id=sample_id, **options)
-    return _asserted(report, answer, context, question, fail_on)
+    return _asserted(report, answer, context, question, fail_on, thresholds)
 
 
 def assert_grounded(
@@ -478,10 +520,13 @@ def assert_grounded(
     *,
     judge: str | Backend | None = None,
     fail_on: FailOn | str = FailOn.HALLUCINATED,
+    allowed_unsupported: int = 0,
+    min_support: float = 0.0,
     sample_id: str | None = None,
     **options: Any,
 ) -> AuditRecord:
     """Synchronous :func:`aassert_grounded` (also inside a running event loop)."""
-    failing_labels(fail_on)
+    __tracebackhide__ = True
+    thresholds = _thresholds(fail_on, allowed_unsupported, min_support)
     report = check_grounded(answer, context, question, judge=judge, sample_id=sample_id, **options)
-    return _asserted(report, answer, context, question, fail_on)
+    return _asserted(report, answer, context, question, fail_on, thresholds)

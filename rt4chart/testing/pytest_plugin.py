@@ -8,9 +8,14 @@ test marked ``@pytest.mark.rt4_samples("answers.jsonl")``, which runs once per l
 ``--rt4-allow-budget-skips`` (or the ini option ``rt4_allow_budget_skips = true``) lets a session whose
 budget stopped its audits pass.
 
-The plugin is inert until a test audits: no judge, thread or file exists before, and a session
-that audits nothing prints nothing. A judge that cannot be reached or refuses is reported as a test
-**error** (not a failure), naming the endpoint; a stop by the session's budget skips the audits
+The plugin is inert until a test audits or an ``--rt4-*`` option is given: no judge, thread or file
+exists before, and a session that audits nothing prints nothing. A session judge that cannot be
+configured (an unknown ``--rt4-judge``, a missing API key, an unusable cache) is refused before any
+test runs, and one that cannot be reached (its circuit opened: ``JudgeUnavailable``) stops the session
+at the first test that meets it: both are usage errors of the setup, not findings, so pytest exits 4
+(``ExitCode.USAGE_ERROR``) naming the problem once instead of failing every grounding test. A judge
+whose failures left one verdict open is that test's **error** (not a failure); a stop by the
+session's budget skips the audits
 after it, with the reason (a budget a test sets itself fails that test as any exception would), and
 fails the session: pytest exits 1 with a line saying how many audits the budget refused, since a CI
 gate must not go green on audits that never ran, unless the opt-out above says skips are accepted.
@@ -82,7 +87,21 @@ def pytest_configure(config: pytest.Config) -> None:
     if budget is not None and not (budget >= 0 and budget != float("inf")):
         raise pytest.UsageError(f"--rt4-budget must be a finite amount of at least 0 USD (got {budget})")
     if any(config.getoption(option) is not None for option in _OPTIONS):
-        _session(config)
+        session = _session(config)
+        if not hasattr(config, "workerinput"):  # the controller checked the judge before any worker started
+            _check_judge(session)
+
+
+def _check_judge(session: AuditSession) -> None:
+    """Build the session's judge now: a judge or cache that cannot be configured is a usage error
+    before any test (cheap: a model is loaded, and an endpoint called, on the first audit only)."""
+    from rt4chart.judges.cache import CacheError
+    from rt4chart.judges.registry import JudgeConfigError
+
+    try:
+        session.judge()
+    except (JudgeConfigError, CacheError) as error:
+        raise pytest.UsageError(f"rt4chart: the session's judge cannot be used: {error}") from None
 
 
 _OPTIONS = ("rt4_judge", "rt4_api_base", "rt4_cache_dir", "rt4_cache_url", "rt4_budget", "rt4_report", "rt4_out")
@@ -203,6 +222,20 @@ def _raised(excinfo: pytest.ExceptionInfo[BaseException], module: str, name: str
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """A judge that cannot be reached stops the session as a usage error (exit 4), named once: every
+    later audit would meet the same open circuit, and a CI job must not read it as N findings."""
+    try:
+        return (yield)
+    except Exception as error:
+        unavailable = sys.modules.get("rt4chart.protocol")
+        if unavailable is not None and isinstance(error, unavailable.JudgeUnavailable):
+            pytest.exit(f"rt4chart: the judge cannot be reached ({item.nodeid} met it first): {error}",
+                        returncode=pytest.ExitCode.USAGE_ERROR)
+        raise
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
@@ -213,9 +246,7 @@ def pytest_runtest_makereport(
     if _raised(excinfo, "rt4chart.testing.asserts", "SessionBudgetStop"):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"rt4chart budget: {excinfo.value}")
-    elif _raised(excinfo, "rt4chart.judges.circuit", "JudgeUnavailable") or _raised(
-        excinfo, "rt4chart.testing.asserts", "JudgeFailed"
-    ):
+    elif _raised(excinfo, "rt4chart.testing.asserts", "JudgeFailed"):
         report.rt4_judge_error = True  # type: ignore[attr-defined]  # survives xdist's serialization
     return report
 

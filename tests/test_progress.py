@@ -22,8 +22,7 @@ from rt4chart.report.progress import (
     HEARTBEAT_ENV,
     AuditProgress,
     RunSummary,
-    invalid_lines_text,
-    policy_text,
+    lines_text,
     print_summary,
 )
 from rt4chart.types import AuditRecord, Label, Usage
@@ -170,30 +169,23 @@ def test_sigterm_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
     assert [json.loads(line)["id"] for line in out.read_text(encoding="utf-8").splitlines()] == ["a"]
 
 
-def _decided(fail_on: FailOn, labels: list[Label]) -> RunSummary:
-    """A summary of records with ``labels``, and the run layer's decision on it (max rate 0.5)."""
+def _reason(fail_on: FailOn, labels: list[Label]) -> str:
+    """The run layer's reason for records with ``labels`` under ``fail_on`` (max rate 0.5)."""
     from rt4chart.report.outputs import PublishOptions
-    from rt4chart.runs.run import policy_fails
+    from rt4chart.runs.run import policy_fails, reason_of, status_of
 
     summary = RunSummary(fail_on=fail_on, max_rate=0.5)
     for label in labels:
         summary.add(finished(label, 1, 0))
-    assert policy_text(summary) is None, "no text before the run layer decides"
-    summary.fails = policy_fails(summary.record_counts(), PublishOptions(fail_on=fail_on, max_rate=0.5))
-    return summary
+    counts = summary.record_counts()
+    fails = policy_fails(counts, PublishOptions(fail_on=fail_on, max_rate=0.5))
+    return reason_of(status_of(counts, None, fails), summary, None, "judge")
 
 
-def test_the_summary_says_which_policy_failed_and_by_how_much() -> None:
+def test_the_reason_says_which_policy_failed_and_by_how_much() -> None:
     labels = [Label.CONTRADICTED, Label.BASELESS, Label.BASELESS, Label.ENTAILED]
-    summary = _decided(FailOn.HALLUCINATED, labels)
-    assert policy_text(summary) == "failed: 3 of 4 answers hallucinated (75%) > --max-rate 0.50"
-    lenient = _decided(FailOn.CONTRADICTED, labels)
-    assert policy_text(lenient) == "passed: 1 of 4 answers contradicted (25%) <= --max-rate 0.50"
-    stream = io.StringIO()
-    print_summary(summary, Console(file=stream, width=120))
-    text = stream.getvalue()
-    assert text.rstrip().endswith("failed: 3 of 4 answers hallucinated (75%) > --max-rate 0.50")
-    assert "wall time" in text
+    assert _reason(FailOn.HALLUCINATED, labels) == "failed: 3 of 4 answers hallucinated (75%) > --max-rate 0.50"
+    assert _reason(FailOn.CONTRADICTED, labels) == "passed: 1 of 4 answers contradicted (25%) <= --max-rate 0.50"
 
 
 def test_the_summary_names_invalid_lines_and_what_a_resume_kept() -> None:
@@ -201,7 +193,9 @@ def test_the_summary_names_invalid_lines_and_what_a_resume_kept() -> None:
     for line in (9, 3, 4, 12, 15, 20, 30):
         summary.add(AuditRecord(id=None, line=line, label=None, errors=["not JSON"]))
     summary.add(finished(Label.ENTAILED, 0, 1))
-    assert invalid_lines_text(summary.invalid_lines) == "lines 3, 4, 9, 12, 15 and 2 more"
+    assert lines_text(summary.invalid_lines) == "lines 3, 4, 9, 12, 15 and 2 more"
+    # Records come in completion order: the reasons kept are the lowest lines', however many are bad.
+    assert sorted(summary.invalid_reasons) == [3, 4, 9]
     stream = io.StringIO()
     print_summary(summary, Console(file=stream, width=160))
     text = stream.getvalue()

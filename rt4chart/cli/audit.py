@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from rt4chart.cli.common import InputArgument, _print_stop, _read_input, _usage_errors
+from rt4chart.cli.common import InputArgument, _print_reason, _print_stop, _read_input, _usage_errors
 from rt4chart.cli.flags import AUDIT_FLAGS, OUTPUT_FLAGS, RUN_FLAGS, run_spec, stderr
 from rt4chart.options import HelpPanel
 from rt4chart.report.outputs import OutputFormat
@@ -72,7 +72,9 @@ def verify(
         from rt4chart.report.progress import print_summary
 
         print_summary(outcome.summary, stderr)
-    _print_stop(outcome)
+        _print_reason(outcome)
+    else:
+        _print_stop(outcome)  # --quiet still says why a run stopped
     raise typer.Exit(outcome.exit_code)
 
 

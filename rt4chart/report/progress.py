@@ -333,14 +333,15 @@ class AuditProgress:
         return f"rt4: {self._done}/{self.total} samples | {calls}{self.status()} | {elapsed:.0f}s elapsed"
 
     def status(self) -> str:
-        """One line: what is loading (a judge's model), calls in flight, samples/s, spend vs budget,
-        cache hit rate."""
+        """One line: what is loading (a judge's model), calls in flight (holding a concurrency slot: on
+        the wire) and queued (waiting for a slot or a retry), samples/s, spend vs budget, cache hit rate."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
         usage = self._summary.usage
         lookups = usage.calls + usage.cache_hits
         hit_rate = usage.cache_hits / lookups if lookups else 0.0
         budget = f" of ${self.ledger.limit_usd:.4f}" if self.ledger.limit_usd is not None else ""
-        in_flight = f"{self.ledger.in_flight} calls in flight | " if self.calls_seen else ""
+        queued = self.ledger.queued
+        in_flight = f"{self.ledger.in_flight - queued} calls in flight, {queued} queued | " if self.calls_seen else ""
         loading = loading_now()
         return (
             f"{f'loading {loading} | ' if loading else ''}{in_flight}{self._done / elapsed:.2f} samples/s | "

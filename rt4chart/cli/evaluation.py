@@ -81,7 +81,7 @@ def eval_command(
     title = f"{dataset} {split or 'all'}: {result.judge}, {config.variant}"
     print_metrics(result.metrics, Console(), title, result_details(result))
     written = write_result(result, results_dir, outcome.run.reports if save_predictions else None)
-    stderr.print("wrote " + ", ".join(str(p) for p in written), highlight=False, markup=False)
+    stderr.print("wrote " + ", ".join(str(p) for p in written), highlight=False, markup=False, soft_wrap=True)
 
 
 @commands.command()
@@ -108,7 +108,7 @@ def score(
         from rt4chart.records.io import write_text_atomically
 
         write_text_atomically(out, [result.model_dump_json(indent=2) + "\n"])
-        stderr.print(f"wrote {out}", highlight=False, markup=False)
+        stderr.print(f"wrote {out}", highlight=False, markup=False, soft_wrap=True)
 
 
 @commands.command()
@@ -129,7 +129,7 @@ def convert(
     except DatasetError as error:
         raise fail(str(error)) from None
     write_converted(samples, out)
-    stderr.print(f"wrote {len(samples)} samples to {out}", highlight=False, markup=False)
+    stderr.print(f"wrote {len(samples)} samples to {out}", highlight=False, markup=False, soft_wrap=True)
 
 
 @commands.command()
@@ -242,7 +242,7 @@ def agree(
     else:
         print_agreement(report, console)
     if plot is not None:
-        stderr.print(f"wrote {plot}", highlight=False, markup=False)
+        stderr.print(f"wrote {plot}", highlight=False, markup=False, soft_wrap=True)
 
 
 @commands.command()
@@ -268,7 +268,7 @@ def compare(
     with _usage_errors():
         outcome = compare(spec.model_copy(update={"input_file": input_path}), names, items, out_dir, decompose_with=decompose_with, resamples=resamples, seed=seed,
                           observer=ProgressObserver(stderr, enabled=not quiet))
-    stderr.print("wrote " + ", ".join(str(p) for p in outcome.paths), highlight=False, markup=False)
+    stderr.print("wrote " + ", ".join(str(p) for p in outcome.paths), highlight=False, markup=False, soft_wrap=True)
     for judged in outcome.by_judge:
         _print_stop(judged)
     console = Console()

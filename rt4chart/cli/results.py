@@ -65,7 +65,7 @@ def report(
     outcome = report_records(outputs, audited, Console())
     written = [str(path) for path in (html, junit) if path is not None]
     if written:
-        stderr.print("wrote " + ", ".join(written), highlight=False, markup=False)
+        stderr.print("wrote " + ", ".join(written), highlight=False, markup=False, soft_wrap=True)
     _print_reason(outcome)
     raise typer.Exit(outcome.exit_code)
 
@@ -143,4 +143,4 @@ def review_plan(
     except ReviewPlanError as error:
         raise fail(str(error)) from None
     print_plan(plan, Console(stderr=True))
-    stderr.print("wrote " + ", ".join(str(path) for path in guarded.values()), highlight=False, markup=False)
+    stderr.print("wrote " + ", ".join(str(path) for path in guarded.values()), highlight=False, markup=False, soft_wrap=True)

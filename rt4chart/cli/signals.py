@@ -74,7 +74,7 @@ def _write_signal_records(out: Path, records: Sequence[SignalRecord] | Sequence[
 
     outcome = write_signal_records(out, records)
     stderr.print(f"wrote {outcome.counts.records} records to {out}: {outcome.counts.flagged} {flagged}, "
-                 f"{outcome.counts.invalid} with errors", highlight=False, markup=False)
+                 f"{outcome.counts.invalid} with errors", highlight=False, markup=False, soft_wrap=True)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -154,5 +154,5 @@ def signals_train(
     stderr.print(
         f"wrote {out}: {feature} probe on {len(probe.columns)} heads ({probe.selector}), "
         f"{probe.training.windows} windows ({probe.training.positive_windows} positive) from {len(samples)} answers",
-        highlight=False, markup=False,
+        highlight=False, markup=False, soft_wrap=True,
     )

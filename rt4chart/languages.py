@@ -114,6 +114,13 @@ def _identifier() -> LanguageIdentifier:
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 
+def load_detector() -> None:
+    """Load the language detector now rather than on the first answer that needs it: the load
+    (an LZMA-packed model) takes a second or more of CPU, and a service (``rt4 guard``) would
+    otherwise stall every request in flight while one of them waits on it."""
+    _identifier()
+
+
 def detect_language(text: str, fallback: str = "") -> str:
     """The language of ``text`` (its first 2,000 characters), else of ``fallback`` (more text in the
     same language, such as the context), else English: a guess under :data:`MIN_CONFIDENCE` is

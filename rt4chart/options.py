@@ -79,8 +79,9 @@ class AuditOptions(BaseModel):
     """Skip the global call when the whole context fits one chunk (the local verdict stands: the
     global stage would re-read the same text); off by default, as in the paper."""
     ungrounded: UngroundedPolicy = Field(default="downgrade", json_schema_extra={"panel": HelpPanel.METHOD})
-    """downgrade (the paper's rule: a verdict whose evidence is not in the context, even after a
-    re-ask, becomes baseless, the judge's text kept) or keep."""
+    """downgrade (a verdict whose evidence is not in the context, even after a re-ask, becomes
+    baseless, the judge's text kept) or keep (it stands, marked ungrounded, as the paper's check
+    leaves it); README, "Ungrounded verdicts", has the measured difference."""
     skip_decided: bool = Field(default=True, json_schema_extra={"panel": HelpPanel.METHOD})
     """Ask no further chunk about a claim already contradicted (its OR-join is settled)."""
     max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1, json_schema_extra={"panel": HelpPanel.JUDGE})

@@ -90,6 +90,22 @@ class Gold(BaseModel):
         return any(a.kind == kind for a in self.annotations)
 
 
+class TraceSource(BaseModel):
+    """Where a sample read from an OpenTelemetry trace came from (:mod:`rt4chart.records.traces`): the ids
+    that find the turn again in the tracing backend. Ids are as the export spells them (hex in OTLP/JSON)."""
+
+    trace_id: str
+    """The trace that recorded the turn."""
+    root_span_id: str | None = None
+    """The trace's root span (no parent in the trace), when it has exactly one."""
+    answer_span_id: str | None = None
+    """The LLM span whose output is the audited answer (in an error record: the LLM span that gave none)."""
+    question_span_id: str | None = None
+    """The span whose input is the question."""
+    retriever_span_ids: list[str] = Field(default_factory=list)
+    """The retriever spans whose documents are the context, in the context's order."""
+
+
 class Sample(BaseModel):
     """One answer to audit, with the context it was generated from."""
 
@@ -115,6 +131,9 @@ class Sample(BaseModel):
         return None if language is None else normalize_language(language)
     gold: Gold | None = None
     """Reference labels for evaluation; ignored by the verifier."""
+    trace: TraceSource | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The trace and spans the sample was read from (``rt4 verify --input-format otlp``); copied to the
+    record."""
 
     @model_validator(mode="before")
     @classmethod
@@ -645,6 +664,9 @@ class AuditRecord(BaseModel):
     """``full``, ``off``, or ``skipped: one chunk`` (``--global-auto``: the local verdicts stand)."""
     gold: Gold | None = None
     """Gold labels carried through from the input, for scoring."""
+    trace: TraceSource | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The trace and spans of the sample (:class:`TraceSource`), when it was read from traces; left out
+    of the record otherwise."""
     signals: dict[str, float] = Field(default_factory=dict)
     """White-box signals of the whole answer, by name (``S_max``: the largest token value of signal
     ``S``), when ``rt4 verify --signals`` asked for them; a new signal adds keys, never a field."""

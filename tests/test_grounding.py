@@ -270,7 +270,7 @@ def test_a_local_quote_from_outside_the_chunk_is_rejected_and_reasked_once(ungro
     ], ungrounded=ungrounded)
     claim = report.claims[2]
     vote = claim.votes[0]
-    # The paper's rule (the default): an ungrounded verdict is baseless; kept, it stands untrusted.
+    # The default (downgrade): an ungrounded verdict is baseless; kept, it stands untrusted.
     label = Label.BASELESS if ungrounded == "downgrade" else Label.ENTAILED
     assert (vote.label, vote.grounded, vote.evidence) == (label, False, [])
     assert vote.error is not None and "not found" in vote.error and "re-ask" in vote.error
@@ -297,6 +297,33 @@ def test_an_unfound_quote_is_reasked_once_then_marked_ungrounded(ungrounded: str
     assert any("not found in the context" in e and "still ungrounded after a re-ask" in e for e in claim.errors)
     assert [is_reask(r) for r in backend.requests_for_claim(claim.text, "global")] == [False, True]
     assert report.usage.calls == len(backend.requests)
+
+
+ELIGIBILITY = "Only identity-verified new users are eligible for the free trial."
+LOOSE_ELIGIBILITY = "Only identity-verified ... eligible for the free trial."
+"""The eligibility sentence quoted loosely: the middle elided, as LLM judges often quote."""
+
+
+@pytest.mark.parametrize("ungrounded", ["downgrade", "keep"])
+def test_a_loosely_quoted_contradiction_is_baseless_when_downgraded_and_stands_when_kept(ungrounded: str) -> None:
+    # Both eligibility claims are contradicted with the right sentence, quoted loosely in every call.
+    contradictions = [
+        {"claim": claim, "label": "contradicted", "evidence": [LOOSE_ELIGIBILITY]}
+        for claim in ("All users can start", "Existing customers")
+    ]
+    report, _ = _example_with(contradictions, ungrounded=ungrounded)
+    eligibility = report.claims[:2]
+    assert all(not claim.grounded and claim.evidence == [] for claim in eligibility)
+    if ungrounded == "downgrade":
+        assert [claim.label for claim in eligibility] == [Label.BASELESS, Label.BASELESS]
+        assert all(any("downgraded to baseless" in e for e in claim.errors) for claim in eligibility)
+        # No claim is contradicted any more, so the answer is only baseless.
+        assert report.label == Label.BASELESS
+    else:
+        assert [claim.label for claim in eligibility] == [Label.CONTRADICTED, Label.CONTRADICTED]
+        assert not any("downgraded" in e for claim in eligibility for e in claim.errors)
+        assert report.label == Label.CONTRADICTED
+    assert report.hallucinated is True
 
 
 def test_an_entailed_verdict_without_quotes_is_ungrounded() -> None:

@@ -9,7 +9,8 @@ sends it RAGTruth QA test answers over HTTP: one at a time (latency p50/p99 per 
 first (what the judge loads lazily is in it; the start-up before the service listens is not).
 Then the proxy: a stand-in upstream (aiohttp, answers at once) streams a reply of
 RAGTruth answer text in 8-character chunks; the first-token and last-token latency through the
-proxy (``--upstream``) are compared with calling the upstream directly (p50 over ``--streams``).
+proxy (``--upstream``) are compared with calling the upstream directly and through a bare aiohttp
+relay (evals/bench/relay.py: the floor of one more hop on this machine; p50 over ``--streams``).
 Prints the measured figures and the command; records them in RESULTS.md.
 """
 
@@ -90,13 +91,18 @@ async def stream_timings(http: aiohttp.ClientSession, base: str, context: str) -
 
 def spawn_guard(judge: str | None, *flags: str) -> tuple[subprocess.Popen[str], str]:
     """``rt4 guard`` in its own process, and the URL it serves on."""
-    command = [sys.executable, "-m", "rt4chart", "guard", "--port", "0", *(["--judge", judge] if judge else []), *flags]
+    judging = ["--judge", judge] if judge else []
+    return spawn([sys.executable, "-m", "rt4chart", "guard", "--port", "0", *judging, *flags])
+
+
+def spawn(command: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """A server in its own process that says ``serving on URL`` on stderr, and that URL."""
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, "RT4_GUARD_TOKEN": ""})
     assert process.stderr is not None
     ready = process.stderr.readline()
     if "serving on " not in ready:
         process.kill()
-        raise SystemExit(f"rt4 guard did not start: {ready}{process.stderr.read()}")
+        raise SystemExit(f"{command[1:3]} did not start: {ready}{process.stderr.read()}")
     return process, ready.split("serving on ")[1].split()[0]
 
 
@@ -132,21 +138,28 @@ async def main(arguments: argparse.Namespace) -> None:
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     upstream = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
     proxy, proxy_url = spawn_guard(arguments.judge, "--upstream", upstream)
+    relay, relay_url = spawn([sys.executable, str(Path(__file__).with_name("relay.py")), upstream])
     direct: list[tuple[float, float]] = []
+    relayed: list[tuple[float, float]] = []
     proxied: list[tuple[float, float]] = []
     async with aiohttp.ClientSession() as http:
-        await stream_timings(http, proxy_url + "/v1", warm_up["context"])  # warm-up
-        for _ in range(arguments.streams):  # alternate, so drift in machine load hits both alike
+        await stream_timings(http, proxy_url + "/v1", warm_up["context"])  # warm-ups
+        await stream_timings(http, relay_url + "/v1", warm_up["context"])
+        for _ in range(arguments.streams):  # alternate, so drift in machine load hits all alike
             direct.append(await stream_timings(http, upstream, warm_up["context"]))
+            relayed.append(await stream_timings(http, relay_url + "/v1", warm_up["context"]))
             proxied.append(await stream_timings(http, proxy_url + "/v1", warm_up["context"]))
     stop(proxy)
+    stop(relay)
     await runner.cleanup()
 
     def p50_ms(values: list[float]) -> str:
         return f"{1000 * statistics.median(values):.1f}"
 
     firsts, lasts = [d[0] for d in direct], [d[1] for d in direct]
+    first_relayed, last_relayed = [r[0] for r in relayed], [r[1] for r in relayed]
     first_proxied, last_proxied = [p[0] for p in proxied], [p[1] for p in proxied]
+    load = " / ".join(f"{value:.1f}" for value in os.getloadavg())
     record(
         f"Guardrail service (rt4 guard, judge {arguments.judge or 'embedded'})",
         [
@@ -160,11 +173,15 @@ async def main(arguments: argparse.Namespace) -> None:
             f"| verdict latency per answer, one at a time: p50 | {1000 * statistics.median(sequential):.0f} ms |",
             f"| verdict latency per answer, one at a time: p99 | {1000 * percentile(sequential, 0.99):.0f} ms |",
             f"| answers per second, {arguments.concurrency} clients at once | {per_second:.2f} |",
-            f"| streamed reply, first token (p50): direct / proxy | {p50_ms(firsts)} / {p50_ms(first_proxied)} ms |",
-            f"| streamed reply, last token (p50): direct / proxy | {p50_ms(lasts)} / {p50_ms(last_proxied)} ms |",
+            "| streamed reply, first token (p50): direct / bare relay / proxy | "
+            f"{p50_ms(firsts)} / {p50_ms(first_relayed)} / {p50_ms(first_proxied)} ms |",
+            "| streamed reply, last token (p50): direct / bare relay / proxy | "
+            f"{p50_ms(lasts)} / {p50_ms(last_relayed)} / {p50_ms(last_proxied)} ms |",
             "",
             f"Stream: {len(pieces)} chunks of 8 characters from a stand-in upstream that answers at once, "
-            f"{arguments.streams} streams each way, alternating. Targets of issue 43: embedded verdict p50 <= 100 ms "
+            f"{arguments.streams} streams each way, alternating; the bare relay (evals/bench/relay.py) is one more "
+            f"aiohttp hop that does nothing else. Machine load when done (1/5/15 min): {load}. "
+            "Targets of issue 43: embedded verdict p50 <= 100 ms "
             "per answer; proxy p50 added in pass-through <= 5 ms; first token unchanged within noise.",
         ],
     )

@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from rt4chart.cli.common import InputArgument, _print_reason, _print_stop, _read_input, _usage_errors
+from rt4chart.cli.common import (
+    InputArgument,
+    InputFormat,
+    InputFormatOption,
+    TraceMappingOption,
+    _input_items,
+    _print_reason,
+    _print_stop,
+    _read_input,
+    _usage_errors,
+)
 from rt4chart.cli.flags import AUDIT_FLAGS, OUTPUT_FLAGS, RUN_FLAGS, run_spec, stderr
 from rt4chart.options import HelpPanel
 from rt4chart.report.outputs import OutputFormat
@@ -56,6 +66,8 @@ def verify(
     input_path: InputArgument,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary on stderr.", rich_help_panel=HelpPanel.OUTPUTS)] = False,
     output_format: Annotated[OutputFormat, typer.Option("--format", help="stdout without --out: auto = readable on a terminal, JSONL elsewhere.", rich_help_panel=HelpPanel.OUTPUTS)] = OutputFormat.AUTO,
+    input_format: InputFormatOption = InputFormat.JSONL,
+    trace_mapping: TraceMappingOption = None,
     *,
     spec: RunSpec,
 ) -> None:
@@ -67,7 +79,8 @@ def verify(
         "text_view": readable_stdout(output_format, spec.out, sys.stdout.isatty()),
     })
     spec = spec.model_copy(update={"input_file": input_path, "outputs": outputs})
-    outcome = _execute(spec, _stream_input(input_path), quiet)
+    traces = _input_items(input_path, input_format, trace_mapping)
+    outcome = _execute(spec, _stream_input(input_path) if traces is None else traces, quiet)
     if not quiet:
         from rt4chart.report.progress import print_summary
 
@@ -83,6 +96,8 @@ def verify(
 def estimate(
     input_path: InputArgument,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON on stdout.")] = False,
+    input_format: InputFormatOption = InputFormat.JSONL,
+    trace_mapping: TraceMappingOption = None,
     *,
     spec: RunSpec,
 ) -> None:
@@ -90,7 +105,7 @@ def estimate(
     from rt4chart.report.progress import print_estimate
     from rt4chart.runs.run import estimate as estimate_run
 
-    items = _read_input(input_path)
+    items = _input_items(input_path, input_format, trace_mapping) or _read_input(input_path)
     with _usage_errors():
         plan = estimate_run(spec, items)
     if as_json:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -101,7 +102,42 @@ def _read_input(input_path: Path) -> list[InputLine]:
     return items
 
 
-InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin).")]
+class InputFormat(StrEnum):
+    """How the input file holds the answers to audit (``--input-format``)."""
+
+    JSONL = "jsonl"
+    OTLP = "otlp"
+
+
+def _read_traces(input_path: Path, mapping_path: Path | None) -> list[InputLine]:
+    """The items of an OTLP/JSON trace export, one per trace; a file that is no such export, or a bad
+    mapping, is a usage error."""
+    from rt4chart.records.traces import TraceError, load_mapping, read_otlp_traces
+
+    if not input_path.is_file():
+        raise fail(f"trace file not found: {input_path}" if not input_path.exists() else f"{input_path} is not a file")
+    try:
+        items = list(read_otlp_traces(input_path, load_mapping(mapping_path)))
+    except TraceError as error:
+        raise fail(str(error)) from None
+    if not items:
+        raise fail(f"the trace export {input_path} holds no span")
+    return items
+
+
+def _input_items(input_path: Path, input_format: InputFormat, mapping_path: Path | None) -> list[InputLine] | None:
+    """The items of a trace export (``--input-format otlp``); ``None`` for JSONL, which the command reads its own
+    way (streamed or whole)."""
+    if input_format is InputFormat.OTLP:
+        return _read_traces(input_path, mapping_path)
+    if mapping_path is not None:
+        raise fail("--trace-mapping applies to --input-format otlp only")
+    return None
+
+
+InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin); with --input-format otlp, an OTLP/JSON trace export.")]
+InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="jsonl: one answer per line; otlp: an OTLP/JSON trace export, one answer per trace (OpenInference / GenAI spans).")]
+TraceMappingOption = Annotated[Path | None, typer.Option("--trace-mapping", help="TOML or JSON file overriding which spans and attributes hold documents, answer and question (--input-format otlp).")]
 MAX_RESAMPLES = 100_000
 """Bootstrap resamples are bounded: beyond this the intervals do not move, the run only takes longer."""
 ResamplesOption = Annotated[int, typer.Option(min=0, max=MAX_RESAMPLES, help="Bootstrap resamples for the 95% confidence intervals (0 to 100,000).")]

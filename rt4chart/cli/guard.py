@@ -18,6 +18,9 @@ def guard(
     host: Annotated[str, typer.Option(help="Address to bind; beyond 127.0.0.1 a token is required.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to bind (0: a free one).")] = 8404,
     judge: Annotated[str | None, typer.Option(help="Judge as rt4 verify --judge takes it (default: embedded).")] = None,
+    api_base: Annotated[
+        str | None, typer.Option(help="Base URL of the judge's OpenAI-compatible server (as rt4 verify --api-base).")
+    ] = None,
     upstream: Annotated[
         str | None,
         typer.Option(help="OpenAI-compatible base URL (…/v1): serve /v1/chat/completions as an auditing proxy."),
@@ -41,6 +44,17 @@ def guard(
     max_queued: Annotated[int, typer.Option(min=0, help="Requests waiting; beyond them 429 with Retry-After.")] = 16,
     max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body (413 beyond it).")] = 1_000_000,
     max_sentences: Annotated[int, typer.Option(min=1, help="Answer sentences per request (413 beyond).")] = 50,
+    max_claims: Annotated[
+        int, typer.Option(min=1, help="Claims per request, counted before any is verified (413 beyond).")
+    ] = 200,
+    latency_budget_ms: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="Milliseconds a cascade's later stages may take per audited text; claims left open keep an "
+            "earlier stage's judgement, marked, and the decision is at least --on-incomplete.",
+        ),
+    ] = None,
     timeout: Annotated[float, typer.Option(min=0.001, help="Seconds one request may take (408 beyond).")] = 30.0,
     cache_dir: Annotated[
         str | None, typer.Option(help="Judge cache directory or redis:// URL shared by all requests.")
@@ -70,12 +84,15 @@ def guard(
             max_queued=max_queued,
             max_body_bytes=max_body_bytes,
             max_sentences=max_sentences,
+            max_claims=max_claims,
+            latency_budget_ms=latency_budget_ms,
             timeout_s=timeout,
         )
         config = GuardConfig(
             host=host,
             port=port,
             judge=judge,
+            api_base=api_base,
             cache=cache_dir,
             budget_usd=budget,
             token=token or None,

@@ -210,7 +210,8 @@ def _batch_problem(response: JudgeResponse, n_claims: int) -> str | None:
 
 
 def _downgrade_if_ungrounded(judged: Judged) -> None:
-    """The paper's rule: only evidence found in the context supports a verdict."""
+    """``--ungrounded downgrade``: only evidence found in the context supports a verdict. The paper
+    only checks the evidence (the retromorphic relation); turning the label into baseless is ours."""
     if judged.grounded or judged.label in (None, Label.BASELESS):
         return
     note = f"{judged.label} verdict downgraded to baseless: its evidence is not in the context"

@@ -29,7 +29,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from rt4chart.types import AuditRecord, Sample, Usage
+from rt4chart.types import AuditRecord, Sample, TraceSource, Usage
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ class InputLine:
     """The line's ``id`` when one could be read, even from an invalid line."""
     digest: str | None = None
     """sha256 of the line's bytes (line break excluded): what :func:`record_key` binds a record to."""
+    trace: TraceSource | None = None
+    """The trace an item read from traces came from, kept on its record even when it is invalid."""
 
 
 def _describe(error: ValidationError) -> str:
@@ -266,14 +268,17 @@ def parse_lines(lines: Iterable[JsonLine]) -> Iterator[InputLine]:
 
 def error_report(item: InputLine) -> AuditRecord:
     """The output record of an input line that could not be audited."""
-    return AuditRecord(id=item.raw_id, line=item.line, errors=[item.error or "invalid input"])
+    return AuditRecord(id=item.raw_id, line=item.line, errors=[item.error or "invalid input"], trace=item.trace)
 
 
 def unaudited_report(item: InputLine, reason: str) -> AuditRecord:
     """The record of an input line the judge could not audit: verdict open, ``incomplete``."""
     if item.sample is None:
         return error_report(item)
-    return AuditRecord(id=item.sample.id, line=item.line, errors=[reason], incomplete=True, gold=item.sample.gold)
+    return AuditRecord(
+        id=item.sample.id, line=item.line, errors=[reason], incomplete=True, gold=item.sample.gold,
+        trace=item.sample.trace,
+    )
 
 
 class RunRecord(Protocol):

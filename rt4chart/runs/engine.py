@@ -257,11 +257,16 @@ class Pipeline:
         return await self._decompose(session, sample, sentences, cited)
 
     async def verify_sample(
-        self, sample: Sample, line: int = 1, decomposition: Decomposition | None = None
+        self,
+        sample: Sample,
+        line: int = 1,
+        decomposition: Decomposition | None = None,
+        admit_claims: Callable[[int], None] | None = None,
     ) -> AuditRecord:
         """Audit one sample with the configured method; ``decomposition``, when given, replaces the
         pipeline's own (``rt4 compare``: one claim set, drawn by :meth:`draw_claims`, verified by
-        every judge)."""
+        every judge). ``admit_claims``, when given, is told the number of claims drawn before any is
+        verified, and refuses them by raising (``rt4 guard``'s claim limit)."""
         session = self._session(sample)
         language = session.language
         if self.options.method == "direct":
@@ -281,7 +286,7 @@ class Pipeline:
             if len(answer_sentences) > MAX_ANSWER_SENTENCES:
                 problem = f"answer of {len(answer_sentences)} sentences, over the limit of {MAX_ANSWER_SENTENCES}"
                 return AuditRecord(id=sample.id, line=line, errors=[f"line {line}: {problem}"])
-            report = await self._rt4chart(session, sample, answer_sentences, decomposition, cited)
+            report = await self._rt4chart(session, sample, answer_sentences, decomposition, cited, admit_claims)
         return report.model_copy(
             update={
                 "id": sample.id,
@@ -291,6 +296,7 @@ class Pipeline:
                 "judge": self.backend.name,
                 "prompt_version": self.prompt_version,
                 "gold": sample.gold,
+                "trace": sample.trace,
                 "answer_sha256": answer_sha256(sample.answer),
                 "context_sha256": context_sha256(sample.context),
                 "language": language,
@@ -304,6 +310,7 @@ class Pipeline:
         answer_sentences: list[Sentence],
         decomposition: Decomposition | None,
         cited: CitedAnswer | None,
+        admit_claims: Callable[[int], None] | None = None,
     ) -> AuditRecord:
         options = self.options
         context, sentences = segment_context(sample.context, session.language)
@@ -329,6 +336,8 @@ class Pipeline:
             report.errors.append("no claim to verify: the decomposer found none in the answer")
             report.incomplete = True
             return report
+        if admit_claims is not None:
+            admit_claims(len(decomposition.claims))
         run_global = options.global_verification and not (options.global_auto and len(chunks) == 1)
         report.global_stage = (
             "full" if run_global else "off" if not options.global_verification else "skipped: one chunk"

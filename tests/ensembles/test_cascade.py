@@ -13,7 +13,7 @@ from faults import Fault, claims_in, fault_server, judge_every_claim
 from typer.testing import CliRunner
 
 from rt4chart.cli.app import app
-from rt4chart.judges.cascade import CascadeBackend, CascadeStage
+from rt4chart.judges.cascade import CascadeBackend, CascadeStage, latency_budget
 from rt4chart.judges.litellm import LiteLLMBackend
 from rt4chart.judges.registry import JudgeProfile
 from rt4chart.judges.scripted import ScriptedBackend, ScriptedRules
@@ -94,6 +94,42 @@ def test_a_reask_goes_whole_and_only_unsettled_claims_are_taken(verify_request: 
     assert [claims_in(body) for body in server.requests] == [CLAIMS]
     assert isinstance(response.parsed, VerifyOutput)
     assert response.parsed.judgements[1].label == Label.ENTAILED  # kept from the first stage
+
+
+def never_answering() -> ScriptedBackend:
+    """A later stage that would answer only after an hour: only a latency budget ends its call."""
+    return ScriptedBackend(ScriptedRules(default=Label.CONTRADICTED, latency_s=3600.0), name="slow")
+
+
+def test_a_spent_latency_budget_keeps_the_unsure_judgements_and_records_them(
+    verify_request: VerifyRequestFactory,
+) -> None:
+    async def judged() -> tuple[Any, Any]:
+        with latency_budget(0.05) as budget:
+            response = await cascade(sure_about_duration(0.5), never_answering()).complete(verify_request(CLAIMS))
+        return response, budget
+
+    response, budget = asyncio.run(judged())
+    assert isinstance(response.parsed, VerifyOutput)
+    # The first stage's judgements stand (the duration at 0.5, the others baseless without confidence) ...
+    assert [(j.claim, j.label) for j in response.parsed.judgements] == [
+        (0, Label.BASELESS), (1, Label.ENTAILED), (2, Label.BASELESS)
+    ]
+    assert response.claim_judges == ["first", "first", "first"]
+    # ... and the budget says for each that the slow stage was not heard.
+    assert set(budget.cut) == set(CLAIMS)
+    assert "before slow judged it: first's entailed (confidence 0.5, under 0.9)" in budget.cut[CLAIMS[1]]
+
+
+def test_a_budget_left_unspent_changes_nothing(verify_request: VerifyRequestFactory) -> None:
+    async def judged() -> tuple[Any, Any]:
+        with latency_budget(3600.0) as budget:
+            slow_enough = ScriptedBackend(ScriptedRules(default=Label.CONTRADICTED), name="second")
+            response = await cascade(sure_about_duration(), slow_enough).complete(verify_request(CLAIMS))
+        return response, budget
+
+    response, budget = asyncio.run(judged())
+    assert response.claim_judges == ["second", "first", "second"] and budget.cut == {}
 
 
 def test_narrowed_request_keeps_payload_and_messages_in_step(verify_request: VerifyRequestFactory) -> None:

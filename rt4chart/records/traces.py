@@ -1,0 +1,400 @@
+"""RAG turns read from OpenTelemetry trace exports: OTLP/JSON files in, one input item per trace out.
+
+A file holds one ``ExportTraceServiceRequest`` in the OTLP/JSON encoding (``resourceSpans[].scopeSpans[]
+.spans[]``), or several, one per line (what the OpenTelemetry Collector's file exporter writes); a page of
+Phoenix's ``spans/otlpv1`` REST answer (``{"data": [spans]}``) is read as one such request. Spans are
+grouped by ``traceId``; every trace becomes exactly one :class:`~rt4chart.records.io.InputLine`, numbered
+by the order its first span appears in the file: a :class:`~rt4chart.types.Sample` when the trace holds
+documents and an answer, else the reason it does not (its record then names the trace). Nothing is
+dropped.
+
+Where a trace keeps the turn is a :class:`TraceMapping`; its defaults follow OpenInference
+(``openinference.span.kind``: ``RETRIEVER`` spans' ``retrieval.documents.N.document.content`` / ``.id``
+are the context, in span start order; the last ``LLM`` span to end holds the answer,
+``llm.output_messages.0.message.content``; the question is a ``CHAIN`` / ``AGENT`` root span's
+``input.value``, else the LLM span's last user message) and the OpenTelemetry GenAI conventions (a span
+with ``gen_ai.operation.name`` ``chat`` / ``text_completion`` / ``generate_content`` is an LLM span; its
+answer is ``gen_ai.output.messages``, the older ``gen_ai.completion.0.content`` or a ``gen_ai.choice``
+event; its question ``gen_ai.input.messages``, ``gen_ai.prompt.N.*`` or a ``gen_ai.user.message`` event).
+A TOML or JSON file of the mapping's fields overrides them for a run (``--trace-mapping``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from rt4chart.records.io import InputLine, line_digest, parse_sample
+from rt4chart.types import TraceSource
+
+
+class TraceError(ValueError):
+    """A trace file or mapping file that cannot be read at all (not JSON, not OTLP, a bad mapping)."""
+
+
+class TraceMapping(BaseModel):
+    """Which spans and attributes of a trace hold a RAG turn's documents, answer and question."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    kind_attribute: str = "openinference.span.kind"
+    """The span attribute that names a span's kind."""
+    retriever_kinds: tuple[str, ...] = ("RETRIEVER",)
+    """Span kinds whose documents are the context (every such span of the trace, in start order)."""
+    llm_kinds: tuple[str, ...] = ("LLM",)
+    """Span kinds whose output may be the answer (the last such span to end is the answer's)."""
+    question_kinds: tuple[str, ...] = ("CHAIN", "AGENT")
+    """Kinds of a root span whose input is the user's question (before the LLM span's user message)."""
+    documents: str = "retrieval.documents"
+    """Prefix of the documents' attributes: ``<documents>.<N>.<document_text>``, N from 0."""
+    document_text: str = "document.content"
+    """A document's text, under ``<documents>.<N>.``."""
+    document_id: str = "document.id"
+    """A document's id, under ``<documents>.<N>.`` (a document without one is named by its position)."""
+    answer_attributes: tuple[str, ...] = ("llm.output_messages.0.message.content", "output.value")
+    """Attributes of the LLM span that may hold the answer, first present wins (``output.value`` only
+    when its ``output.mime_type`` is not JSON); the GenAI attributes and events are read after them."""
+    question_attributes: tuple[str, ...] = ("input.value",)
+    """Attributes of a question-kind root span that may hold the question (not when its mime type is JSON)."""
+    input_messages: str = "llm.input_messages"
+    """Prefix of the LLM span's input messages (``<input_messages>.<N>.message.role`` / ``.content``): the
+    last ``user`` message is the question when no root span gives one."""
+    genai: bool = True
+    """Also read the OpenTelemetry GenAI conventions (``gen_ai.*`` attributes and events)."""
+
+
+GENAI_LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+"""``gen_ai.operation.name`` values of a span that calls a model for text."""
+
+
+def load_mapping(path: Path | None) -> TraceMapping:
+    """The mapping of a TOML or JSON file of :class:`TraceMapping`'s fields (``None``: the defaults)."""
+    if path is None:
+        return TraceMapping()
+    try:
+        text = path.read_text(encoding="utf-8")
+        fields = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        return TraceMapping.model_validate(fields)
+    except (OSError, UnicodeDecodeError, ValueError) as error:  # JSON, TOML and validation errors are ValueErrors
+        reason = _described(error) if isinstance(error, ValidationError) else str(error)
+        raise TraceError(f"trace mapping {path}: {reason}") from None
+
+
+def _described(error: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, item['loc'])) or 'file'}: {item['msg']}" for item in error.errors())
+
+
+def any_value(value: Any) -> Any:
+    """An OTLP/JSON ``AnyValue`` as plain Python: the one field that is set (a field written as ``null`` is not;
+    ``intValue`` is a string in OTLP/JSON: made an int; an undecodable value is ``None``)."""
+    if not isinstance(value, Mapping):
+        return None
+    present = [(kind, content) for kind, content in value.items() if content is not None]
+    if not present:
+        return None
+    kind, content = present[0]
+    try:
+        match kind:
+            case "stringValue" | "boolValue" | "doubleValue":
+                return content
+            case "intValue":
+                return int(content)
+            case "arrayValue":
+                return [any_value(item) for item in content.get("values") or []]
+            case "kvlistValue":
+                return attributes_of(content.get("values"))
+            case "bytesValue":
+                return base64.b64decode(content)
+    except (AttributeError, TypeError, ValueError):  # binascii.Error is a ValueError
+        return None
+    return None
+
+
+def attributes_of(pairs: Any) -> dict[str, Any]:
+    """OTLP/JSON ``KeyValue`` pairs as a dict (a pair without a string key is no attribute)."""
+    if not isinstance(pairs, list):
+        return {}
+    return {
+        pair["key"]: any_value(pair.get("value"))
+        for pair in pairs
+        if isinstance(pair, Mapping) and isinstance(pair.get("key"), str)
+    }
+
+
+@dataclass(frozen=True)
+class Span:
+    """The parts of one OTLP span that a RAG turn is read from."""
+
+    span_id: str
+    parent_id: str | None
+    name: str
+    start: int
+    end: int
+    attributes: dict[str, Any]
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """``(name, attributes)`` of each span event, in order."""
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> Span:
+        events = [(str(e.get("name", "")), attributes_of(e.get("attributes"))) for e in raw.get("events") or []
+                  if isinstance(e, Mapping)]
+        return cls(
+            span_id=str(raw["spanId"]), parent_id=str(raw.get("parentSpanId") or "") or None,
+            name=str(raw.get("name", "")),
+            start=_nanos(raw.get("startTimeUnixNano")), end=_nanos(raw.get("endTimeUnixNano")),
+            attributes=attributes_of(raw.get("attributes")), events=events,
+        )
+
+
+def _nanos(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _requests(path: Path) -> list[Any]:
+    """The export requests of a file: one JSON document, or one per line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise TraceError(f"cannot read the trace file {path}: {error}") from None
+    try:
+        return [_camel_keys(json.loads(text))]
+    except json.JSONDecodeError:
+        pass
+    except RecursionError:
+        raise TraceError(f"{path}: nested too deeply to be a trace export") from None
+    requests = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                requests.append(_camel_keys(json.loads(line)))
+            except json.JSONDecodeError as error:
+                raise TraceError(f"{path}: line {number} is not valid JSON ({error.msg})") from None
+            except RecursionError:
+                raise TraceError(f"{path}: line {number} is nested too deeply to be a trace export") from None
+    return requests
+
+
+def _camel_keys(value: Any) -> Any:
+    """Field names as OTLP/JSON spells them: protobuf's JSON mapping also accepts the proto's own names
+    (``trace_id``, ``string_value``), which some exporters write (Phoenix's ``spans/otlpv1``, protobuf's
+    ``preserving_proto_field_name``). Attribute keys are values (``{"key": ...}``), never renamed."""
+    if isinstance(value, dict):
+        return {re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k): _camel_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_camel_keys(item) for item in value]
+    return value
+
+
+def _phoenix_page(request: Any) -> Any:
+    """A page of Phoenix's ``GET /v1/projects/{project}/spans/otlpv1`` (``{"data": [spans], "next_cursor"}``)
+    as the one export request it stands for; anything else as it is."""
+    if isinstance(request, Mapping) and "resourceSpans" not in request and isinstance(request.get("data"), list):
+        return {"resourceSpans": [{"scopeSpans": [{"spans": request["data"]}]}]}
+    return request
+
+
+def _objects(parent: Mapping[str, Any], key: str, where: str, problems: list[str]) -> list[Mapping[str, Any]]:
+    """The objects of ``parent[key]`` (absent: none); anything else there is a problem, never skipped."""
+    children = parent.get(key) or []
+    if not isinstance(children, list):
+        problems.append(f"{where}: {key} is not a list")
+        return []
+    for position, child in enumerate(children, start=1):
+        if not isinstance(child, Mapping):
+            problems.append(f"{where}: {key} {position} is not an object")
+    return [child for child in children if isinstance(child, Mapping)]
+
+
+def read_spans(path: Path) -> tuple[dict[str, list[Span]], list[str]]:
+    """The file's spans by trace id (in order of appearance), and the problems of what holds no usable
+    span (a span that names no trace or no span id, an entry that is not an object): each becomes an error
+    item, never dropped."""
+    traces: dict[str, list[Span]] = {}
+    problems: list[str] = []
+    requests = [_phoenix_page(request) for request in _requests(path)]
+    if not requests or not all(isinstance(r, Mapping) and isinstance(r.get("resourceSpans"), list) for r in requests):
+        raise TraceError(f"{path} is not an OTLP/JSON trace export (an object with resourceSpans)")
+    for request_number, request in enumerate(requests, start=1):
+        where = f"export {request_number}"
+        for resource in _objects(request, "resourceSpans", where, problems):
+            for scope in _objects(resource, "scopeSpans", where, problems):
+                for raw in _objects(scope, "spans", where, problems):
+                    trace_id, span_id = raw.get("traceId"), raw.get("spanId")
+                    if not (isinstance(trace_id, str) and trace_id and isinstance(span_id, str) and span_id):
+                        problems.append(f"{where}: span {raw.get('name')!r} has no traceId or no spanId")
+                        continue
+                    traces.setdefault(trace_id, []).append(Span.of(raw))
+    return traces, problems
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _plain(span: Span, key: str) -> str | None:
+    """A text attribute, unless its OpenInference mime type says it is JSON (a request body, not a text)."""
+    mime = span.attributes.get(key.removesuffix(".value") + ".mime_type") if key.endswith(".value") else None
+    return None if mime == "application/json" else _text(span.attributes.get(key))
+
+
+def _indexed(attributes: Mapping[str, Any], prefix: str) -> dict[int, dict[str, Any]]:
+    """``<prefix>.<N>.<rest>`` attributes as ``{N: {rest: value}}`` (flattened OpenInference lists)."""
+    items: dict[int, dict[str, Any]] = {}
+    for key, value in attributes.items():
+        index, _, rest = key.removeprefix(prefix + ".").partition(".") if key.startswith(prefix + ".") else ("", "", "")
+        if index.isdigit() and rest:
+            items.setdefault(int(index), {})[rest] = value
+    return dict(sorted(items.items()))
+
+
+def _genai_messages(value: Any) -> list[dict[str, Any]]:
+    """``gen_ai.input.messages`` / ``gen_ai.output.messages``: structured, or a JSON string on spans."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return []
+    return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
+
+
+def _genai_text(message: Mapping[str, Any]) -> str | None:
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        return _text("".join(p["content"] for p in parts
+                             if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("content"), str)))
+    return _text(message.get("content"))
+
+
+class _Turn:
+    """One trace read under a mapping."""
+
+    def __init__(self, spans: list[Span], mapping: TraceMapping) -> None:
+        self.spans = sorted(spans, key=lambda s: s.start)
+        self.mapping = mapping
+        ids = {s.span_id for s in spans}
+        roots = [s for s in self.spans if s.parent_id is None or s.parent_id not in ids]
+        self.root = roots[0] if len(roots) == 1 else None
+
+    def kind(self, span: Span) -> str | None:
+        kind = span.attributes.get(self.mapping.kind_attribute)
+        return kind.upper() if isinstance(kind, str) else None
+
+    def retrievers(self) -> list[Span]:
+        kinds = {k.upper() for k in self.mapping.retriever_kinds}
+        return [s for s in self.spans if self.kind(s) in kinds]
+
+    def documents(self, retrievers: list[Span]) -> list[dict[str, Any]]:
+        documents = []
+        for span in retrievers:
+            for fields in _indexed(span.attributes, self.mapping.documents).values():
+                text = fields.get(self.mapping.document_text)
+                if isinstance(text, str) and text.strip():
+                    document_id = fields.get(self.mapping.document_id)
+                    documents.append({"id": None if document_id is None else str(document_id), "text": text})
+        return documents
+
+    def is_llm(self, span: Span) -> bool:
+        if self.kind(span) in {k.upper() for k in self.mapping.llm_kinds}:
+            return True
+        return self.mapping.genai and span.attributes.get("gen_ai.operation.name") in GENAI_LLM_OPERATIONS
+
+    def answer_of(self, span: Span) -> str | None:
+        for key in self.mapping.answer_attributes:
+            if answer := _plain(span, key):
+                return answer
+        if not self.mapping.genai:
+            return None
+        for message in _genai_messages(span.attributes.get("gen_ai.output.messages"))[:1]:
+            if answer := _genai_text(message):
+                return answer
+        if answer := _text(span.attributes.get("gen_ai.completion.0.content")):
+            return answer
+        for name, attributes in span.events:
+            if name == "gen_ai.choice" and (answer := _choice_text(attributes)):
+                return answer
+        return None
+
+    def answer(self) -> tuple[Span | None, str | None]:
+        """The last LLM span to end with an answer; else the last LLM span (to name it in the error)."""
+        llms = sorted((s for s in self.spans if self.is_llm(s)), key=lambda s: s.end)
+        for span in reversed(llms):
+            if answer := self.answer_of(span):
+                return span, answer
+        return (llms[-1] if llms else None), None
+
+    def question(self, llm: Span | None) -> tuple[Span | None, str | None]:
+        root = self.root
+        if root is not None and self.kind(root) in {k.upper() for k in self.mapping.question_kinds}:
+            for key in self.mapping.question_attributes:
+                if question := _plain(root, key):
+                    return root, question
+        if llm is None:
+            return None, None
+        messages = _indexed(llm.attributes, self.mapping.input_messages).values()
+        users = [m.get("message.content") for m in messages if m.get("message.role") == "user"]
+        if self.mapping.genai:
+            users += [_genai_text(m) for m in _genai_messages(llm.attributes.get("gen_ai.input.messages"))
+                      if m.get("role") == "user"]
+            prompts = _indexed(llm.attributes, "gen_ai.prompt").values()
+            users += [m.get("content") for m in prompts if m.get("role") == "user"]
+            users += [a.get("content") for name, a in llm.events if name == "gen_ai.user.message"]
+        questions = [q for q in users if _text(q)]
+        return (llm, questions[-1]) if questions else (None, None)
+
+
+def _choice_text(attributes: Mapping[str, Any]) -> str | None:
+    message = attributes.get("message")
+    if isinstance(message, Mapping):
+        return _text(message.get("content"))
+    return _text(attributes.get("message.content"))
+
+
+def trace_item(trace_id: str, spans: list[Span], number: int, mapping: TraceMapping) -> InputLine:
+    """One trace as one input item: its sample, or why it has none (``line`` is the trace's position)."""
+    turn = _Turn(spans, mapping)
+    retrievers = turn.retrievers()
+    answer_span, answer = turn.answer()
+    question_span, question = turn.question(answer_span)
+    source = TraceSource(
+        trace_id=trace_id, root_span_id=turn.root.span_id if turn.root else None,
+        answer_span_id=answer_span.span_id if answer_span else None,
+        question_span_id=question_span.span_id if question_span else None,
+        retriever_span_ids=[s.span_id for s in retrievers],
+    )
+    documents = turn.documents(retrievers)
+    missing = [what for what, absent in (("retrieved documents", not documents), ("answer", answer is None)) if absent]
+    if missing:
+        kinds = {"retrieved documents": f"{'/'.join(mapping.retriever_kinds)} span with {mapping.documents}.N."
+                 f"{mapping.document_text}", "answer": f"{'/'.join(mapping.llm_kinds)} span with an output"}
+        reason = "; ".join(f"no {what} (no {kinds[what]})" for what in missing)
+        return InputLine(number, None, f"trace {trace_id}: {reason}", raw_id=trace_id, trace=source)
+    record = {"id": trace_id, "context": documents, "question": question, "answer": answer,
+              "trace": source.model_dump(mode="json")}
+    item = parse_sample(record, number)
+    if item.sample is None:  # e.g. two documents with one id: the sample's own checks, named by trace
+        problem = (item.error or "invalid sample").removeprefix(f"line {number}: ")
+        return InputLine(number, None, f"trace {trace_id}: {problem}", raw_id=trace_id, trace=source)
+    return InputLine(number, item.sample, digest=line_digest(json.dumps(record, sort_keys=True)), raw_id=trace_id)
+
+
+def read_otlp_traces(path: Path, mapping: TraceMapping | None = None) -> Iterator[InputLine]:
+    """One input item per trace of an OTLP/JSON file, in order of appearance, then one error item per
+    span that names no trace (see the module's docstring); :class:`TraceError` when the file is not an
+    OTLP/JSON trace export at all."""
+    mapping = mapping or TraceMapping()
+    traces, problems = read_spans(path)
+    for number, (trace_id, spans) in enumerate(traces.items(), start=1):
+        yield trace_item(trace_id, spans, number, mapping)
+    for number, problem in enumerate(problems, start=len(traces) + 1):
+        yield InputLine(number, None, problem)

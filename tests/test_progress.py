@@ -22,12 +22,11 @@ from rt4chart.report.progress import (
     HEARTBEAT_ENV,
     AuditProgress,
     RunSummary,
-    invalid_lines_text,
-    policy_text,
+    lines_text,
     print_summary,
 )
 from rt4chart.types import AuditRecord, Label, Usage
-from tests.faults import fault_server, judge_every_claim
+from tests.faults import FaultServer, fault_server, judge_every_claim
 
 
 def finished(label: Label, calls: int, hits: int) -> AuditRecord:
@@ -46,7 +45,7 @@ def test_plain_progress_lines_when_stderr_is_not_a_terminal() -> None:
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2
     assert lines[-1].startswith("rt4: 2/4 samples")
-    assert "3 calls in flight" in lines[-1] and "$0.2500 of $1.0000" in lines[-1]
+    assert "3 calls in flight, 0 queued" in lines[-1] and "$0.2500 of $1.0000" in lines[-1]
     assert "cache hits 62%" in lines[-1], "5 hits of 8 lookups"
 
 
@@ -108,7 +107,7 @@ def test_a_heartbeat_reaches_a_redirected_stderr_before_the_first_sample_finishe
         with log.open("w", encoding="utf-8") as stderr:
             job = subprocess.Popen(command, stderr=stderr, stdout=subprocess.DEVNULL, env=environment)
             try:
-                waiting = re.compile(r"rt4: 0/1 samples \| \d+ judge calls done \| 1 calls in flight")
+                waiting = re.compile(r"rt4: 0/1 samples \| \d+ judge calls done \| 1 calls in flight, 0 queued")
                 heartbeat = _wait_for_line(log, waiting)
             finally:
                 server.gate.set()
@@ -119,6 +118,42 @@ def test_a_heartbeat_reaches_a_redirected_stderr_before_the_first_sample_finishe
     assert server.requests, "the held call was answered after the heartbeat"
     text = log.read_text(encoding="utf-8")
     assert text.index(heartbeat) < text.index("rt4chart audit"), "the heartbeat precedes the summary"
+
+
+def test_the_heartbeat_tells_calls_on_the_wire_from_calls_queued(tmp_path: Path) -> None:
+    """``--concurrency 2`` with more calls ready: the server holds its answers, so it holds exactly the
+    two calls that have a slot, and the heartbeat must say 2 in flight and the rest queued."""
+    input_path = tmp_path / "in.jsonl"
+    samples = [{"id": str(n), "context": f"Plans vary. The trial lasts {n} days.",
+                "answer": f"The trial lasts {n} days."} for n in range(1, 7)]
+    input_path.write_text("".join(json.dumps(sample) + "\n" for sample in samples), encoding="utf-8")
+    log = tmp_path / "stderr.log"
+    environment = {**os.environ, HEARTBEAT_ENV: "0.2"}
+    with fault_server(judge_every_claim("entailed")) as server:
+        server.gate.clear()
+        command = [sys.executable, "-m", "rt4chart", "verify", str(input_path), "--judge", "openai/judge",
+                   "--api-base", server.base_url, "--concurrency", "2", "-o", str(tmp_path / "out.jsonl"),
+                   "--no-cache"]
+        with log.open("w", encoding="utf-8") as stderr:
+            job = subprocess.Popen(command, stderr=stderr, stdout=subprocess.DEVNULL, env=environment)
+            try:
+                _wait_for_line(log, re.compile(r"2 calls in flight, [1-9]\d* queued"))
+                held = _held_calls(server)
+            finally:
+                server.gate.set()
+                returncode = job.wait(timeout=300)
+    assert returncode in (0, 1), log.read_text(encoding="utf-8")
+    assert held == 2 and server.max_in_flight == 2, "the server saw what the heartbeat calls in flight"
+
+
+def _held_calls(server: FaultServer, attempts: int = 60) -> int:
+    """The requests the server holds, once it holds two (a call counts as in flight from the moment
+    it has its slot, a moment before its request arrives), else what it holds at the end."""
+    for _ in range(attempts):
+        if server.in_flight >= 2:
+            break
+        time.sleep(0.1)
+    return server.in_flight
 
 
 def _wait_for_line(path: Path, pattern: re.Pattern[str], attempts: int = 240) -> str:
@@ -170,30 +205,23 @@ def test_sigterm_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
     assert [json.loads(line)["id"] for line in out.read_text(encoding="utf-8").splitlines()] == ["a"]
 
 
-def _decided(fail_on: FailOn, labels: list[Label]) -> RunSummary:
-    """A summary of records with ``labels``, and the run layer's decision on it (max rate 0.5)."""
+def _reason(fail_on: FailOn, labels: list[Label]) -> str:
+    """The run layer's reason for records with ``labels`` under ``fail_on`` (max rate 0.5)."""
     from rt4chart.report.outputs import PublishOptions
-    from rt4chart.runs.run import policy_fails
+    from rt4chart.runs.run import policy_fails, reason_of, status_of
 
     summary = RunSummary(fail_on=fail_on, max_rate=0.5)
     for label in labels:
         summary.add(finished(label, 1, 0))
-    assert policy_text(summary) is None, "no text before the run layer decides"
-    summary.fails = policy_fails(summary.record_counts(), PublishOptions(fail_on=fail_on, max_rate=0.5))
-    return summary
+    counts = summary.record_counts()
+    fails = policy_fails(counts, PublishOptions(fail_on=fail_on, max_rate=0.5))
+    return reason_of(status_of(counts, None, fails), summary, None, "judge")
 
 
-def test_the_summary_says_which_policy_failed_and_by_how_much() -> None:
+def test_the_reason_says_which_policy_failed_and_by_how_much() -> None:
     labels = [Label.CONTRADICTED, Label.BASELESS, Label.BASELESS, Label.ENTAILED]
-    summary = _decided(FailOn.HALLUCINATED, labels)
-    assert policy_text(summary) == "failed: 3 of 4 answers hallucinated (75%) > --max-rate 0.50"
-    lenient = _decided(FailOn.CONTRADICTED, labels)
-    assert policy_text(lenient) == "passed: 1 of 4 answers contradicted (25%) <= --max-rate 0.50"
-    stream = io.StringIO()
-    print_summary(summary, Console(file=stream, width=120))
-    text = stream.getvalue()
-    assert text.rstrip().endswith("failed: 3 of 4 answers hallucinated (75%) > --max-rate 0.50")
-    assert "wall time" in text
+    assert _reason(FailOn.HALLUCINATED, labels) == "failed: 3 of 4 answers hallucinated (75%) > --max-rate 0.50"
+    assert _reason(FailOn.CONTRADICTED, labels) == "passed: 1 of 4 answers contradicted (25%) <= --max-rate 0.50"
 
 
 def test_the_summary_names_invalid_lines_and_what_a_resume_kept() -> None:
@@ -201,7 +229,9 @@ def test_the_summary_names_invalid_lines_and_what_a_resume_kept() -> None:
     for line in (9, 3, 4, 12, 15, 20, 30):
         summary.add(AuditRecord(id=None, line=line, label=None, errors=["not JSON"]))
     summary.add(finished(Label.ENTAILED, 0, 1))
-    assert invalid_lines_text(summary.invalid_lines) == "lines 3, 4, 9, 12, 15 and 2 more"
+    assert lines_text(summary.invalid_lines) == "lines 3, 4, 9, 12, 15 and 2 more"
+    # Records come in completion order: the reasons kept are the lowest lines', however many are bad.
+    assert sorted(summary.invalid_reasons) == [3, 4, 9]
     stream = io.StringIO()
     print_summary(summary, Console(file=stream, width=160))
     text = stream.getvalue()

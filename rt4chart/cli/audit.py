@@ -19,6 +19,7 @@ from rt4chart.cli.common import (
     InputFormatOption,
     TraceMappingOption,
     _input_items,
+    _print_reason,
     _print_stop,
     _read_input,
     _run,
@@ -80,7 +81,9 @@ def verify(
         from rt4chart.report.progress import print_summary
 
         print_summary(outcome.summary, stderr)
-    _print_stop(outcome)
+        _print_reason(outcome)
+    else:
+        _print_stop(outcome)  # --quiet still says why a run stopped
     raise typer.Exit(outcome.exit_code)
 
 

@@ -75,26 +75,28 @@ def _run(run: Coroutine[Any, Any, OutcomeT], out: Path | None = None, *, interru
         raise typer.Exit(interrupted.exit_code) from None
 
 
-def _print_stop(
-    outcome: RunOutcome[Any], note: str = "records already written are kept; rerun with --resume once the judge is reachable"
-) -> None:
-    """Say why a run stopped when its judge could not be reached (the endpoint, never a key), or
-    why its verdicts were left open."""
-    from rt4chart.runs.engine import UnavailableStop
+RESUME_NOTE = "records already written are kept; rerun with --resume once the judge is reachable"
+"""What a run stopped by an unreachable judge keeps, and how to go on."""
+
+
+def _print_reason(outcome: RunOutcome[Any], note: str = RESUME_NOTE) -> None:
+    """The run's last line: why it passed or failed (the run layer's reason), ``note`` after a stop
+    by an unreachable judge (the endpoint is named, never a key)."""
     from rt4chart.runs.run import RunStatus
 
-    if isinstance(outcome.stop, UnavailableStop):
-        stderr.print(
-            Text.assemble(("stopped:", "red"), f" {outcome.stop}; {outcome.counts.remaining} samples not audited "
-                          f"({note})"),
-            highlight=False, soft_wrap=True,
-        )
-    elif outcome.status is RunStatus.INCOMPLETE and (error := outcome.first_open_error) is not None:
-        stderr.print(
-            Text.assemble(("incomplete:", "red"), f" {outcome.counts.incomplete} records of {outcome.judge} with "
-                          f"verdicts left open by judge errors; the first: {error}"),
-            highlight=False, soft_wrap=True,
-        )
+    unreachable = outcome.status is RunStatus.JUDGE_UNAVAILABLE
+    text = f"{outcome.reason} ({note})" if unreachable else outcome.reason
+    style = "green" if outcome.status is RunStatus.PASSED else "red"
+    stderr.print(Text(text, style=style), highlight=False, soft_wrap=True)
+
+
+def _print_stop(outcome: RunOutcome[Any], note: str = RESUME_NOTE) -> None:
+    """Say why a run stopped when its judge could not be reached, or why its verdicts were left open
+    (the commands whose own result is not the audit's pass or fail)."""
+    from rt4chart.runs.run import RunStatus
+
+    if outcome.status in (RunStatus.JUDGE_UNAVAILABLE, RunStatus.INCOMPLETE):
+        _print_reason(outcome, note)
 
 
 def _guard_outputs(outputs: dict[str, Path | None], inputs: Sequence[Path | None]) -> dict[str, Path]:

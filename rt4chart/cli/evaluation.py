@@ -80,7 +80,7 @@ def eval_command(
         title = f"{dataset} {split or 'all'}: {result.judge}, {config.variant}"
         print_metrics(result.metrics, Console(), title, result_details(result))
         written = write_result(result, results_dir, outcome.reports if save_predictions else None)
-        stderr.print("wrote " + ", ".join(str(p) for p in written), highlight=False, markup=False)
+        stderr.print("wrote " + ", ".join(str(p) for p in written), highlight=False, markup=False, soft_wrap=True)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -108,7 +108,7 @@ def score(
         from rt4chart.records.io import write_text_atomically
 
         write_text_atomically(out, [result.model_dump_json(indent=2) + "\n"])
-        stderr.print(f"wrote {out}", highlight=False, markup=False)
+        stderr.print(f"wrote {out}", highlight=False, markup=False, soft_wrap=True)
 
 
 @commands.command()
@@ -129,7 +129,7 @@ def convert(
     except DatasetError as error:
         raise fail(str(error)) from None
     write_converted(samples, out)
-    stderr.print(f"wrote {len(samples)} samples to {out}", highlight=False, markup=False)
+    stderr.print(f"wrote {len(samples)} samples to {out}", highlight=False, markup=False, soft_wrap=True)
 
 
 @commands.command()
@@ -242,7 +242,7 @@ def agree(
     else:
         print_agreement(report, console)
     if plot is not None:
-        stderr.print(f"wrote {plot}", highlight=False, markup=False)
+        stderr.print(f"wrote {plot}", highlight=False, markup=False, soft_wrap=True)
 
 
 @commands.command()
@@ -271,7 +271,7 @@ def compare(
     outcome = _run(run, interrupted_note=f"the records finished so far are in {out_dir}; rt4 compare does not "
                    "resume: rerun it")
     comparison = outcome.payload
-    stderr.print("wrote " + ", ".join(str(p) for p in comparison.paths), highlight=False, markup=False)
+    stderr.print("wrote " + ", ".join(str(p) for p in comparison.paths), highlight=False, markup=False, soft_wrap=True)
     for judged in comparison.by_judge:
         _print_stop(judged)
     console = Console()

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from rt4chart.cli.common import _ReadableGroup
 from rt4chart.cli.flags import fail, run_spec, stderr
@@ -65,6 +64,7 @@ def cache_clear(*, spec: RunSpec) -> None:
 def judges() -> None:
     """List the judge profiles and whether each one's API key and base URL are set (never their values)."""
     from rt4chart.judges.registry import JudgeConfigError, profile_statuses
+    from rt4chart.report.layout import print_rows
 
     try:
         statuses = profile_statuses()
@@ -76,9 +76,7 @@ def judges() -> None:
             return "-"
         return f"{variable} [green]set[/green]" if is_set else f"{variable} [red]not set[/red]"
 
-    table = Table("judge", "model", "API key", "base URL", "$/1M tok in/out", "calls in flight", "logprobs", "languages")
-    for column in table.columns[:4]:
-        column.overflow = "fold"
+    rows = []
     for status in statuses:
         profile = status.profile
         prices = (
@@ -86,7 +84,7 @@ def judges() -> None:
             if profile.input_usd_per_mtok is not None or profile.output_usd_per_mtok is not None
             else "litellm's"
         )
-        table.add_row(
+        rows.append([
             profile.name,
             profile.model or profile.kind,
             availability(profile.api_key_env, status.key_set),
@@ -95,12 +93,13 @@ def judges() -> None:
             str(profile.concurrency),
             "yes" if profile.logprobs else "no",
             ", ".join(profile.languages) if profile.languages else "any",
-        )
-    Console().print(table)
+        ])
+    headers = ["judge", "model", "API key", "base URL", "$/1M tok in/out", "calls in flight", "logprobs", "languages"]
+    print_rows(Console(), headers, rows)
     Console().print(
         "Also accepted by --judge: any litellm model string (openai/<model>, hosted_vllm/<model> with "
         "--api-base), scripted:RULES.json, cascade:A@CONFIDENCE,B.",
-        highlight=False,
+        highlight=False, soft_wrap=True,
     )
 
 

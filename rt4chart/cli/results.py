@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from rt4chart.cli.common import SeedOption, _guard_outputs, _read_input
+from rt4chart.cli.common import SeedOption, _guard_outputs, _print_reason, _read_input
 from rt4chart.cli.flags import OUTPUT_FLAGS, fail, run_spec, stderr
 from rt4chart.options import FailOn, HelpPanel, ShowOnly
 from rt4chart.runs.spec import RunSpec
@@ -48,7 +48,7 @@ def report(
 ) -> None:
     """Turn existing results into an HTML report, JUnit XML or GitHub annotations; exit as rt4 verify would."""
     from rt4chart.report.outputs import baseline_problem
-    from rt4chart.runs.run import exit_code, report_records
+    from rt4chart.runs.run import report_records
 
     junit, github = spec.outputs.junit, spec.outputs.github
     if html is None and junit is None and not github:
@@ -62,11 +62,12 @@ def report(
     })
     if problem := baseline_problem(outputs):
         raise fail(problem)
-    status = report_records(outputs, audited, Console())
+    outcome = report_records(outputs, audited, Console())
     written = [str(path) for path in (html, junit) if path is not None]
     if written:
-        stderr.print("wrote " + ", ".join(written), highlight=False, markup=False)
-    raise typer.Exit(exit_code(status))
+        stderr.print("wrote " + ", ".join(written), highlight=False, markup=False, soft_wrap=True)
+    _print_reason(outcome)
+    raise typer.Exit(outcome.exit_code)
 
 
 @commands.command()
@@ -166,4 +167,4 @@ def review_plan(
     except ReviewPlanError as error:
         raise fail(str(error)) from None
     print_plan(plan, Console(stderr=True))
-    stderr.print("wrote " + ", ".join(str(path) for path in guarded.values()), highlight=False, markup=False)
+    stderr.print("wrote " + ", ".join(str(path) for path in guarded.values()), highlight=False, markup=False, soft_wrap=True)

@@ -5,6 +5,8 @@ audit records, in the run layer)."""
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -21,6 +23,25 @@ if TYPE_CHECKING:
 commands = typer.Typer(
     cls=_ReadableGroup, name="signals", help="White-box token signals of a self-hosted model.", no_args_is_help=True
 )
+
+LIBRARY_BARS_OFF = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+"""The switches that keep huggingface_hub's, transformers' and every tqdm progress bar out of a log
+(their ``\\r`` redraws fill a redirected stderr); read by the libraries when they load."""
+
+
+@commands.callback()
+def _no_library_bars_in_logs() -> None:
+    """When stderr is not a terminal, turn the libraries' progress bars off before any of them loads
+    (a setting of the user's own stays)."""
+    if not sys.stderr.isatty():
+        for name, value in LIBRARY_BARS_OFF.items():
+            os.environ.setdefault(name, value)
+
+
+def _phase(text: str) -> None:
+    """A line saying what a long step does now (a model loading, features extracted)."""
+    stderr.print(f"rt4: {text}", highlight=False, markup=False, soft_wrap=True)
+
 
 SignalModelOption = Annotated[Path, typer.Option(help="Model directory or GGUF file (its tokenizer gives the offsets; with --server, the server must serve the same model).")]
 SignalServerOption = Annotated[str | None, typer.Option(help="Base URL of a vLLM server (prompt_logprobs) to score on instead of in process.")]
@@ -74,7 +95,7 @@ def _write_signal_records(out: Path, records: Sequence[SignalRecord] | Sequence[
 
     outcome = write_signal_records(out, records)
     stderr.print(f"wrote {outcome.counts.records} records to {out}: {outcome.counts.flagged} {flagged}, "
-                 f"{outcome.counts.invalid} with errors", highlight=False, markup=False)
+                 f"{outcome.counts.invalid} with errors", highlight=False, markup=False, soft_wrap=True)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -144,7 +165,9 @@ def signals_train(
         parsed = parse_selector(selector)
         require_sklearn()
         samples = gold_samples(items)
+        _phase(f"loading {model}")
         extractor = open_attention_extractor(model)
+        _phase(f"reading the attention of {len(samples)} answers, then fitting the {feature} probe")
         probe = train_from_gold(
             samples, extractor, feature=feature, selector=parsed, cache=None if no_cache else FeatureCache(cache_dir), seed=seed
         )
@@ -154,5 +177,5 @@ def signals_train(
     stderr.print(
         f"wrote {out}: {feature} probe on {len(probe.columns)} heads ({probe.selector}), "
         f"{probe.training.windows} windows ({probe.training.positive_windows} positive) from {len(samples)} answers",
-        highlight=False, markup=False,
+        highlight=False, markup=False, soft_wrap=True,
     )

@@ -19,7 +19,10 @@ ones.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -60,6 +63,9 @@ class Ledger:
     spent_usd: float = 0.0
     reserved_usd: float = 0.0
     in_flight: int = 0
+    """Calls made and not yet answered: :attr:`queued` and those holding a concurrency slot (on the wire)."""
+    queued: int = 0
+    """Of :attr:`in_flight`, the calls waiting for a concurrency slot or between retries (:func:`queued_call`)."""
     usage: Usage = field(default_factory=Usage)
     refused: int = 0
     overrun_usd: float = 0.0
@@ -138,6 +144,27 @@ class SampleAdmission:
         self.costliest_usd = max(self.costliest_usd, cost_usd)
 
 
+_CALL_LEDGER: ContextVar[Ledger | None] = ContextVar("rt4chart_call_ledger", default=None)
+"""The ledger of the metered call the running task makes (set by :class:`MeteredBackend`): where the
+transport below it says whether the call waits (:func:`queued_call`)."""
+
+
+@contextlib.contextmanager
+def queued_call(waiting: bool = True) -> Iterator[None]:
+    """Count the running task's call as queued in its run's ledger while the block runs
+    (``waiting=False``: as not queued, for the part of a queued block that holds a concurrency slot).
+    A call made outside a metered stack counts nowhere."""
+    ledger = _CALL_LEDGER.get()
+    step = 1 if waiting else -1
+    if ledger is not None:
+        ledger.queued += step
+    try:
+        yield
+    finally:
+        if ledger is not None:
+            ledger.queued -= step
+
+
 class MeteredBackend(BackendWrapper):
     """Accounts every call of a backend in a :class:`Ledger` and enforces its budget."""
 
@@ -154,6 +181,7 @@ class MeteredBackend(BackendWrapper):
             )
         self.ledger.in_flight += 1
         usage = Usage()
+        call = _CALL_LEDGER.set(self.ledger)
         try:
             response = await self.inner.complete(request)
             usage = response.usage
@@ -166,6 +194,7 @@ class MeteredBackend(BackendWrapper):
                              f"(${reservation:.6f})",
                 })
         finally:
+            _CALL_LEDGER.reset(call)
             self.ledger.in_flight -= 1
             overrun = self.ledger.settle(reservation, usage)
         if overrun and self.ledger.limit_usd is not None:

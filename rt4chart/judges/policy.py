@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
 
 from rt4chart.judges.bounded_http import ReplyRefused
+from rt4chart.judges.budget import queued_call
 from rt4chart.judges.circuit import (
     NON_TRANSIENT_ATTEMPTS,
     NON_TRANSIENT_WAIT_S,
@@ -459,7 +460,8 @@ class PolicyBackend:
             self.circuit.check()
             usage.append(Usage(calls=1))
             try:
-                reply = await self.sender.send(messages, request)
+                with queued_call(waiting=False):  # holding a slot: in flight
+                    reply = await self.sender.send(messages, request)
             except Exception as error:
                 if not self.sender.sent(error):
                     usage.pop()
@@ -484,6 +486,11 @@ class PolicyBackend:
         return request.model_copy(update={"params": request.params.model_copy(update={"max_tokens": cap})})
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
+        # Queued except while an attempt holds a slot: waiting for one, or for the next attempt.
+        with queued_call():
+            return await self._complete(request)
+
+    async def _complete(self, request: JudgeRequest) -> JudgeResponse:
         self.circuit.check()
         request = self._capped(request)
         plain_schema = request.output_schema

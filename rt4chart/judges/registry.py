@@ -22,7 +22,10 @@ their values. litellm (slow to import) is imported only when a litellm judge is 
 
 from __future__ import annotations
 
+import difflib
+import functools
 import importlib.util
+import json
 import os
 import tomllib
 from collections.abc import Callable
@@ -489,15 +492,13 @@ def _profile_for_model(model: str, profiles: dict[str, JudgeProfile], api_base: 
         # check (its key, if any, belongs in a profile), so litellm is never imported. (A bare
         # name still goes through litellm's routing, which tells a model from a mistyped profile.)
         return JudgeProfile(name=model, model=model)
+    if _surely_no_model(model):
+        raise _unknown_judge(model, profiles)  # without importing litellm (seconds)
     from rt4chart.judges.litellm import litellm_provider, missing_key_variables
 
     provider = litellm_provider(model)
     if provider is None:
-        known = ", ".join(sorted(profiles))
-        raise JudgeConfigError(
-            f"unknown judge {model!r}: not a profile ({known}), not a litellm model string "
-            "(e.g. openai/<model>, hosted_vllm/<model>), not scripted:RULES.json, cascade:A,B or vote:A,B,C"
-        )
+        raise _unknown_judge(model, profiles)
     # With --api-base the server is the user's own; its key (if any) belongs in a profile.
     missing = [] if api_base or _PRICING_ONLY.get() else missing_key_variables(model)
     if missing:
@@ -505,6 +506,47 @@ def _profile_for_model(model: str, profiles: dict[str, JudgeProfile], api_base: 
     if provider == "hosted_vllm" and not api_base:
         raise JudgeConfigError(f"judge {model!r} needs --api-base http://HOST:PORT/v1 (the vLLM server)")
     return JudgeProfile(name=model, model=model)
+
+
+def _unknown_judge(name: str, profiles: dict[str, JudgeProfile]) -> JudgeConfigError:
+    """The error for a ``--judge`` that names nothing, with the closest profile or model name."""
+    known = ", ".join(sorted(profiles))
+    close = difflib.get_close_matches(name, [*profiles, *(_litellm_model_names() or ())], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return JudgeConfigError(
+        f"unknown judge {name!r}: not a profile ({known}), not a litellm model string "
+        f"(e.g. openai/<model>, hosted_vllm/<model>), not scripted:RULES.json, cascade:A,B or vote:A,B,C{hint}"
+    )
+
+
+LITELLM_MODEL_TABLE = "model_prices_and_context_window_backup.json"
+"""litellm's shipped table of models (the one it reads: rt4chart sets ``LITELLM_LOCAL_MODEL_COST_MAP``)."""
+
+
+@functools.cache
+def _litellm_model_names() -> frozenset[str] | None:
+    """Every model name of litellm's table, each also without its provider path (``vertex_ai/veo-3``
+    gives ``veo-3`` too), read as data: importing litellm takes seconds. ``None`` when the table cannot
+    be read (no litellm, or a release without it): then litellm itself decides."""
+    found = importlib.util.find_spec("litellm")
+    if found is None or found.origin is None:
+        return None
+    try:
+        table = json.loads((Path(found.origin).parent / LITELLM_MODEL_TABLE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return frozenset(name for key in table for name in (key, key.rsplit("/", 1)[-1]))
+
+
+def _surely_no_model(model: str) -> bool:
+    """Whether litellm routes no model named ``model``, decided without importing it: a bare name (no
+    provider prefix) in no form of litellm's table. Names litellm also knows from lists of its own
+    (Bedrock's dotted ids ``anthropic.claude-v2``, versions ``...-v1:0``, ``amazon_nova...``, ``*``) and
+    every provider prefix are left to litellm (tests/test_judge_rejection.py checks this against it)."""
+    if "/" in model or any(mark in model for mark in ".:*") or model.startswith("amazon_nova"):
+        return False
+    names = _litellm_model_names()
+    return names is not None and model not in names
 
 
 def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: int | None) -> Backend:

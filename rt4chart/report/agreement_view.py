@@ -9,6 +9,7 @@ from rich.table import Table
 
 from rt4chart.analysis.agreement import AgreementReport, RunsReport, Statistic
 from rt4chart.analysis.review_agreement import ReviewAgreement
+from rt4chart.report.layout import print_rows
 
 
 class PlotUnavailableError(RuntimeError):
@@ -112,36 +113,26 @@ def _statistics(report: AgreementReport) -> list[Statistic]:
 def print_runs(report: RunsReport, console: Console) -> None:
     """Per-judge figures over repeated runs and the paired differences between judges."""
     console.print(f"[bold]Repeated runs[/bold]: {report.samples} samples with gold judged by every run")
-    judges = Table(title="per judge over runs: mean ± sd [lowest, highest]", title_justify="left")
-    for column in ("judge", "runs", "answer F1", "balanced accuracy"):
-        judges.add_column(column, justify="left" if column == "judge" else "right", overflow="fold")
-    for judge in report.judges:
-        judges.add_row(
-            judge.judge,
-            str(len(judge.files)),
-            *[f"{f.mean:.3f} ± {f.std:.3f} [{f.low:.3f}, {f.high:.3f}]" for f in (judge.f1, judge.balanced_accuracy)],
-        )
+    rows = [
+        [judge.judge, str(len(judge.files)),
+         *[f"{f.mean:.3f} ± {f.std:.3f} [{f.low:.3f}, {f.high:.3f}]" for f in (judge.f1, judge.balanced_accuracy)]]
+        for judge in report.judges
+    ]
     if report.flag_everything_f1 is not None:
-        judges.add_row("baseline: flag every answer", "-", f"{report.flag_everything_f1:.3f}", "0.500")
-    console.print(judges)
+        rows.append(["baseline: flag every answer", "-", f"{report.flag_everything_f1:.3f}", "0.500"])
+    figures = ["runs", "answer F1", "balanced accuracy"]
+    print_rows(console, ["judge", *figures], rows, title="per judge over runs: mean ± sd [lowest, highest]",
+               right=figures)
     if not report.differences:
         return
-    differences = Table(title="first minus second (paired bootstrap over samples; Welch's t over runs)",
-                        title_justify="left")
-    for column in ("first", "second", "metric", "difference", "95% CI", "Welch t", "p"):
-        differences.add_column(column, justify="left" if column in ("first", "second", "metric") else "right",
-                               overflow="fold")
-    for row in report.differences:
-        differences.add_row(
-            row.first,
-            row.second,
-            row.metric,
-            f"{row.difference.value:+.3f}",
-            _interval(row.difference),
-            "-" if row.welch_t is None else f"{row.welch_t:.2f}",
-            "-" if row.welch_p is None else f"{row.welch_p:.3g}",
-        )
-    console.print(differences)
+    differences = [
+        [row.first, row.second, row.metric, f"{row.difference.value:+.3f}", _interval(row.difference),
+         "-" if row.welch_t is None else f"{row.welch_t:.2f}", "-" if row.welch_p is None else f"{row.welch_p:.3g}"]
+        for row in report.differences
+    ]
+    numbers = ["difference", "95% CI", "Welch t", "p"]
+    print_rows(console, ["first", "second", "metric", *numbers], differences,
+               title="first minus second (paired bootstrap over samples; Welch's t over runs)", right=numbers)
     warnings = sorted({w for row in report.differences for w in row.warnings})
     if warnings:
         console.print("! " + "\n! ".join(warnings), highlight=False)

@@ -56,6 +56,10 @@ def time_runs_from_process_start() -> None:
     _wall_clock_start = process_start()
 
 
+INVALID_REASONS_KEPT = 3
+"""Invalid input lines whose reasons a run keeps (the lowest numbers) to say why its input is invalid."""
+
+
 def _run_clock_start() -> float:
     return time.monotonic() if _wall_clock_start is None else _wall_clock_start
 
@@ -83,6 +87,9 @@ class RunSummary:
     """What calls reported beyond their worst case (not booked against the budget; it stopped the run)."""
     invalid_lines: list[int] = field(default_factory=list)
     """Input line numbers that are not valid samples, in the order their records came."""
+    invalid_reasons: dict[int, str] = field(default_factory=dict)
+    """Why the first invalid lines (the :data:`INVALID_REASONS_KEPT` lowest numbers) are not samples,
+    by line: a bounded memory, whatever the number of bad lines."""
     resumed: int = 0
     """Records kept from an earlier run by ``--resume`` (the rest were audited now)."""
     fail_on: FailOn | None = None
@@ -99,8 +106,6 @@ class RunSummary:
     """Citation figures of the answers that carry citation markers."""
     failing: int = 0
     """Judged answers that fail ``fail_on``."""
-    fails: bool | None = None
-    """The run's pass/fail decision, once the run layer has taken it (:func:`rt4chart.runs.run.policy_fails`)."""
 
     def add(self, report: AuditRecord) -> None:
         self.records += 1
@@ -112,6 +117,7 @@ class RunSummary:
             if not report.incomplete:
                 self.invalid += 1
                 self.invalid_lines.append(report.line)
+                self._keep_invalid_reason(report)
             self.usage = self.usage + report.usage
             return
         self.labels[report.label] += 1
@@ -125,6 +131,13 @@ class RunSummary:
         self.usage = self.usage + report.usage
         for judge, usage in report.usage_by_judge.items():
             self.usage_by_judge[judge] = self.usage_by_judge.get(judge, Usage()) + usage
+
+    def _keep_invalid_reason(self, report: AuditRecord) -> None:
+        """Keep the reason of ``report`` if its line is among the lowest :data:`INVALID_REASONS_KEPT`
+        (records come in completion order, not input order)."""
+        self.invalid_reasons[report.line] = "; ".join(report.errors) or "invalid input"
+        if len(self.invalid_reasons) > INVALID_REASONS_KEPT:
+            del self.invalid_reasons[max(self.invalid_reasons)]
 
     def record_counts(self) -> RunCounts:
         """The manifest's counts (:class:`rt4chart.records.manifest.RunCounts`) of the records added: the run
@@ -153,10 +166,10 @@ def print_interrupted(out: Path | None, records: int, console: Console) -> None:
 
 
 _LINES_LISTED = 5
-"""Invalid input lines the summary names before it only counts the rest."""
+"""Input lines a list names before it only counts the rest."""
 
 
-def invalid_lines_text(lines: list[int]) -> str:
+def lines_text(lines: list[int]) -> str:
     """``lines 2, 5, 9`` or ``lines 2, 5, 9, 11, 12 and 7 more``."""
     ordered = sorted(lines)
     listed = ", ".join(str(line) for line in ordered[:_LINES_LISTED])
@@ -164,27 +177,9 @@ def invalid_lines_text(lines: list[int]) -> str:
     return f"line{'s' * (len(ordered) > 1)} {listed}{more}"
 
 
-def policy_text(summary: RunSummary) -> str | None:
-    """Why the answers pass or fail the run's policy: ``failed: 3 of 4 answers hallucinated (75%) >
-    --max-rate 0.50``, the run layer's decision (``summary.fails``) with the counts it was taken from.
-    ``None`` without a policy or a decision, and for a baseline gate (which says its own reason)."""
-    if summary.fail_on is None or summary.fails is None or summary.fail_on in (FailOn.NEW, FailOn.WORSE):
-        return None
-    if summary.fail_on is FailOn.NEVER:
-        return "passed: --fail-on never (the verdicts do not decide the exit code)"
-    judged = sum(summary.labels.values())
-    if not judged:
-        return "no answer was judged, so none fails the policy (see the errors for why)"
-    failing, fails = summary.failing, summary.fails
-    share = failing / judged
-    return (
-        f"{'failed' if fails else 'passed'}: {failing} of {judged} answers {summary.fail_on.value} ({share:.0%}) "
-        f"{'>' if fails else '<='} --max-rate {summary.max_rate:.2f}"
-    )
-
-
 def print_summary(summary: RunSummary, console: Console) -> None:
-    """The end-of-run table on stderr, then why the run passed or failed its policy."""
+    """The end-of-run table on stderr (the line after it, why the run passed or failed, is the run
+    outcome's :attr:`~rt4chart.runs.run.RunOutcome.reason`)."""
     table = Table(title="rt4chart audit", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
@@ -193,7 +188,7 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     table.add_row("entailed", str(summary.labels[Label.ENTAILED]))
     table.add_row("contradicted", f"[red]{summary.labels[Label.CONTRADICTED]}[/red]")
     table.add_row("baseless", f"[yellow]{summary.labels[Label.BASELESS]}[/yellow]")
-    invalid = f" ({invalid_lines_text(summary.invalid_lines)})" if summary.invalid_lines else ""
+    invalid = f" ({lines_text(summary.invalid_lines)})" if summary.invalid_lines else ""
     table.add_row("invalid input", f"{summary.invalid}{invalid}")
     if summary.incomplete:
         table.add_row("[red]incomplete (judge errors)[/red]", f"[red]{summary.incomplete}[/red]")
@@ -222,9 +217,6 @@ def print_summary(summary: RunSummary, console: Console) -> None:
         table.add_row("[red]stopped by budget[/red]", f"{summary.remaining} samples not audited")
     table.add_row("wall time", f"{time.monotonic() - summary.started:.1f} s")
     console.print(table)
-    policy = policy_text(summary)
-    if policy is not None:
-        console.print(Text(policy, style="red" if policy.startswith("failed") else "green"), highlight=False)
 
 
 HEARTBEAT_ENV = "RT4_HEARTBEAT_S"
@@ -341,14 +333,15 @@ class AuditProgress:
         return f"rt4: {self._done}/{self.total} samples | {calls}{self.status()} | {elapsed:.0f}s elapsed"
 
     def status(self) -> str:
-        """One line: what is loading (a judge's model), calls in flight, samples/s, spend vs budget,
-        cache hit rate."""
+        """One line: what is loading (a judge's model), calls in flight (holding a concurrency slot: on
+        the wire) and queued (waiting for a slot or a retry), samples/s, spend vs budget, cache hit rate."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
         usage = self._summary.usage
         lookups = usage.calls + usage.cache_hits
         hit_rate = usage.cache_hits / lookups if lookups else 0.0
         budget = f" of ${self.ledger.limit_usd:.4f}" if self.ledger.limit_usd is not None else ""
-        in_flight = f"{self.ledger.in_flight} calls in flight | " if self.calls_seen else ""
+        queued = self.ledger.queued
+        in_flight = f"{self.ledger.in_flight - queued} calls in flight, {queued} queued | " if self.calls_seen else ""
         loading = loading_now()
         return (
             f"{f'loading {loading} | ' if loading else ''}{in_flight}{self._done / elapsed:.2f} samples/s | "

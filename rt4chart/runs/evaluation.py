@@ -359,5 +359,5 @@ async def aevaluate(
     return RunOutcome(
         payload=result, counts=decided, fails=False, stop=run.stop, judge=run.judge,
         prompt_version=run.prompt_version, spent_usd=run.spent_usd, budget_usd=run.budget_usd,
-        reports=run.reports, summary=run.summary,
+        reports=run.reports, summary=run.summary, reason=run.reason,
     )

@@ -55,7 +55,7 @@ from rt4chart.records.io import (
 from rt4chart.records.manifest import RunCounts, write_manifest
 from rt4chart.report.audited import AuditedSample, pair_with_inputs
 from rt4chart.report.outputs import PublishOptions, baseline_gate_of, baseline_problem, gates, publish
-from rt4chart.report.progress import RunSummary
+from rt4chart.report.progress import RunSummary, lines_text
 from rt4chart.runs.engine import (
     AuditEngine,
     AuditResult,
@@ -160,6 +160,8 @@ class RunOutcome(BaseModel, Generic[PayloadT]):
     they are in ``out``, and the outcome is built from counters) or wrote no audit records."""
     summary: RunSummary = Field(default_factory=RunSummary, exclude=True)
     """Totals over the records (what the end-of-run table shows)."""
+    reason: str = ""
+    """Why the run ended as it did, in one line (:func:`reason_of`): what the CLI prints last."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -312,15 +314,84 @@ def status_of(counts: RunCounts, stop: Stop | None, fails: bool) -> RunStatus:
     return RunStatus.FAILED if fails else RunStatus.PASSED
 
 
+def _policy_reason(summary: RunSummary, fails: bool) -> str:
+    """Why the answers pass or fail ``--fail-on`` / ``--max-rate``: ``failed: 3 of 4 answers hallucinated
+    (75%) > --max-rate 0.50``, the decision of :func:`policy_fails` with the counts it was taken from."""
+    if summary.fail_on is FailOn.NEVER:
+        return "passed: --fail-on never (the verdicts do not decide the exit code)"
+    judged = sum(summary.labels.values())
+    if summary.fail_on is None or not judged:
+        return "passed: no answer was judged, so none fails the policy"
+    share = summary.failing / judged
+    return (
+        f"{'failed' if fails else 'passed'}: {summary.failing} of {judged} answers {summary.fail_on.value} "
+        f"({share:.0%}) {'>' if fails else '<='} --max-rate {summary.max_rate:.2f}"
+    )
+
+
+def _gate_reason(gate: GateOutcome, fail_on: FailOn | None) -> str:
+    """Why the answers pass or fail the baseline gate (``--fail-on new|worse``)."""
+    verdict = "failed" if gate.fails else "passed"
+    if fail_on is FailOn.WORSE:
+        test = gate.diff.answer_test
+        rates = (f"hallucination rate {test.base_rate:.3f} -> {test.new_rate:.3f}, "
+                 if test.base_rate is not None and test.new_rate is not None else "")
+        level = f"{1 - test.confidence:.2g}"
+        worse = "worse" if gate.fails else "not worse"
+        return f"{verdict}: --fail-on worse: {rates}{worse} than the baseline by the exact McNemar test at {level}"
+    kept = f"; {len(gate.pre_existing_lines)} hallucinated as in the baseline" if gate.pre_existing_lines else ""
+    if gate.new_lines:
+        return (f"{verdict}: --fail-on new: {len(gate.new_lines)} answers hallucinated beyond the baseline "
+                f"({lines_text(gate.new_lines)}){kept}")
+    return f"{verdict}: --fail-on new: no answer hallucinated beyond the baseline{kept}"
+
+
+def _invalid_reason(summary: RunSummary) -> str:
+    """The invalid lines' count and the first reasons (with their line numbers)."""
+    first = " | ".join(" ".join(reason.split()) for _, reason in sorted(summary.invalid_reasons.items()))
+    more = summary.invalid - len(summary.invalid_reasons)
+    return (f"invalid input: {summary.invalid} of {summary.records} input lines are not valid samples "
+            f"({lines_text(summary.invalid_lines)}): {first}{f' | {more} more in the records' if more else ''}")
+
+
+def reason_of(
+    status: RunStatus,
+    summary: RunSummary,
+    stop: BudgetStop | UnavailableStop | None,
+    judge: str,
+    gate: GateOutcome | None = None,
+) -> str:
+    """Why a run ended with ``status``, in one line: the stop, the invalid lines (the first reasons),
+    the verdicts left open, else the baseline ``gate`` (when it decides) or the policy (:func:`policy_fails`)."""
+    if status is RunStatus.STOPPED_BY_BUDGET:
+        return f"stopped by budget: {stop}; {summary.remaining} samples not audited"
+    if status is RunStatus.INVALID_INPUT:
+        return _invalid_reason(summary)
+    if status is RunStatus.JUDGE_UNAVAILABLE:
+        return f"stopped: {stop}; {summary.remaining} samples not audited"
+    if status is RunStatus.INCOMPLETE:
+        first = f"; the first: {summary.first_open_error}" if summary.first_open_error else ""
+        return f"incomplete: {summary.incomplete} records of {judge} with verdicts left open by judge errors{first}"
+    fails = status is RunStatus.FAILED
+    return _gate_reason(gate, summary.fail_on) if gate is not None else _policy_reason(summary, fails)
+
+
 def outcome_of(
-    reports: Sequence[AuditRecord], result: AuditResult, summary: RunSummary, fails: bool, ledger: Ledger, judge: str
+    reports: Sequence[AuditRecord],
+    result: AuditResult,
+    summary: RunSummary,
+    fails: bool,
+    ledger: Ledger,
+    judge: str,
+    gate: GateOutcome | None = None,
 ) -> RunOutcome[None]:
-    """The outcome of an audit whose records are ``reports``, tallied in ``summary``, its decision
-    ``fails`` (:func:`policy_fails`)."""
+    """The outcome of a run whose records are ``reports``, tallied in ``summary``, its decision ``fails``
+    (:func:`policy_fails`, by ``gate`` when the baseline gate decides): its status, first of 3, 2, 4, 1
+    that applies, and the reason."""
     counts = summary.record_counts().model_copy(
         update={"written": result.written, "resumed": result.resumed, "remaining": result.remaining}
     )
-    summary.fails = fails
+    status = status_of(counts, result.stop, fails)
     summary.remaining = result.remaining
     summary.stopped_by_budget = result.stopped_by_budget
     summary.spent_usd, summary.budget_usd = ledger.spent_usd, ledger.limit_usd
@@ -329,6 +400,7 @@ def outcome_of(
     return RunOutcome(
         payload=None, counts=counts, fails=fails, stop=result.stop, judge=judge, spent_usd=ledger.spent_usd,
         budget_usd=ledger.limit_usd, reports=list(reports), summary=summary,
+        reason=reason_of(status, summary, result.stop, judge, gate),
     )
 
 
@@ -353,16 +425,20 @@ def write_signal_records(out: Path, records: Sequence[SignalRecordLike]) -> RunO
     return RunOutcome(payload=None, counts=counts)
 
 
-def report_records(outputs: PublishOptions, audited: list[AuditedSample], console: Console) -> RunStatus:
+def report_records(outputs: PublishOptions, audited: list[AuditedSample], console: Console) -> RunOutcome[None]:
     """``rt4 report``: publish finished records as their run would (:func:`publish`), and their
-    status as the run decided it: invalid lines, then verdicts left open, then :func:`policy_fails`."""
+    outcome as the run decided it: invalid lines, then verdicts left open, then :func:`policy_fails`."""
     summary = RunSummary(fail_on=outputs.fail_on, max_rate=outputs.max_rate)
     for item in audited:
         summary.add(item.report)
     gate = baseline_gate_of(outputs, [item.report for item in audited])
     publish(outputs, audited, console, gate)
     counts = summary.record_counts()
-    return status_of(counts, None, policy_fails(counts, outputs, gate))
+    fails = policy_fails(counts, outputs, gate)
+    status = status_of(counts, None, fails)
+    judge = next((item.report.judge for item in audited if item.report.judge), "the judge")
+    reason = reason_of(status, summary, None, judge, gate if gate is not None and gates(outputs, gate) else None)
+    return RunOutcome(payload=None, counts=counts, fails=fails, summary=summary, reason=reason)
 
 
 def _baseline_gate(spec: RunSpec, reports: list[AuditRecord]) -> GateOutcome | None:
@@ -497,7 +573,8 @@ async def aexecute(
                 reused_from_baseline=result.reused, baseline=spec.outputs.baseline,
             )
     fails = policy_fails(summary.record_counts(), spec.outputs, gate)
-    outcome = outcome_of(reports, result, summary, fails, stack.ledger, stack.name)
+    deciding_gate = gate if gate is not None and gates(spec.outputs, gate) else None
+    outcome = outcome_of(reports, result, summary, fails, stack.ledger, stack.name, deciding_gate)
     return outcome.model_copy(update={"prompt_version": engine.prompt_version})
 
 

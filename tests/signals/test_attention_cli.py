@@ -98,6 +98,10 @@ def test_train_score_and_verify_through_the_cli(extractor: AttentionExtractor, t
         "-o", str(probe_path), "--cache-dir", str(cache),
     )  # fmt: skip
     assert trained.returncode == 0, trained.stderr
+    # stderr is no terminal: no library progress bar redraws itself there, a line per phase says
+    # what the command does instead (issue 46).
+    assert "%|" not in trained.stderr and "it/s]" not in trained.stderr, trained.stderr  # tqdm's bar
+    assert f"rt4: loading {model}" in trained.stderr and "rt4: reading the attention of 4 answers" in trained.stderr
     probe = load_probe(probe_path)
     features = [o.features for o in extract_features(GOLD, extractor)]
     assert all(f is not None for f in features)

@@ -290,7 +290,7 @@ def test_small_traps_of_the_first_hour(tmp_path: Path) -> None:
     runner = CliRunner()
     missing = tmp_path / "typo-cache"
     stats = runner.invoke(app, ["cache", "stats", "--cache-dir", str(missing)], catch_exceptions=False)
-    assert stats.exit_code == 0 and "0 entries" in " ".join(stats.stderr.split())
+    assert stats.exit_code == 0 and "0 entries" in " ".join(stats.stdout.split())
     assert not missing.exists(), "cache stats must not create the directory it was asked about"
     empty = runner.invoke(app, ["verify", "/dev/null"], catch_exceptions=False)
     assert empty.exit_code == EXIT_USAGE and "not found" not in empty.stderr and "holds no record" in empty.stderr

@@ -84,3 +84,29 @@ def test_every_command_exits_with_the_status_that_status_of_decides(
         exits[name] = cli.invoke(app, [*args, "-q"]).exit_code
         assert len(decided) > before, f"rt4 {name} decided its status without status_of"
     assert exits == dict.fromkeys(commands, exit_code(RunStatus.STOPPED_BY_BUDGET))
+
+
+def test_every_command_s_last_stderr_line_is_its_run_s_reason(tmp_path: Path) -> None:
+    """``rt4 compare``, ``repair`` and ``eval`` end, like ``rt4 verify``, with the run layer's one
+    line saying why they passed or failed (issue 46): a repair whose re-audit still flags an answer
+    fails and says how many."""
+    cli = CliRunner()
+    verified = tmp_path / "verified.jsonl"
+    assert cli.invoke(app, ["verify", str(ANSWERS), "--judge", JUDGE, "--no-cache", "--out", str(verified)]).exit_code == 1
+    commands = {
+        "compare": ["compare", str(ANSWERS), "--judges", f"{JUDGE},{OTHER_JUDGE}", "--no-cache",
+                    "--out-dir", str(tmp_path / "compared"), "--resamples", "10"],
+        "repair": ["repair", str(verified), "--input", str(ANSWERS), "--judge", JUDGE, "--no-cache",
+                   "--out", str(tmp_path / "repaired.jsonl"), "--verify-after"],
+        "eval": ["eval", "ragtruth-qa", "--path", str(DATASETS / "ragtruth-qa"), "--split", "dev",
+                 "--judge", EVAL_JUDGE, "--results-dir", str(tmp_path / "results"), "--resamples", "10"],
+    }
+    last = {}
+    for name, args in commands.items():
+        done = cli.invoke(app, args)
+        last[name] = (done.exit_code, " ".join(done.stderr.strip().splitlines()[-1].split()))
+    assert last["compare"][0] == 0 and last["compare"][1].startswith("passed: 2 judges verified the same claims of 4")
+    assert last["eval"][0] == 0 and last["eval"][1].startswith("passed: ") and "scored against their gold" in last["eval"][1]
+    repair_exit, repair_line = last["repair"]
+    assert repair_line.startswith(("passed: none of the", "failed: ")), repair_line
+    assert (repair_exit == 1) == repair_line.startswith("failed: ")

@@ -17,6 +17,7 @@ from rt4chart.cli.common import (
     ResamplesOption,
     SeedOption,
     _guard_outputs,
+    _print_reason,
     _print_stop,
     _read_input,
     _run,
@@ -74,13 +75,12 @@ def eval_command(
     outcome = _run(aevaluate(spec, config, samples, observer=ProgressObserver(stderr, enabled=not quiet)),
                    interrupted_note="no result was written (an incomplete evaluation is not a result)")
     result = outcome.payload
-    if result is None:
-        _print_stop(outcome, note="an incomplete evaluation is not a result: none was written")
-    else:
+    if result is not None:
         title = f"{dataset} {split or 'all'}: {result.judge}, {config.variant}"
         print_metrics(result.metrics, Console(), title, result_details(result))
         written = write_result(result, results_dir, outcome.reports if save_predictions else None)
         stderr.print("wrote " + ", ".join(str(p) for p in written), highlight=False, markup=False, soft_wrap=True)
+    _print_reason(outcome, note="an incomplete evaluation is not a result: none was written")
     raise typer.Exit(outcome.exit_code)
 
 
@@ -273,8 +273,10 @@ def compare(
     comparison = outcome.payload
     stderr.print("wrote " + ", ".join(str(p) for p in comparison.paths), highlight=False, markup=False, soft_wrap=True)
     for judged in comparison.by_judge:
-        _print_stop(judged)
+        if judged.reason != outcome.reason:  # the last line says it
+            _print_stop(judged)
     console = Console()
     for report in comparison.agreement:
         print_agreement(report, console)
+    _print_reason(outcome)
     raise typer.Exit(outcome.exit_code)

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from rt4chart.cli.common import _guard_outputs, _print_stop, _read_input, _run
+from rt4chart.cli.common import _guard_outputs, _print_reason, _read_input, _run
 from rt4chart.cli.flags import AUDIT_FLAGS, CACHE_FLAGS, fail, run_spec, stderr
 from rt4chart.options import HelpPanel
 from rt4chart.runs.spec import RunSpec
@@ -99,12 +99,9 @@ def repair(
     if not quiet:
         judged_by = next((r.verified_after.judge for r in repairs.records if r.verified_after), None)
         _print_repair_summary(repairs.summary, judged_by)
-    if repairs.reaudit is not None:
-        _print_stop(repairs.reaudit, note="the repairs are written; rerun once the judge is reachable")
-    elif outcome.stop is not None:
-        stderr.print(Text.assemble(("stopped:", "red"), f" {outcome.stop}"), highlight=False, soft_wrap=True)
     if repairs.summary.invalid:
         for result in repairs.records:
             if result.repaired is None:
                 stderr.print(Text.assemble(("error:", "red"), " " + "; ".join(result.errors)), highlight=False, soft_wrap=True)
+    _print_reason(outcome, note="the repairs are written; rerun once the judge is reachable")
     raise typer.Exit(outcome.exit_code)

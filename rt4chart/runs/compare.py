@@ -227,6 +227,14 @@ async def acompare(
     )
     if outcome.status in (RunStatus.PASSED, RunStatus.FAILED, RunStatus.INVALID_INPUT):
         outcome.payload.agreement = _agreement(paths, resamples, seed)
+    # The reason of the first judge whose run ended as the comparison did; a comparison that passes
+    # passes whatever the verdicts (it measures the judges, it does not gate the answers).
+    ended_alike = (judged.reason for judged in by_judge if judged.status is outcome.status)
+    outcome.reason = next(
+        ended_alike if outcome.status is not RunStatus.PASSED else iter(()),
+        f"passed: {len(by_judge)} judges verified the same claims of {by_judge[0].counts.records} answers "
+        "(rt4 compare measures the judges; their verdicts do not decide its exit code)",
+    )
     return outcome
 
 

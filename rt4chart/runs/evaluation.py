@@ -359,5 +359,9 @@ async def aevaluate(
     return RunOutcome(
         payload=result, counts=decided, fails=False, stop=run.stop, judge=run.judge,
         prompt_version=run.prompt_version, spent_usd=run.spent_usd, budget_usd=run.budget_usd,
-        reports=run.reports, summary=run.summary, reason=run.reason,
+        reports=run.reports, summary=run.summary,
+        reason=run.reason if result is None else (
+            f"passed: {result.metrics.samples} answers scored against their gold labels (its verdicts, open "
+            "verdicts and invalid answers are the evaluation's data, not a failure)"
+        ),
     )

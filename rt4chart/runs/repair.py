@@ -34,7 +34,7 @@ from rt4chart.records.io import InputLine, OutputError, RecordKind, dump_report,
 from rt4chart.records.manifest import RunCounts
 from rt4chart.report.outputs import PublishOptions
 from rt4chart.runs.engine import BudgetStop, UnavailableStop, in_input_order, run_audit, stop_of
-from rt4chart.runs.run import RunOutcome, RunUsageError, aexecute, build_stack, input_lines
+from rt4chart.runs.run import RunOutcome, RunStatus, RunUsageError, aexecute, build_stack, input_lines
 from rt4chart.runs.spec import RunSpec
 from rt4chart.types import AuditRecord, Sample
 
@@ -224,8 +224,28 @@ async def arepair(
         invalid=summary.invalid if stop is None else 0,
         incomplete=reaudit.counts.incomplete if reaudit is not None else 0,
     )
-    return RunOutcome(
+    outcome = RunOutcome(
         payload=Repairs(records=finished, summary=summary, reaudit=reaudit), counts=counts,
         fails=summary.residual_hallucinated > 0, stop=stop, judge=engine.judge_name,
         prompt_version=engine.prompt_version,
     )
+    outcome.reason = _repair_reason(outcome)
+    return outcome
+
+
+def _repair_reason(outcome: RunOutcome[Repairs]) -> str:
+    """Why a repair run ended as it did, in the one line the CLI prints last."""
+    summary, reaudit = outcome.payload.summary, outcome.payload.reaudit
+    settled = outcome.status in (RunStatus.PASSED, RunStatus.FAILED)
+    if reaudit is not None and reaudit.status is outcome.status and not settled:
+        return reaudit.reason  # the re-audit stopped or left verdicts open: its own line says why
+    if outcome.stop is not None:
+        return f"stopped: {outcome.stop}; {outcome.counts.remaining} records not repaired"
+    if outcome.status is RunStatus.INVALID_INPUT:
+        return f"invalid input: {summary.invalid} of {summary.answers} records could not be repaired (errors above)"
+    if outcome.fails:
+        return f"failed: {summary.residual_hallucinated} of {summary.reverified} repaired answers still hallucinated"
+    if summary.reverified:
+        return f"passed: none of the {summary.reverified} re-audited repairs is hallucinated"
+    return f"passed: {summary.answers - summary.invalid} answers repaired (not re-audited: --verify-after audits them)"
+

@@ -64,3 +64,22 @@ def test_wrote_lines_never_split_a_path_at_80_columns(tmp_path: Path) -> None:
     assert html.is_file(), done.stderr
     assert len(str(html)) > 80
     assert _whole(done.stderr, f"wrote {html}, {folder / 'junit.xml'}"), done.stderr
+
+
+def test_rt4_agree_splits_no_judge_name_at_80_columns(tmp_path: Path) -> None:
+    # The kappa matrix, the pairs, the labels per judge and the against-gold table of three judges with
+    # long names are wider than 80 columns: each becomes a list, and every name stays on one line.
+    rng = random.Random(1)
+    gold = [rng.random() < 0.5 for _ in range(30)]
+    judges = ("scripted:a-first-judge-with-a-long-rules-file.json#0a1b2c3d",
+              "scripted:a-second-judge-with-a-long-rules-file.json#4e5f6a7b",
+              "hosted_vllm/Qwen/Qwen3-8B-Instruct-served-on-a-local-vllm#9c8d7e6f")
+    files = [str(write_records(tmp_path / f"{index}.jsonl", run_records(judge, gold, 0.8, rng)))
+             for index, judge in enumerate(judges)]
+    done = _rt4("agree", *files, "--resamples", "50")
+    assert done.returncode == 0, done.stderr
+    for token in (*judges, "balanced acc.", "kappa 95% CI"):
+        assert _whole(done.stdout, token), f"{token!r} is split: {done.stdout}"
+    assert all(len(line) <= 80 or any(judge in line for judge in judges) for line in done.stdout.splitlines()), (
+        f"only a line holding a whole name may pass 80 columns: {done.stdout}"
+    )

@@ -92,7 +92,8 @@ def test_every_command_s_last_stderr_line_is_its_run_s_reason(tmp_path: Path) ->
     fails and says how many."""
     cli = CliRunner()
     verified = tmp_path / "verified.jsonl"
-    assert cli.invoke(app, ["verify", str(ANSWERS), "--judge", JUDGE, "--no-cache", "--out", str(verified)]).exit_code == 1
+    made = cli.invoke(app, ["verify", str(ANSWERS), "--judge", JUDGE, "--no-cache", "--out", str(verified)])
+    assert made.exit_code == 1, made.output
     commands = {
         "compare": ["compare", str(ANSWERS), "--judges", f"{JUDGE},{OTHER_JUDGE}", "--no-cache",
                     "--out-dir", str(tmp_path / "compared"), "--resamples", "10"],
@@ -106,7 +107,8 @@ def test_every_command_s_last_stderr_line_is_its_run_s_reason(tmp_path: Path) ->
         done = cli.invoke(app, args)
         last[name] = (done.exit_code, " ".join(done.stderr.strip().splitlines()[-1].split()))
     assert last["compare"][0] == 0 and last["compare"][1].startswith("passed: 2 judges verified the same claims of 4")
-    assert last["eval"][0] == 0 and last["eval"][1].startswith("passed: ") and "scored against their gold" in last["eval"][1]
+    eval_exit, eval_line = last["eval"]
+    assert eval_exit == 0 and eval_line.startswith("passed: ") and "scored against their gold" in eval_line
     repair_exit, repair_line = last["repair"]
     assert repair_line.startswith(("passed: none of the", "failed: ")), repair_line
     assert (repair_exit == 1) == repair_line.startswith("failed: ")

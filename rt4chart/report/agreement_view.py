@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rt4chart.analysis.agreement import AgreementReport, RunsReport, Statistic
@@ -45,55 +46,34 @@ def print_agreement(report: AgreementReport, console: Console) -> None:
         console.print(
             f"claims aligned {report.alignment}; {report.unaligned} claims could not be aligned", highlight=False
         )
-    matrix = Table(title="Cohen's kappa (rows x columns)", title_justify="left")
-    matrix.add_column("judge", overflow="fold")
-    for number in range(1, len(report.judges) + 1):
-        matrix.add_column(f"[{number}]", justify="right")
-    for number, (judge, row) in enumerate(zip(report.judges, kappa_matrix(report), strict=True), start=1):
-        matrix.add_row(f"[{number}] {judge}", *[f"{value:.2f}" for value in row])
-    console.print(matrix)
-
-    pairs = Table(title="pairs", title_justify="left")
-    for column in ("judge", "judge", "n", "observed", "kappa", "kappa 95% CI"):
-        pairs.add_column(column, justify="left" if column == "judge" else "right", overflow="fold")
-    for pair in report.pairs:
-        pairs.add_row(
-            pair.first, pair.second, str(pair.kappa.n), _value(pair.observed), _value(pair.kappa), _interval(pair.kappa)
-        )
-    console.print(pairs)
-    console.print(
-        f"Fleiss' kappa {_value(report.fleiss_kappa)} {_interval(report.fleiss_kappa)} "
-        f"(n={report.fleiss_kappa.n}); Krippendorff's alpha {_value(report.krippendorff_alpha)} "
-        f"{_interval(report.krippendorff_alpha)} (n={report.krippendorff_alpha.n})",
-        highlight=False,
-    )
-
-    distributions = Table(title="labels per judge", title_justify="left")
-    distributions.add_column("judge", overflow="fold")
-    for label in report.labels:
-        distributions.add_column(label, justify="right")
-    distributions.add_column("missing", justify="right")
-    for distribution in report.distributions:
-        distributions.add_row(
-            distribution.judge, *[str(distribution.counts[label]) for label in report.labels], str(distribution.missing)
-        )
-    console.print(distributions)
-
+    # Tables when they fit the console whole, else lists (layout.print_rows): no judge name is split.
+    numbers = [f"[{number}]" for number in range(1, len(report.judges) + 1)]
+    print_rows(console, ["judge", *numbers], [
+        [escape(f"{number} {judge}"), *[f"{value:.2f}" for value in row]]
+        for number, judge, row in zip(numbers, report.judges, kappa_matrix(report), strict=True)
+    ], title="Cohen's kappa (rows x columns)", right=numbers)
+    figures = ["n", "observed", "kappa", "kappa 95% CI"]
+    print_rows(console, ["judge", "judge", *figures], [
+        [escape(pair.first), escape(pair.second), str(pair.kappa.n), _value(pair.observed), _value(pair.kappa),
+         _interval(pair.kappa)]
+        for pair in report.pairs
+    ], title="pairs", right=figures)
+    overall = (("Fleiss' kappa", report.fleiss_kappa), ("Krippendorff's alpha", report.krippendorff_alpha))
+    for name, statistic in overall:
+        console.print(f"{name} {_value(statistic)} {_interval(statistic)} (n={statistic.n})", highlight=False)
+    counted = [*report.labels, "missing"]
+    print_rows(console, ["judge", *counted], [
+        [escape(d.judge), *[str(d.counts[label]) for label in report.labels], str(d.missing)]
+        for d in report.distributions
+    ], title="labels per judge", right=counted)
     if report.gold:
-        gold = Table(
-            title=f"against gold ({report.gold_items} items with gold; positive = hallucinated)", title_justify="left"
-        )
-        for column in ("judge", "n", "flagged", "sensitivity", "specificity", "balanced acc.", "kappa"):
-            gold.add_column(column, justify="left" if column == "judge" else "right", overflow="fold")
-        for comparison in report.gold:
-            figures = (comparison.sensitivity, comparison.specificity, comparison.balanced_accuracy, comparison.kappa)
-            gold.add_row(
-                comparison.judge,
-                str(comparison.n),
-                f"{comparison.predicted_positive_rate:.1%}",
-                *[f"{_value(s)} {_interval(s)}" for s in figures],
-            )
-        console.print(gold)
+        against = ["n", "flagged", "sensitivity", "specificity", "balanced acc.", "kappa"]
+        print_rows(console, ["judge", *against], [
+            [escape(comparison.judge), str(comparison.n), f"{comparison.predicted_positive_rate:.1%}",
+             *[f"{_value(s)} {_interval(s)}" for s in (comparison.sensitivity, comparison.specificity,
+                                                         comparison.balanced_accuracy, comparison.kappa)]]
+            for comparison in report.gold
+        ], title=f"against gold ({report.gold_items} items with gold; positive = hallucinated)", right=against)
     warnings = sorted({w for s in _statistics(report) for w in s.warnings})
     if warnings:
         console.print("! " + "\n! ".join(warnings), highlight=False)

@@ -390,6 +390,8 @@ def main() -> None:
     if installed_package_path(args.out):
         # A rebuild written into site-packages silently replaces the judge every later audit runs as.
         parser.error(f"--out {args.out} is inside an installed package; give a path outside site-packages")
+    # Its folder is made now, not after minutes of fitting.
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     heads = {}
     for head, (dataset, metric) in HEADS.items():
         samples = load_dataset(dataset, split="dev")

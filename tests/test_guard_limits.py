@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from conftest import require_embedded
 from faults import FaultServer, claims_in, fault_server
 from test_guard import EVENT_WAIT_S, EXAMPLES, FAITHFUL, JUDGE, REFUND_CONTEXT, HeldStream, read_events, until_in_flight
 from typer.testing import CliRunner
@@ -245,3 +246,27 @@ def test_the_language_detector_is_loaded_at_start_not_by_a_request() -> None:
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.asyncio
+async def test_under_a_latency_budget_a_cascade_behind_a_local_judge_never_decomposes_with_its_slow_stage() -> None:
+    # The embedded judge writes no text, so `auto` would decompose with the cascade's second stage,
+    # a call the budget does not bound: held here, the request would wait for it. Under a budget the
+    # guard decomposes by rules, and the slow stage only ever sees verify requests (claims listed).
+    require_embedded()
+    with fault_server(contradict_with_the_refund_sentence) as server:
+        server.gate.clear()  # the second stage never answers while the request waits
+        config = GuardConfig(port=0, judge="cascade:embedded@0.8,openai/second", api_base=server.base_url,
+                             limits=GuardLimits(latency_budget_ms=200, timeout_s=20))
+        guard = await start_guard(config)
+        try:
+            body = {"context": REFUND_CONTEXT, "answer": FAITHFUL}
+            async with aiohttp.ClientSession(guard.url) as http, http.post("/v1/verify", json=body) as response:
+                status, reply = response.status, await response.json()
+        finally:
+            asked = list(server.requests)
+            server.gate.set()
+            await guard.stop()
+    assert status == 200, reply
+    assert reply["record"]["claims"], reply
+    assert all(claims_in(body) for body in asked), "the slow stage was asked to decompose"

@@ -113,6 +113,16 @@ class GuardConfig(BaseModel):
             raise GuardConfigError("--latency-budget-ms bounds a cascade's later stages: it needs --judge cascade:...")
 
     @property
+    def audit_options(self) -> AuditOptions:
+        """The options every request is audited with: ``options``, but under a latency budget an ``auto``
+        decomposer decomposes by rules. The budget bounds a cascade's later stages, not decomposition, and
+        ``auto`` hands decomposition to the cascade's first stage that writes text, which behind a local
+        judge that writes none (the embedded one) is the slow remote stage the budget is there to bound."""
+        if self.limits.latency_budget_ms is not None and self.options.decomposer == "auto":
+            return self.options.model_copy(update={"decomposer": "rules"})
+        return self.options
+
+    @property
     def cascades(self) -> bool:
         """Whether the judge is a cascade (what a latency budget acts on)."""
         return (self.judge or "").startswith("cascade:")

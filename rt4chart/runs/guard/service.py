@@ -86,7 +86,7 @@ class Guard:
         self._stack = judge_stack(
             self.config.judge, api_base=self.config.api_base, cache=self.config.cache, budget_usd=self.config.budget_usd
         )
-        self._pipeline = Pipeline(self._stack, self.config.options)
+        self._pipeline = Pipeline(self._stack, self.config.audit_options)
         if self._proxy is not None:
             await self._proxy.start()
 

@@ -94,9 +94,9 @@ async def main(arguments: argparse.Namespace) -> None:
             f"| latency p50, all requests | {1000 * statistics.median(s for s, _ in timings):.0f} ms |",
             f"| latency p50, settled locally | {1000 * statistics.median(local):.0f} ms |" if local else "| - | - |",
             "",
-            "Why no request settles within the budget: `auto` decomposition goes to the cascade's first stage that "
-            "writes text, here the slow stand-in (the embedded judge writes none), and the latency budget bounds the "
-            "later stages' verification, not that decomposition: every request waits for it (issue 43, open).",
+            "Under a latency budget `rt4 guard` decomposes by rules (`auto` would hand decomposition to the slow "
+            "stage, outside the budget), so a request waits for the embedded stage and, when it escalates, for the "
+            "budget at most.",
             f"Machine load when done (1/5/15 min): {load}.",
         ],
     )

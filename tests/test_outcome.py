@@ -24,6 +24,18 @@ DATASETS = Path(__file__).parent / "fixtures" / "datasets"
 EVAL_JUDGE = f"scripted:{DATASETS / 'fixtures.rules.json'}"
 
 
+def _other_commands(tmp_path: Path, verified: Path) -> dict[str, list[str]]:
+    """The arguments of ``rt4 compare``, ``repair`` (of ``verified``'s records) and ``eval`` on the examples."""
+    return {
+        "compare": ["compare", str(ANSWERS), "--judges", f"{JUDGE},{OTHER_JUDGE}", "--no-cache",
+                    "--out-dir", str(tmp_path / "compared"), "--resamples", "10"],
+        "repair": ["repair", str(verified), "--input", str(ANSWERS), "--judge", JUDGE, "--no-cache",
+                   "--out", str(tmp_path / "repaired.jsonl"), "--verify-after"],
+        "eval": ["eval", "ragtruth-qa", "--path", str(DATASETS / "ragtruth-qa"), "--split", "dev",
+                 "--judge", EVAL_JUDGE, "--results-dir", str(tmp_path / "results"), "--resamples", "10"],
+    }
+
+
 def test_every_command_s_run_ends_in_the_one_outcome_type_with_its_payload(tmp_path: Path) -> None:
     from rt4chart.runs.compare import Comparison, acompare
     from rt4chart.runs.evaluation import EvalConfig, EvaluationResult, aevaluate, load_samples
@@ -71,12 +83,7 @@ def test_every_command_exits_with_the_status_that_status_of_decides(
     monkeypatch.setattr(run, "status_of", stopped_by_budget)
     commands = {
         "verify": ["verify", str(ANSWERS), "--judge", JUDGE, "--no-cache", "--out", str(tmp_path / "again.jsonl")],
-        "compare": ["compare", str(ANSWERS), "--judges", f"{JUDGE},{OTHER_JUDGE}", "--no-cache",
-                    "--out-dir", str(tmp_path / "compared"), "--resamples", "10"],
-        "repair": ["repair", str(verified), "--input", str(ANSWERS), "--judge", JUDGE, "--no-cache",
-                   "--out", str(tmp_path / "repaired.jsonl"), "--verify-after"],
-        "eval": ["eval", "ragtruth-qa", "--path", str(DATASETS / "ragtruth-qa"), "--split", "dev",
-                 "--judge", EVAL_JUDGE, "--results-dir", str(tmp_path / "results"), "--resamples", "10"],
+        **_other_commands(tmp_path, verified),
     }
     exits = {}
     for name, args in commands.items():
@@ -94,14 +101,7 @@ def test_every_command_s_last_stderr_line_is_its_run_s_reason(tmp_path: Path) ->
     verified = tmp_path / "verified.jsonl"
     made = cli.invoke(app, ["verify", str(ANSWERS), "--judge", JUDGE, "--no-cache", "--out", str(verified)])
     assert made.exit_code == 1, made.output
-    commands = {
-        "compare": ["compare", str(ANSWERS), "--judges", f"{JUDGE},{OTHER_JUDGE}", "--no-cache",
-                    "--out-dir", str(tmp_path / "compared"), "--resamples", "10"],
-        "repair": ["repair", str(verified), "--input", str(ANSWERS), "--judge", JUDGE, "--no-cache",
-                   "--out", str(tmp_path / "repaired.jsonl"), "--verify-after"],
-        "eval": ["eval", "ragtruth-qa", "--path", str(DATASETS / "ragtruth-qa"), "--split", "dev",
-                 "--judge", EVAL_JUDGE, "--results-dir", str(tmp_path / "results"), "--resamples", "10"],
-    }
+    commands = _other_commands(tmp_path, verified)
     last = {}
     for name, args in commands.items():
         done = cli.invoke(app, args)

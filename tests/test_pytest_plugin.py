@@ -126,6 +126,20 @@ def test_an_unreachable_judge_stops_the_session_as_a_usage_error_named_once(suit
     assert "AssertionError" not in output, "not a finding"
 
 
+def test_an_unreachable_judge_stops_an_xdist_session_as_a_usage_error_named_once(suite: pytest.Pytester) -> None:
+    profile = profile_at(suite.path, "closed", closed_port_url())
+    for module_number in range(4):
+        (suite.path / f"test_refund_{module_number}.py").write_text(
+            REFUND_FILE.replace(", CONTEXT)", ", CONTEXT, decomposer='rules')")
+            .replace("def test_", f"def test_{module_number}_"), encoding="utf-8")
+    result = run(suite, "-n", "2", f"--rt4-judge={profile}")
+    output = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in output
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert output.count("rt4chart: the judge cannot be reached") == 1
+    assert "passed" not in result.parseoutcomes() and "failed" not in result.parseoutcomes()
+
+
 @pytest.mark.parametrize(
     ("judge", "message"),
     [("gpt4o-mini", "unknown judge"), ("gpt-4o-mini", "OPENAI_API_KEY")],

@@ -14,7 +14,8 @@ The plugin is inert until a test audits or an ``--rt4-*`` option is given: no ju
 exists before, and a session that audits nothing prints nothing. A session judge that cannot be
 configured (an unknown ``--rt4-judge``, a missing API key, an unusable cache) is refused before any
 test runs, and one that cannot be reached (its circuit opened: ``JudgeUnavailable``) stops the session
-at the first test that meets it: both are usage errors of the setup, not findings, so pytest exits 4
+at the first test that meets it (under pytest-xdist: its worker stops and the controller ends the
+session): both are usage errors of the setup, not findings, so pytest exits 4
 (``ExitCode.USAGE_ERROR``) naming the problem once instead of failing every grounding test. A judge
 whose failures left one verdict open is that test's **error** (not a failure); a stop by the
 session's budget skips the audits
@@ -53,6 +54,7 @@ MARKER = "rt4_samples"
 SAMPLE_FIXTURE = "rt4_sample"
 _SESSION_KEY = pytest.StashKey["AuditSession"]()
 _PROJECT_KEY = pytest.StashKey[dict[str, Any]]()
+_UNREACHABLE_KEY = pytest.StashKey[str]()
 _WORKER_OUTPUT = "rt4chart_records"
 _LEDGER_INPUT = "rt4chart_ledger"
 ALLOW_BUDGET_SKIPS = "rt4_allow_budget_skips"
@@ -205,6 +207,8 @@ def pytest_testnodedown(node: Any, error: object) -> None:
         session.records.extend(SessionAudit.model_validate(record) for record in payload["records"])
         session.skipped += payload["skipped"]
         session.stopped = session.stopped or payload["stopped"]
+        if payload["unreachable"]:
+            pytest.exit(payload["unreachable"], returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -268,8 +272,14 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     except Exception as error:
         unavailable = sys.modules.get("rt4chart.protocol")
         if unavailable is not None and isinstance(error, unavailable.JudgeUnavailable):
-            pytest.exit(f"rt4chart: the judge cannot be reached ({item.nodeid} met it first): {error}",
-                        returncode=pytest.ExitCode.USAGE_ERROR)
+            message = f"rt4chart: the judge cannot be reached ({item.nodeid} met it first): {error}"
+            if hasattr(item.config, "workerinput"):
+                # pytest.exit in an xdist worker is an internal error of the controller: the worker stops
+                # after this test and hands the message on (pytest_sessionfinish), the controller exits.
+                item.session.shouldstop = message
+                item.config.stash[_UNREACHABLE_KEY] = message
+                pytest.skip(message)
+            pytest.exit(message, returncode=pytest.ExitCode.USAGE_ERROR)
         raise
 
 
@@ -330,7 +340,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     worker_output = getattr(session.config, "workeroutput", None)
     if worker_output is not None:
         sent = [record.model_dump(mode="json") for record in audits.records]
-        payload = {"records": sent, "skipped": audits.skipped, "stopped": audits.stopped}
+        payload = {"records": sent, "skipped": audits.skipped, "stopped": audits.stopped,
+                   "unreachable": session.config.stash.get(_UNREACHABLE_KEY, None)}
         worker_output[_WORKER_OUTPUT] = json.dumps(payload)
         return
     if audits.stopped is not None and not _budget_skips_allowed(session.config) and session.exitstatus == 0:

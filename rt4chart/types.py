@@ -215,8 +215,8 @@ class Evidence(BaseModel):
     ``…``, odd spaces, full-width forms) or ``case`` (letter case too, the last resort)."""
 
 
-DecidedBy = Literal["head", "number_guard", "contradiction_guard", "no_content_overlap", "short_claim",
-                    "absent_numbers", "no_content"]
+DecidedBy = Literal["head", "number_guard", "contradiction_guard", "substitution_guard", "no_content_overlap",
+                    "short_claim", "absent_numbers", "no_content"]
 """What decided an embedded verdict: the calibrated head against its threshold, or a guard rule
 that overrides it (see :class:`JudgeScore`)."""
 
@@ -234,7 +234,9 @@ class JudgeScore(BaseModel):
     decided_by: DecidedBy
     """``head`` when ``p_unsupported`` against ``threshold`` decided; else the guard rule that did
     (``number_guard``: a number the context states differently; ``contradiction_guard``: a negation
-    or antonym on a near-identical sentence; ``no_content_overlap``: none of the claim's content
+    or antonym on a near-identical sentence; ``substitution_guard``: a sentence in view copied with one
+    word changed, where the change reverses it, names another name, month or unit, or states a hedge
+    as certain; ``no_content_overlap``: none of the claim's content
     words in view; ``short_claim``: a short claim with a word not in view; ``absent_numbers``:
     numbers the context never states in a claim mostly not in view; ``no_content``: nothing to
     check), whatever ``p_unsupported`` says."""

@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, field_validator, model_validator
 
+from rt4chart.documents import Document, UnitAnchor, render_document
 from rt4chart.languages import normalize_language
 
 
@@ -113,7 +114,11 @@ class Sample(BaseModel):
     """Caller's identifier, copied to the output record."""
     context: str | list[str]
     """The retrieved context: one string, or a list of passages (in the input, a passage may be an
-    object ``{"id": "doc-7", "text": "..."}``: its text is kept here, its id in ``passage_ids``)."""
+    object ``{"id": "doc-7", "text": "..."}``: its text is kept here, its id in ``passage_ids``).
+    A sample given ``documents`` instead has their rendered texts here."""
+    documents: list[Document] | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The input's ``documents`` (:mod:`rt4chart.documents`: prose, JSON values, tables), each one passage
+    of ``context`` and named in ``passage_ids``; ``None`` when the input gave ``context``."""
     passage_ids: list[str] | None = Field(default=None, exclude_if=lambda value: value is None)
     """The passages' own ids when the input named them (citation markers may cite them); ``None``
     when passages are cited by their 1-based position."""
@@ -134,6 +139,33 @@ class Sample(BaseModel):
     trace: TraceSource | None = Field(default=None, exclude_if=lambda value: value is None)
     """The trace and spans the sample was read from (``rt4 verify --input-format otlp``); copied to the
     record."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rendered_documents(cls, data: Any) -> Any:
+        # `documents` is the context's other shape: each document becomes one named passage.
+        if not isinstance(data, dict) or data.get("documents") is None:
+            return data
+        if "context" in data:
+            raise ValueError("give either context or documents, not both")
+        given = data["documents"]
+        if not isinstance(given, list) or not given:
+            raise ValueError('documents: a non-empty list of {"id", "text" | "data" | "table"} objects')
+        documents = []
+        for position, document in enumerate(given):
+            try:
+                documents.append(Document.model_validate(document))
+            except ValidationError as error:
+                problems = "; ".join(
+                    f"{'.'.join(map(str, item['loc'])) or 'document'}: {item['msg'].removeprefix('Value error, ')}"
+                    for item in error.errors()
+                )
+                raise ValueError(f"documents[{position}]: {problems}") from None
+        ids = [document.id for document in documents]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"documents: ids must be unique, got {ids}")
+        context = [render_document(document).text for document in documents]
+        return {**data, "documents": documents, "context": context, "passage_ids": ids}
 
     @model_validator(mode="before")
     @classmethod
@@ -194,6 +226,21 @@ class Claim(BaseModel):
     """Offsets of that sentence in the answer; ``None`` when no span is known."""
 
 
+class EvidenceSource(BaseModel):
+    """Where a piece of evidence sits in the sample's own inputs: which document (or named passage),
+    where in its text, and, for a structured document, which fields or cells it quotes."""
+
+    document: str
+    """The document's id (a passage without one: its 1-based position)."""
+    start: int
+    """Offset of the quote in that document's text (a structured document: its rendered text)."""
+    end: int
+    """Offset one past the quote's end in that document's text (a quote that runs into the next
+    document ends with this one: its source is the document it starts in)."""
+    units: list[UnitAnchor] = Field(default_factory=list, exclude_if=lambda value: not value)
+    """The fields (JSON path) or cells (row and column) the quote overlaps, in text order; empty for prose."""
+
+
 EvidenceMatch = Literal["exact", "whitespace", "folded", "case"]
 """How a quote was found in the context (see :attr:`Evidence.match`)."""
 
@@ -213,6 +260,9 @@ class Evidence(BaseModel):
     """How the judge's quote matched: ``exact`` (verbatim), ``whitespace`` (after whitespace runs
     were compared as one space), ``folded`` (typographic punctuation too: curly quotes, dashes,
     ``…``, odd spaces, full-width forms) or ``case`` (letter case too, the last resort)."""
+    source: EvidenceSource | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The document (and field or cell) the quote comes from, for a context of passages or documents;
+    ``None`` (and left out of the record) for a single-string context."""
 
 
 DecidedBy = Literal["head", "number_guard", "contradiction_guard", "no_content_overlap", "short_claim",

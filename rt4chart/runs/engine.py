@@ -24,7 +24,7 @@ from rt4chart.languages import audit_language
 from rt4chart.method.citations import CitedAnswer, audit_citations, find_citations
 from rt4chart.method.decompose import Decomposition, decompose_answer
 from rt4chart.method.direct import audit_directly
-from rt4chart.method.grounding import ContextIndex
+from rt4chart.method.grounding import ContextIndex, passage_map
 from rt4chart.method.prompts import PromptTemplate
 from rt4chart.method.session import JudgeSession
 from rt4chart.method.settlement import settle_at_threshold
@@ -315,7 +315,7 @@ class Pipeline:
         options = self.options
         context, sentences = segment_context(sample.context, session.language)
         chunks = chunk_sentences(len(sentences), options.window, options.overlap)
-        judge = ClaimVerifier(session, ContextIndex(context, sentences), sample.question, options.ungrounded)
+        judge = ClaimVerifier(session, ContextIndex(context, sentences, passage_map(sample)), sample.question, options.ungrounded)
         if decomposition is None:
             decomposition = await self._decompose(session, sample, answer_sentences, cited)
         report = AuditRecord(

@@ -52,6 +52,10 @@ class Unit(BaseModel):
     """The field or cell it renders."""
 
 
+def _absent(value: object) -> bool:
+    return value is None
+
+
 TableFormat = Literal["csv", "markdown"]
 """How a table given as text is written."""
 
@@ -64,15 +68,15 @@ class Document(BaseModel):
 
     id: str
     """The document's id: evidence names it, citation markers may cite it."""
-    text: str | None = None
+    text: str | None = Field(default=None, exclude_if=_absent)
     """The document's text."""
-    title: str | None = None
+    title: str | None = Field(default=None, exclude_if=_absent)
     """Its title, shown in reports beside its evidence (not part of the verified text)."""
-    data: JsonValue = None
+    data: JsonValue = Field(default=None, exclude_if=_absent)
     """A JSON value rendered one leaf per line (see the module's docstring)."""
-    table: list[dict[str, JsonValue]] | str | None = None
+    table: list[dict[str, JsonValue]] | str | None = Field(default=None, exclude_if=_absent)
     """A table: a list of records (one object per row), or CSV / Markdown text (``format``)."""
-    format: TableFormat | None = None
+    format: TableFormat | None = Field(default=None, exclude_if=_absent)
     """How a ``table`` given as text is written."""
 
     @model_validator(mode="before")
@@ -85,15 +89,15 @@ class Document(BaseModel):
 
     @model_validator(mode="after")
     def _one_body(self) -> Document:
-        bodies = [name for name in ("text", "data", "table") if name in self.model_fields_set]
+        bodies = [name for name in ("text", "data", "table") if getattr(self, name) is not None]
         if len(bodies) != 1:
-            raise ValueError(f"document {self.id!r}: give exactly one of text, data, table (got {bodies or 'none'})")
+            raise ValueError(f"give exactly one of text, data, table (got {bodies or 'none'})")
         if isinstance(self.table, str) and self.format is None:
-            raise ValueError(f'document {self.id!r}: a table given as text needs "format": "csv" or "markdown"')
+            raise ValueError('a table given as text needs "format": "csv" or "markdown"')
         if self.format is not None and not isinstance(self.table, str):
-            raise ValueError(f'document {self.id!r}: "format" applies only to a table given as text')
+            raise ValueError('"format" applies only to a table given as text')
         if "text" in bodies and self.text is None:
-            raise ValueError(f"document {self.id!r}: text must be a string")
+            raise ValueError("text must be a string")
         return self
 
 
@@ -109,7 +113,7 @@ class RenderedDocument:
 
 def render_document(document: Document) -> RenderedDocument:
     """The passage a document becomes, with its units."""
-    if "data" in document.model_fields_set:
+    if document.data is not None:
         return _render([("", [(_field_label(steps) + ": " + _scalar(value), UnitAnchor(path=json_path(steps)))])
                         for steps, value in _leaves(document.data, ())])
     if document.table is not None:
@@ -186,21 +190,20 @@ def _table_rows(document: Document) -> list[dict[str, JsonValue]]:
     if document.format == "csv":
         cells = [row for row in csv.reader(io.StringIO(table)) if row]
     else:
-        cells = _markdown_cells(table, document.id)
+        cells = _markdown_cells(table)
     if not cells:
-        raise ValueError(f"document {document.id!r}: the table has no header row")
+        raise ValueError("the table has no header row")
     header = cells[0]
     for number, row in enumerate(cells[1:], start=1):
         if len(row) != len(header):
-            raise ValueError(f"document {document.id!r}: table row {number} has {len(row)} cells, "
-                             f"its header {len(header)}")
+            raise ValueError(f"table row {number} has {len(row)} cells, its header {len(header)}")
     return [dict(zip(header, row, strict=True)) for row in cells[1:]]
 
 
-def _markdown_cells(table: str, document_id: str) -> list[list[str]]:
+def _markdown_cells(table: str) -> list[list[str]]:
     """A Markdown pipe table's header and rows (its |---| separator row checked and left out)."""
     lines = [line.strip() for line in table.strip().splitlines() if line.strip()]
     cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
     if len(cells) < 2 or not all(re.fullmatch(r":?-+:?", cell) for cell in cells[1]):
-        raise ValueError(f"document {document_id!r}: a Markdown table needs a header row and a |---| separator row")
+        raise ValueError("a Markdown table needs a header row and a |---| separator row")
     return [cells[0], *cells[2:]]

@@ -11,7 +11,17 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    computed_field,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from rt4chart.documents import Document, UnitAnchor, render_document
 from rt4chart.languages import normalize_language
@@ -140,6 +150,15 @@ class Sample(BaseModel):
     """The trace and spans the sample was read from (``rt4 verify --input-format otlp``); copied to the
     record."""
 
+    @model_serializer(mode="wrap")
+    def _documents_stand_for_their_passages(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A sample read from documents is written back as documents, so that it reads back the same.
+        data = handler(self)
+        if self.documents is not None and isinstance(data, dict):
+            data.pop("context", None)
+            data.pop("passage_ids", None)
+        return data
+
     @model_validator(mode="before")
     @classmethod
     def _rendered_documents(cls, data: Any) -> Any:
@@ -151,20 +170,23 @@ class Sample(BaseModel):
         given = data["documents"]
         if not isinstance(given, list) or not given:
             raise ValueError('documents: a non-empty list of {"id", "text" | "data" | "table"} objects')
-        documents = []
+        documents: list[Document] = []
+        context: list[str] = []
         for position, document in enumerate(given):
             try:
                 documents.append(Document.model_validate(document))
+                context.append(render_document(documents[-1]).text)
             except ValidationError as error:
                 problems = "; ".join(
-                    f"{'.'.join(map(str, item['loc'])) or 'document'}: {item['msg'].removeprefix('Value error, ')}"
+                    ".".join(map(str, item["loc"])) + ": " * bool(item["loc"]) + item["msg"].removeprefix("Value error, ")
                     for item in error.errors()
                 )
                 raise ValueError(f"documents[{position}]: {problems}") from None
+            except ValueError as error:  # a table that does not parse
+                raise ValueError(f"documents[{position}]: {error}") from None
         ids = [document.id for document in documents]
         if len(set(ids)) != len(ids):
             raise ValueError(f"documents: ids must be unique, got {ids}")
-        context = [render_document(document).text for document in documents]
         return {**data, "documents": documents, "context": context, "passage_ids": ids}
 
     @model_validator(mode="before")

@@ -54,8 +54,10 @@ class InputLine:
 def _describe(error: ValidationError) -> str:
     problems = []
     for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"]) or "line"
-        problems.append(f"{where}: {item['msg']}")
+        # A check of the whole line (documents and context both given) names its own field.
+        message = item["msg"].removeprefix("Value error, ")
+        where = ".".join(str(part) for part in item["loc"])
+        problems.append(f"{where}: {message}" if where else message)
     return "; ".join(problems)
 
 

@@ -27,6 +27,17 @@ from rt4chart.documents import Document, UnitAnchor, render_document
 from rt4chart.languages import normalize_language
 
 
+def describe_validation_error(error: ValidationError) -> str:
+    """A pydantic error as one line: ``field.path: problem; ...`` (a check of the whole object: the problem
+    alone), without pydantic's ``Value error,`` prefix."""
+    problems = []
+    for item in error.errors():
+        message = item["msg"].removeprefix("Value error, ")
+        where = ".".join(str(part) for part in item["loc"])
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(problems)
+
+
 class Label(StrEnum):
     """A verdict on a claim or an answer."""
 
@@ -177,11 +188,7 @@ class Sample(BaseModel):
                 documents.append(Document.model_validate(document))
                 context.append(render_document(documents[-1]).text)
             except ValidationError as error:
-                problems = "; ".join(
-                    ".".join(map(str, item["loc"])) + ": " * bool(item["loc"]) + item["msg"].removeprefix("Value error, ")
-                    for item in error.errors()
-                )
-                raise ValueError(f"documents[{position}]: {problems}") from None
+                raise ValueError(f"documents[{position}]: {describe_validation_error(error)}") from None
             except ValueError as error:  # a table that does not parse
                 raise ValueError(f"documents[{position}]: {error}") from None
         ids = [document.id for document in documents]

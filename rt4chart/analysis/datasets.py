@@ -291,21 +291,21 @@ def _ragtruth(responses: Path, sources: Path, split: str | None) -> list[Sample]
         task_type = _field(source, "task_type", source_where)
         info = _field(source, "source_info", source_where)
         question: str | None = None
-        source: dict[str, Any]
+        given: dict[str, Any]
         if task_type == "QA" and isinstance(info, dict):
-            question, source = info.get("question"), {"context": info.get("passages", "")}
+            question, given = info.get("question"), {"context": info.get("passages", "")}
         elif isinstance(info, str):
-            source = {"context": info}
+            given = {"context": info}
         else:
             # Data2txt sources are structured records (Yelp business JSON): one document whose fields are
             # the units, so evidence names the JSON path it quotes.
-            source = {"documents": [{"id": source_id, "data": info}]}
+            given = {"documents": [{"id": source_id, "data": info}]}
         answer = _field(record, "response", where)
         samples.append(
             _sample(
                 where,
                 id=str(_field(record, "id", where)),
-                **source,
+                **given,
                 question=question,
                 answer=answer,
                 gold=_ragtruth_gold(_field(record, "labels", where), answer, where, task_type),

@@ -315,7 +315,8 @@ class Pipeline:
         options = self.options
         context, sentences = segment_context(sample.context, session.language)
         chunks = chunk_sentences(len(sentences), options.window, options.overlap)
-        judge = ClaimVerifier(session, ContextIndex(context, sentences, passage_map(sample)), sample.question, options.ungrounded)
+        index = ContextIndex(context, sentences, passage_map(sample))
+        judge = ClaimVerifier(session, index, sample.question, options.ungrounded)
         if decomposition is None:
             decomposition = await self._decompose(session, sample, answer_sentences, cited)
         report = AuditRecord(

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001 - the report writes ranges with an en dash
 """The report shows where evidence comes from, in a real headless browser (Debian's chromium driven by
 playwright): the document, its title, the quote's characters in it, the JSON path or table cell."""
 

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from rt4chart.conversations import ChatMessage, UserStatements, conversation_fields
 from rt4chart.documents import Document, UnitAnchor, render_document
 from rt4chart.languages import normalize_language
 
@@ -139,7 +140,16 @@ class Sample(BaseModel):
     A sample given ``documents`` instead has their rendered texts here."""
     documents: list[Document] | None = Field(default=None, exclude_if=lambda value: value is None)
     """The input's ``documents`` (:mod:`rt4chart.documents`: prose, JSON values, tables), each one passage
-    of ``context`` and named in ``passage_ids``; ``None`` when the input gave ``context``."""
+    of ``context`` and named in ``passage_ids``; a conversation's own documents (its tool results and
+    messages) come first. ``None`` when the input gave ``context``."""
+    messages: list[ChatMessage] | None = Field(default=None, exclude_if=lambda value: value is None)
+    """An agent's conversation, OpenAI-style (:mod:`rt4chart.conversations`): its last assistant message is
+    ``answer``, the last user message before it ``question``, its tool results and messages documents."""
+    user_statements: UserStatements = Field(default="evidence", exclude_if=lambda value: value == "evidence")
+    """In a conversation: whether the user's own messages may ground a claim (``evidence``) or not (``ignore``)."""
+    earlier_turns: list[str] = Field(default_factory=list, exclude=True)
+    """The documents that are the assistant's earlier turns of a conversation: support found only there
+    never grounds a claim (derived from ``messages``, never written)."""
     passage_ids: list[str] | None = Field(default=None, exclude_if=lambda value: value is None)
     """The passages' own ids when the input named them (citation markers may cite them); ``None``
     when passages are cited by their 1-based position."""
@@ -168,12 +178,25 @@ class Sample(BaseModel):
         if self.documents is not None and isinstance(data, dict):
             data.pop("context", None)
             data.pop("passage_ids", None)
+        if self.messages is not None and isinstance(data, dict):
+            # A conversation is written back as its messages, beside the documents it was given.
+            derived = len(conversation_fields(self.messages, self.user_statements)["documents"])
+            for key in ("answer", "question"):
+                data.pop(key, None)
+            given = data.get("documents", [])[derived:]
+            if given:
+                data["documents"] = given
+            else:
+                data.pop("documents", None)
         return data
 
     @model_validator(mode="before")
     @classmethod
     def _rendered_documents(cls, data: Any) -> Any:
-        # `documents` is the context's other shape: each document becomes one named passage.
+        # `documents` is the context's other shape: each document becomes one named passage. A
+        # conversation's tool results and messages become documents first.
+        if isinstance(data, dict) and data.get("messages") is not None:
+            data = _conversation_documents(data)
         if not isinstance(data, dict) or data.get("documents") is None:
             return data
         if "context" in data:
@@ -209,6 +232,26 @@ class Sample(BaseModel):
         if len(set(ids)) != len(ids):
             raise ValueError(f"context: passage ids must be unique, got {ids}")
         return {**data, "context": [p["text"] for p in context], "passage_ids": ids}
+
+
+def _conversation_documents(data: dict[str, Any]) -> dict[str, Any]:
+    """An input line with ``messages`` as one with ``answer``, ``question`` and ``documents``."""
+    if given := [key for key in ("answer", "question", "context") if key in data]:
+        raise ValueError(f"a conversation's answer, question and context come from its messages: "
+                         f"give messages without {', '.join(given)}")
+    if not isinstance(data["messages"], list):
+        raise ValueError("messages: a list of OpenAI-style chat messages")
+    messages = []
+    for position, message in enumerate(data["messages"]):
+        try:
+            messages.append(ChatMessage.model_validate(message))
+        except ValidationError as error:
+            raise ValueError(f"messages[{position}]: {describe_validation_error(error)}") from None
+    fields = conversation_fields(messages, data.get("user_statements", "evidence"))
+    documents = [*fields.pop("documents"), *(data.get("documents") or [])]
+    if not documents:
+        raise ValueError("messages: nothing to check the answer against (no tool result, document or statement)")
+    return {**data, **fields, "messages": messages, "documents": documents}
 
 
 class Sentence(BaseModel):
@@ -539,6 +582,10 @@ class ClaimVerdict(Verdict):
     (``csr_mean``/``csr_max``: REFIND's context sensitivity ratio, :mod:`rt4chart.signals.csr`;
     ``probe_mean``/``probe_max``: an AggTruth probe's scores, :mod:`rt4chart.signals.aggtruth`).
     A new signal adds keys here, never a field."""
+    earlier_turn_only: bool = Field(default=False, exclude_if=lambda value: not value)
+    """True when the judge's evidence lay only in the assistant's earlier turns of a conversation
+    (:mod:`rt4chart.conversations`): such support never grounds a claim, so the claim is baseless and the
+    judge's own verdict is in ``judge_verdict``. Left out of the record when false."""
     citation: ClaimCitation | None = Field(default=None, exclude_if=lambda value: value is None)
     """Its citations checked (an answer with citation markers only; left out of the record otherwise)."""
     judge_verdict: Verdict | None = Field(default=None, exclude_if=lambda value: value is None)

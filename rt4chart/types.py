@@ -197,6 +197,8 @@ class Sample(BaseModel):
         # conversation's tool results and messages become documents first.
         if isinstance(data, dict) and data.get("messages") is not None:
             data = _conversation_documents(data)
+        elif isinstance(data, dict) and "earlier_turns" in data:
+            raise ValueError("earlier_turns: derived from messages, not an input field")
         if not isinstance(data, dict) or data.get("documents") is None:
             return data
         if "context" in data:

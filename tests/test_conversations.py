@@ -123,6 +123,8 @@ def test_a_conversation_reads_back_as_it_was_given() -> None:
     assert sample.passage_ids == [
         "message-0", "message-1", "call_weather", "call_sql", "message-5", "message-6", "kb-1", "kb-2"]
     assert sample.earlier_turns == ["message-5"]
+    # What a Ray worker receives: the sample's JSON, nulls included.
+    assert Sample.model_validate_json(sample.model_dump_json()) == sample
 
 
 @pytest.mark.parametrize(

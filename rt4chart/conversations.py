@@ -2,7 +2,8 @@
 documents it may be checked against.
 
 - The audited answer is the last assistant message (its text; an assistant message that only calls
-  tools is not an answer); the question is the last user message before it.
+  tools is not an answer), or the one ``answer_message`` names (0-based; one line per assistant turn
+  audits every turn); the question is the last user message before it. Later messages play no part.
 - Every tool result is a document named by its ``tool_call_id`` (titled with the function the
   assistant called); a result that is a JSON list of flat objects (an SQL query's rows) is a table,
   any other JSON object or list a structured value, so evidence names the cell or the JSON path
@@ -73,15 +74,19 @@ def message_document_id(index: int) -> str:
     return f"message-{index}"
 
 
-def conversation_fields(messages: list[ChatMessage], user_statements: UserStatements) -> dict[str, Any]:
+def conversation_fields(
+    messages: list[ChatMessage], user_statements: UserStatements, answer_message: int | None = None
+) -> dict[str, Any]:
     """What a conversation gives a sample: ``answer``, ``question``, its ``documents`` (as input
-    dicts, in message order) and the ids of the earlier assistant turns among them."""
+    dicts, in message order) and the ids of the earlier assistant turns among them. ``answer_message``
+    (0-based) picks the assistant message to audit, ``None`` the last one with text; the messages after
+    it play no part."""
     answered = [index for index, message in enumerate(messages) if message.role == "assistant" and message.text.strip()]
+    if answer_message is not None and answer_message not in answered:
+        raise ValueError(f"answer_message: message {answer_message} is not an assistant message with text")
     if not answered:
         raise ValueError("messages: no assistant message with text to audit")
-    last = answered[-1]
-    if any(message.role == "assistant" and message.tool_calls for message in messages[last + 1 :]):
-        raise ValueError(f"messages: the assistant's last answer (message {last}) is followed by more tool calls")
+    last = answered[-1] if answer_message is None else answer_message
     tool_names = {call.id: call.function.get("name") for message in messages for call in message.tool_calls}
     documents: list[dict[str, Any]] = []
     earlier_turns: list[str] = []

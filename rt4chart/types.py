@@ -147,6 +147,8 @@ class Sample(BaseModel):
     ``answer``, the last user message before it ``question``, its tool results and messages documents."""
     user_statements: UserStatements = Field(default="evidence", exclude_if=lambda value: value == "evidence")
     """In a conversation: whether the user's own messages may ground a claim (``evidence``) or not (``ignore``)."""
+    answer_message: int | None = Field(default=None, ge=0, exclude_if=lambda value: value is None)
+    """In a conversation: the 0-based index of the assistant message to audit; ``None``: the last one with text."""
     earlier_turns: list[str] = Field(default_factory=list, exclude=True)
     """The documents that are the assistant's earlier turns of a conversation: support found only there
     never grounds a claim (derived from ``messages``, never written)."""
@@ -180,7 +182,7 @@ class Sample(BaseModel):
             data.pop("passage_ids", None)
         if self.messages is not None and isinstance(data, dict):
             # A conversation is written back as its messages, beside the documents it was given.
-            derived = len(conversation_fields(self.messages, self.user_statements)["documents"])
+            derived = len(conversation_fields(self.messages, self.user_statements, self.answer_message)["documents"])
             for key in ("answer", "question"):
                 data.pop(key, None)
             given = data.get("documents", [])[derived:]
@@ -249,7 +251,10 @@ def _conversation_documents(data: dict[str, Any]) -> dict[str, Any]:
             messages.append(ChatMessage.model_validate(message))
         except ValidationError as error:
             raise ValueError(f"messages[{position}]: {describe_validation_error(error)}") from None
-    fields = conversation_fields(messages, data.get("user_statements", "evidence"))
+    answer_message = data.get("answer_message")
+    if answer_message is not None and (isinstance(answer_message, bool) or not isinstance(answer_message, int)):
+        raise ValueError("answer_message: the 0-based index of an assistant message")
+    fields = conversation_fields(messages, data.get("user_statements", "evidence"), answer_message)
     documents = [*fields.pop("documents"), *(data.get("documents") or [])]
     if not documents:
         raise ValueError("messages: nothing to check the answer against (no tool result, document or statement)")

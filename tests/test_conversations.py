@@ -47,6 +47,7 @@ earlier assistant turn supports, a claim that mixes two tool outputs."""
 RULES: dict[str, Any] = {
     "verify": [
         {"claim": "rain in Oslo", "label": "entailed", "evidence": ["tomorrow.summary: rain"]},
+        {"claim": "Rain is expected", "label": "entailed", "evidence": ["tomorrow.summary: rain"]},
         {"claim": "South region earned", "label": "entailed", "evidence": ["region: South | revenue: 80"]},
         {"claim": "fly on Friday", "label": "entailed", "evidence": ["I fly to Oslo on Friday."]},
         {"claim": "airport train", "label": "entailed",
@@ -112,6 +113,21 @@ def test_the_user_s_statements_ground_nothing_when_the_line_says_so(tmp_path: Pa
     assert "message-1" not in (sample.passage_ids or [])
 
 
+def test_an_earlier_assistant_turn_is_audited_on_what_came_before_it(tmp_path: Path) -> None:
+    line = {**CONVERSATION, "answer_message": 5}
+    sample = Sample.model_validate(line)
+    assert sample.answer == "Rain is expected. The airport train runs every 10 minutes."
+    assert sample.question == CONVERSATION["messages"][1]["content"] and sample.earlier_turns == []
+    assert sample.passage_ids == ["message-0", "message-1", "call_weather", "call_sql", "kb-1", "kb-2"]
+    code, [record] = _verify(tmp_path, [line])
+    assert code == 1
+    assert [(c["text"], c["label"], [e["source"]["document"] for e in c["evidence"]]) for c in record["claims"]] == [
+        ("Rain is expected.", "entailed", ["call_weather"]),
+        ("The airport train runs every 10 minutes.", "baseless", []),  # nothing before it says so
+    ]
+    assert Sample.model_validate_json(sample.model_dump_json()) == sample
+
+
 def test_a_conversation_reads_back_as_it_was_given() -> None:
     sample = Sample.model_validate(CONVERSATION)
     written = json.loads(sample.model_dump_json(exclude_none=True))
@@ -142,6 +158,8 @@ def test_a_conversation_reads_back_as_it_was_given() -> None:
                      "messages[0]: tool_call_id 'c9' answers no assistant tool call", id="unknown-call"),
         pytest.param({"messages": [{"role": "user", "content": "Hi?"}]},
                      "messages: no assistant message with text to audit", id="no-answer"),
+        pytest.param({"answer_message": 1}, "answer_message: message 1 is not an assistant message with text",
+                     id="answer-message-of-the-user"),
         pytest.param({"messages": [{"role": "assistant", "content": "Hi."}]},
                      "messages: nothing to check the answer against", id="nothing-to-check"),
     ],

@@ -319,6 +319,12 @@ class EvidenceSource(BaseModel):
     units: list[UnitAnchor] = Field(default_factory=list, exclude_if=lambda value: not value)
     """The fields (JSON path) or cells (row and column) the quote overlaps, in text order; empty for prose."""
 
+    def describe(self) -> str:
+        """``kb-1 · characters 0\u201330`` or ``sales · characters 36\u201370 · row 2, column revenue ($[1].revenue)``
+        (an en dash between the offsets; the HTML report writes the same words)."""
+        units = [f"row {u.row}, column {u.column} ({u.path})" if u.row is not None else u.path for u in self.units]
+        return " \u00b7 ".join([self.document, f"characters {self.start}\u2013{self.end}", *units])
+
 
 EvidenceMatch = Literal["exact", "whitespace", "folded", "case"]
 """How a quote was found in the context (see :attr:`Evidence.match`)."""

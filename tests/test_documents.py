@@ -244,3 +244,13 @@ def test_ragtruth_data_to_text_records_are_audited_with_evidence_on_json_paths(t
     gold = records[0]["gold"]["spans"][0]
     contradicted = records[0]["claims"][2]["answer_span"]
     assert contradicted["start"] <= gold["start"] and gold["end"] <= contradicted["end"]
+
+
+def test_rt4_show_names_each_evidence_s_source(tmp_path: Path) -> None:
+    code, [record] = _verify(tmp_path, [AGENT_TURN], RULES, "--no-cache", "--decomposer", "judge")
+    assert code == 1
+    shown = rt4("show", "out.jsonl", "--input", "answers.jsonl", cwd=tmp_path)
+    text = " ".join(shown.stdout.split())  # lines wrap where the console ends
+    source = record["claims"][4]["evidence"][0]["source"]
+    assert (f"sales_sql \u00b7 characters {source['start']}\u2013{source['end']} \u00b7 row 1, column region "
+            "($[0].region) \u00b7 row 1, column revenue ($[0].revenue)") in text

@@ -96,8 +96,6 @@ class Document(BaseModel):
             raise ValueError('a table given as text needs "format": "csv" or "markdown"')
         if self.format is not None and not isinstance(self.table, str):
             raise ValueError('"format" applies only to a table given as text')
-        if "text" in bodies and self.text is None:
-            raise ValueError("text must be a string")
         return self
 
 

@@ -254,3 +254,14 @@ def test_rt4_show_names_each_evidence_s_source(tmp_path: Path) -> None:
     source = record["claims"][4]["evidence"][0]["source"]
     assert (f"sales_sql \u00b7 characters {source['start']}\u2013{source['end']} \u00b7 row 1, column region "
             "($[0].region) \u00b7 row 1, column revenue ($[0].revenue)") in text
+
+
+def test_an_answer_cites_documents_by_their_ids(tmp_path: Path) -> None:
+    line = {**AGENT_TURN, "answer": "The Oslo office opens at 8 am [kb-1]. The office closes at 6 pm [kb-1]."}
+    rules = {"verify": [{"claim": "opens at 8 am", "label": "entailed", "evidence": ["It opens at 8 am."]},
+                        {"claim": "closes at 6 pm", "label": "entailed", "evidence": ["The office closes at 6 pm."]}]}
+    code, [record] = _verify(tmp_path, [line], rules, "--no-cache", "--decomposer", "rules")
+    assert code == 0
+    assert record["citations"]["passage_ids"] == ["weather_api", "sales_sql", "kb-1", "kb-2"]
+    assert [(c["citation"]["verdict"], [e["source"]["document"] for e in c["evidence"]]) for c in record["claims"]] == [
+        ("supported", ["kb-1"]), ("misattributed", ["kb-2"])]

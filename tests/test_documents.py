@@ -14,7 +14,10 @@ import pytest
 from fixtures.reports.runs import rt4
 
 from rt4chart.documents import Document, render_document
+from rt4chart.method.grounding import passage_map
+from rt4chart.method.text import join_passages
 from rt4chart.records.traces import read_otlp_traces
+from rt4chart.types import Sample
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXIT_USAGE = 2
@@ -265,3 +268,17 @@ def test_an_answer_cites_documents_by_their_ids(tmp_path: Path) -> None:
     assert record["citations"]["passage_ids"] == ["weather_api", "sales_sql", "kb-1", "kb-2"]
     assert [(c["citation"]["verdict"], [e["source"]["document"] for e in c["evidence"]]) for c in record["claims"]] == [
         ("supported", ["kb-1"]), ("misattributed", ["kb-2"])]
+
+
+def test_a_quote_across_two_documents_is_sourced_to_the_one_it_starts_in() -> None:
+    sample = Sample.model_validate({"id": "x", "answer": "A.", "documents": [
+        {"id": "a", "text": "The sky is blue."}, {"id": "b", "text": "Grass is green."}]})
+    passages = passage_map(sample)
+    assert passages is not None
+    joined = join_passages(sample.context)[0]
+    across = joined.index("blue"), joined.index("Grass") + len("Grass")
+    assert passages.source(*across).model_dump() == {"document": "a", "start": 11, "end": 16}
+    # Whitespace folding may let a quote begin on the separator: it begins in the next document.
+    separator = joined.index("\n\n")
+    assert passages.source(separator, len(joined)).model_dump() == {
+        "document": "b", "start": 0, "end": 15}

@@ -134,7 +134,10 @@ class PassageMap:
     def source(self, start: int, end: int) -> EvidenceSource:
         """The source of the joined context's ``[start, end)``: the passage it starts in."""
         passage = max(bisect_right(self.starts, start) - 1, 0)
+        if start - self.starts[passage] >= self.lengths[passage] and passage + 1 < len(self.starts):
+            passage += 1  # a quote that begins in the separator begins in the next passage
         offset = self.starts[passage]
+        start = max(start, offset)
         local_start, local_end = start - offset, min(end - offset, self.lengths[passage])
         units = [unit.anchor for unit in self.units[passage] if unit.start < local_end and unit.end > local_start]
         return EvidenceSource(document=self.names[passage], start=local_start, end=local_end, units=units)

@@ -28,7 +28,7 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -71,18 +71,22 @@ class TraceMapping(BaseModel):
     """Also read the OpenTelemetry GenAI conventions (``gen_ai.*`` attributes and events)."""
 
 
+MappingModel = TypeVar("MappingModel", bound=BaseModel)
+"""A trace mapping's model (:class:`TraceMapping`, or a Langfuse mapping)."""
+
 GENAI_LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 """``gen_ai.operation.name`` values of a span that calls a model for text."""
 
 
-def load_mapping(path: Path | None) -> TraceMapping:
-    """The mapping of a TOML or JSON file of :class:`TraceMapping`'s fields (``None``: the defaults)."""
+def load_mapping(path: Path | None, kind: type[MappingModel]) -> MappingModel:
+    """The mapping of a TOML or JSON file of ``kind``'s fields (:class:`TraceMapping`, or a Langfuse
+    mapping); ``None``: the defaults."""
     if path is None:
-        return TraceMapping()
+        return kind()
     try:
         text = path.read_text(encoding="utf-8")
         fields = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-        return TraceMapping.model_validate(fields)
+        return kind.model_validate(fields)
     except (OSError, UnicodeDecodeError, ValueError) as error:  # JSON, TOML and validation errors are ValueErrors
         reason = _described(error) if isinstance(error, ValidationError) else str(error)
         raise TraceError(f"trace mapping {path}: {reason}") from None

@@ -25,13 +25,14 @@ from rt4chart.cli.common import (
     _run,
     _usage_errors,
 )
-from rt4chart.cli.flags import AUDIT_FLAGS, OUTPUT_FLAGS, RUN_FLAGS, run_spec, stderr
+from rt4chart.cli.flags import AUDIT_FLAGS, OUTPUT_FLAGS, RUN_FLAGS, fail, run_spec, stderr
 from rt4chart.options import HelpPanel
 from rt4chart.report.outputs import OutputFormat
 from rt4chart.runs.spec import RunSpec
 
 if TYPE_CHECKING:
     from rt4chart.records.io import InputLine
+    from rt4chart.records.phoenix import PhoenixRead, PhoenixSource
     from rt4chart.runs.run import RunOutcome
 
 commands = typer.Typer()
@@ -45,6 +46,28 @@ def _execute(spec: RunSpec, items: Iterable[InputLine], quiet: bool) -> RunOutco
 
     observer = ProgressObserver(stderr, enabled=not quiet)
     return _run(aexecute(spec, items, observer=observer, stdout=sys.stdout, keep_records=False), spec.out)
+
+
+def _read_project(spec: RunSpec, source: PhoenixSource, since: str | None, mapping_path: Path | None,
+                  quiet: bool) -> PhoenixRead:
+    """The traces of a Phoenix project not audited yet; a bad window, mapping or unreadable server is a
+    usage error."""
+    from rt4chart.records.phoenix import parse_duration
+    from rt4chart.records.traces import TraceError, TraceMapping, load_mapping
+    from rt4chart.runs.production import read_project
+
+    try:
+        window = None if since is None else parse_duration(since)
+    except ValueError as error:
+        raise fail(f"--since: {error}") from None
+    try:
+        read = read_project(spec, source, window, load_mapping(mapping_path, TraceMapping))
+    except TraceError as error:
+        raise fail(str(error)) from None
+    if not quiet:
+        earlier = f" ({read.before_window} begun before the window or audited before)" if read.before_window else ""
+        stderr.print(f"{source.name}: {len(read.items)} new traces{earlier}", highlight=False, soft_wrap=True)
+    return read
 
 
 def _stream_input(input_path: Path) -> Iterable[InputLine]:
@@ -64,19 +87,35 @@ def verify(
     output_format: Annotated[OutputFormat, typer.Option("--format", help="stdout without --out: auto = readable on a terminal, JSONL elsewhere.", rich_help_panel=HelpPanel.OUTPUTS)] = OutputFormat.AUTO,
     input_format: InputFormatOption = InputFormat.JSONL,
     trace_mapping: TraceMappingOption = None,
+    since: Annotated[str | None, typer.Option("--since", help="With a phoenix://HOST:PORT/PROJECT input: only traces whose root span started this long ago or later (90s, 30m, 24h, 7d); the source's watermark skips those already audited.")] = None,
     *,
     spec: RunSpec,
 ) -> None:
     """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
+    from rt4chart.records.phoenix import phoenix_source
     from rt4chart.report.outputs import readable_stdout
 
+    source = phoenix_source(str(input_path))
+    name = source.name if source else input_path.name
     outputs = spec.outputs.model_copy(update={
-        "input_file": str(input_path), "title": f"rt4chart audit of {input_path.name}",
+        "input_file": source.name if source else str(input_path), "title": f"rt4chart audit of {name}",
         "text_view": readable_stdout(output_format, spec.out, sys.stdout.isatty()),
     })
-    spec = spec.model_copy(update={"input_file": input_path, "outputs": outputs})
-    traces = _input_items(input_path, input_format, trace_mapping)
+    spec = spec.model_copy(update={"input_file": None if source else input_path, "outputs": outputs})
+    if source is not None:
+        read = _read_project(spec, source, since, trace_mapping, quiet)
+        traces: list[InputLine] | None = read.items
+    elif since is not None:
+        raise fail("--since applies to a phoenix://HOST:PORT/PROJECT input only")
+    else:
+        traces = _input_items(input_path, input_format, trace_mapping)
     outcome = _execute(spec, _stream_input(input_path) if traces is None else traces, quiet)
+    if source is not None:
+        from rt4chart.runs.production import advance_watermark
+
+        if not advance_watermark(spec, source, read, outcome) and read.watermark is not None and not quiet:
+            stderr.print("the watermark stays: the run did not audit every trace (rerun to audit them)",
+                         highlight=False, soft_wrap=True)
     if not quiet:
         from rt4chart.report.progress import print_summary
 

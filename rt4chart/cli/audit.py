@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from rt4chart.records.io import InputLine
     from rt4chart.records.phoenix import PhoenixRead, PhoenixSource
     from rt4chart.runs.run import RunOutcome
+    from rt4chart.runs.write_back import Target, WriteBackResult
 
 commands = typer.Typer()
 
@@ -70,6 +71,37 @@ def _read_project(spec: RunSpec, source: PhoenixSource, since: str | None, mappi
     return read
 
 
+def _write_back_target(spec: RunSpec, source: PhoenixSource | None, input_format: InputFormat) -> Target:
+    """Where ``--write-back`` sends verdicts (checked before any work): the Phoenix project read, or the
+    Langfuse server of the environment."""
+    from rt4chart.runs.write_back import LangfuseTarget, WriteBackError
+
+    if spec.out is None:
+        raise fail("--write-back needs --out (the verdicts are written back from its records)")
+    if source is not None:
+        return source
+    if input_format is not InputFormat.LANGFUSE:
+        raise fail("--write-back needs a phoenix://HOST:PORT/PROJECT input or --input-format langfuse")
+    try:
+        return LangfuseTarget.from_environment()
+    except WriteBackError as error:
+        raise fail(str(error)) from None
+
+
+def _write_back(out: Path, target: Target, quiet: bool) -> list[WriteBackResult]:
+    """The run's verdicts written back, and what became of each."""
+    from rt4chart.runs.write_back import results_path, write_back_records
+
+    results = write_back_records(out, target)
+    counts = {status: sum(r.status == status for r in results) for status in ("written", "skipped", "failed")}
+    failed = next((r for r in results if r.status == "failed"), None)
+    if not quiet or failed:
+        line = f"write-back: {counts['written']} written, {counts['skipped']} skipped, {counts['failed']} failed " \
+            f"({results_path(out)})" + (f"; first failure: {failed.error}" if failed else "")
+        stderr.print(line, style="red" if failed else None, highlight=False, soft_wrap=True)
+    return results
+
+
 def _stream_input(input_path: Path) -> Iterable[InputLine]:
     """The input read as the run goes (a file; stdin, which cannot be read twice, is read whole)."""
     from rt4chart.records.io import STDIN, InputFile
@@ -88,6 +120,7 @@ def verify(
     input_format: InputFormatOption = InputFormat.JSONL,
     trace_mapping: TraceMappingOption = None,
     since: Annotated[str | None, typer.Option("--since", help="With a phoenix://HOST:PORT/PROJECT input: only traces whose root span started this long ago or later (90s, 30m, 24h, 7d); the source's watermark skips those already audited.")] = None,
+    write_back: Annotated[bool, typer.Option("--write-back", help="Write each answer's verdict back onto its trace: a Phoenix span annotation (phoenix:// input) or a Langfuse score (--input-format langfuse; LANGFUSE_HOST, LANGFUSE_PUBLIC_KEY, LANGFUSE_SECRET_KEY); a rerun updates them. Needs --out; each record's outcome in OUT.write-back.jsonl.")] = False,
     *,
     spec: RunSpec,
 ) -> None:
@@ -102,6 +135,7 @@ def verify(
         "text_view": readable_stdout(output_format, spec.out, sys.stdout.isatty()),
     })
     spec = spec.model_copy(update={"input_file": None if source else input_path, "outputs": outputs})
+    target = _write_back_target(spec, source, input_format) if write_back else None
     if source is not None:
         read = _read_project(spec, source, since, trace_mapping, quiet)
         traces: list[InputLine] | None = read.items
@@ -110,10 +144,16 @@ def verify(
     else:
         traces = _input_items(input_path, input_format, trace_mapping)
     outcome = _execute(spec, _stream_input(input_path) if traces is None else traces, quiet)
+    results = None if target is None or spec.out is None else _write_back(spec.out, target, quiet)
+    code = outcome.exit_code
+    if results is not None:
+        from rt4chart.runs.write_back import exit_code_after
+
+        code = exit_code_after(code, results)
     if source is not None:
         from rt4chart.runs.production import advance_watermark
 
-        if not advance_watermark(spec, source, read, outcome) and read.watermark is not None and not quiet:
+        if not advance_watermark(spec, source, read, outcome, results) and read.watermark and not quiet:
             stderr.print("the watermark stays: the run did not audit every trace (rerun to audit them)",
                          highlight=False, soft_wrap=True)
     if not quiet:
@@ -123,7 +163,7 @@ def verify(
         _print_reason(outcome)
     else:
         _print_stop(outcome)  # --quiet still says why a run stopped
-    raise typer.Exit(outcome.exit_code)
+    raise typer.Exit(code)
 
 
 @commands.command()

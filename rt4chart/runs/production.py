@@ -4,12 +4,13 @@ Phoenix project from it, and moving it once the audit is done.
 The watermark of a source is a file in ``watermarks/`` under the judge cache's directory (``--cache-dir``,
 else the per-user default; with ``--cache-url`` or ``--no-cache``, the per-user default too), so an
 interrupted nightly job and its rerun share it. It moves only after a run that audited every trace it read
-(no stop, no open verdict): a run that stopped leaves it where it was, and the rerun reads the same traces
-again, their judge calls paid once through the cache.
+(no stop, no open verdict, every verdict written back under ``--write-back``): otherwise it stays where it
+was, and the rerun reads the same traces again, their judge calls paid once through the cache.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from rt4chart.records.phoenix import (
 from rt4chart.records.traces import TraceMapping
 from rt4chart.runs.run import RunOutcome
 from rt4chart.runs.spec import RunSpec
+from rt4chart.runs.write_back import WriteBackResult, write_back_failed
 
 
 def watermark_directory(spec: RunSpec) -> Path:
@@ -45,9 +47,11 @@ def audited_everything(outcome: RunOutcome[Any]) -> bool:
     return outcome.stop is None and outcome.counts.incomplete == 0
 
 
-def advance_watermark(spec: RunSpec, source: PhoenixSource, read: PhoenixRead, outcome: RunOutcome[Any]) -> bool:
-    """Move ``source``'s watermark past what ``read`` gave when the run audited all of it; whether it moved."""
-    if read.watermark is None or not audited_everything(outcome):
+def advance_watermark(spec: RunSpec, source: PhoenixSource, read: PhoenixRead, outcome: RunOutcome[Any],
+                      written_back: Sequence[WriteBackResult] | None = None) -> bool:
+    """Move ``source``'s watermark past what ``read`` gave when the run audited all of it (and, under
+    ``--write-back``, ``written_back`` holds no failure); whether it moved."""
+    if read.watermark is None or not audited_everything(outcome) or write_back_failed(written_back or []):
         return False
     write_watermark(watermark_path(watermark_directory(spec), source), read.watermark)
     return True

@@ -13,6 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from rt4chart.records import phoenix
+from rt4chart.records.traces import TraceError
 from tests.trace_servers import TraceServer, trace_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,3 +122,21 @@ def test_bad_sources_and_windows_are_usage_errors(tmp_path: Path) -> None:
     assert since_file.returncode == EXIT_USAGE and "--since applies to a phoenix://" in since_file.stderr
     for result in (unknown, window, closed, since_file):
         assert "Traceback" not in result.stderr
+
+
+def test_a_page_over_the_cap_is_refused_and_the_window_cut_at_the_nanosecond(monkeypatch: pytest.MonkeyPatch) -> None:
+    spans = _phoenix_spans()
+    with trace_server({"default": spans}) as server:
+        source = phoenix.PhoenixSource(server.url, "default")
+        monkeypatch.setattr(phoenix, "MAX_PAGE_BYTES", 1000)
+        with pytest.raises(TraceError, match="a page of spans over 1,000 bytes"):
+            phoenix.fetch_spans(source, None)
+        monkeypatch.undo()
+        roots = sorted(int(s["start_time_unix_nano"]) for s in spans if not s["parent_span_id"])
+        # From the second root's start on, to the nanosecond: two traces; one nanosecond later: one.
+        at = phoenix.read_phoenix(source, None, phoenix.Watermark(source=source.name, root_start_ns=roots[1],
+                                                                  trace_ids=[]))
+        after = phoenix.read_phoenix(source, None, phoenix.Watermark(source=source.name, root_start_ns=roots[1] + 1,
+                                                                     trace_ids=[]))
+        assert (len(at.items), len(after.items)) == (2, 1)
+        assert after.watermark is not None and after.watermark.root_start_ns == roots[2]

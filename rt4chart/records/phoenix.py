@@ -16,6 +16,7 @@ read, and counted (:attr:`PhoenixRead.before_window`).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from collections.abc import Sequence
@@ -37,6 +38,8 @@ PAGE_SIZE = 1000
 """Spans asked per page."""
 MAX_PAGES = 10_000
 """Pages read at most from one source (a server whose cursor never ends cannot hold a run forever)."""
+MAX_PAGE_BYTES = 256 * 2**20
+"""The most bytes one page's body may hold once decoded (1,000 spans with their documents fit in far less)."""
 TIMEOUT_S = 60.0
 """One request's deadline."""
 
@@ -135,27 +138,39 @@ def _client(source: PhoenixSource) -> httpx.Client:
     return httpx.Client(base_url=source.base_url, headers=phoenix_headers(), timeout=TIMEOUT_S, follow_redirects=False)
 
 
+def _page(client: httpx.Client, path: str, params: dict[str, str | int], source: PhoenixSource) -> Any:
+    """One page of spans, its body read decoded and cut at :data:`MAX_PAGE_BYTES` (a server cannot fill the
+    memory of a run)."""
+    with client.stream("GET", path, params=params) as response:
+        if response.status_code != httpx.codes.OK:
+            response.read()
+            raise TraceError(f"Phoenix at {source.base_url} answered {response.status_code} for project "
+                             f"{source.project!r}: {response.text[:200]}")
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > MAX_PAGE_BYTES:
+                raise TraceError(f"Phoenix at {source.base_url}: a page of spans over {MAX_PAGE_BYTES:,} bytes")
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        raise TraceError(f"Phoenix at {source.base_url} answered something that is not JSON") from None
+
+
 def fetch_spans(source: PhoenixSource, start_ns: int | None) -> list[Any]:
     """Every span of the project that started at or after ``start_ns`` (all of them: ``None``), page by page."""
     path = f"/v1/projects/{quote(source.project, safe='')}/spans/otlpv1"
     params: dict[str, str | int] = {"limit": PAGE_SIZE}
-    if start_ns is not None:  # whole microseconds, rounded down: the exact cut is made on the spans
-        params["start_time"] = datetime.fromtimestamp(start_ns // 1000 / 1e6, UTC).isoformat()
+    if start_ns is not None:  # whole microseconds, rounded down (integers: exact): the spans are cut exactly after
+        params["start_time"] = (datetime.fromtimestamp(0, UTC) + timedelta(microseconds=start_ns // 1000)).isoformat()
     spans: list[Any] = []
     with _client(source) as client:
         for _ in range(MAX_PAGES):
             try:
-                response = client.get(path, params=params)
+                page = _page(client, path, params, source)
             except httpx.HTTPError as error:
                 raise TraceError(f"Phoenix at {source.base_url} cannot be read: {type(error).__name__}: "
                                  f"{error}") from None
-            if response.status_code != httpx.codes.OK:
-                raise TraceError(f"Phoenix at {source.base_url} answered {response.status_code} for project "
-                                 f"{source.project!r}: {response.text[:200]}")
-            try:
-                page = response.json()
-            except (ValueError, RecursionError):
-                raise TraceError(f"Phoenix at {source.base_url} answered something that is not JSON") from None
             if not isinstance(page, dict) or not isinstance(page.get("data"), list):
                 raise TraceError(f"Phoenix at {source.base_url} answered no span page ({{\"data\": [spans]}})")
             spans.extend(page["data"])

@@ -23,14 +23,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpx
 from pydantic import BaseModel, ConfigDict
 
 from rt4chart.records.io import InputLine
 from rt4chart.records.traces import TraceError, TraceMapping, spans_of_requests, trace_item
+
+if TYPE_CHECKING:
+    import httpx
 
 PHOENIX_SCHEMES = {"phoenix": "http", "phoenix+https": "https"}
 """Input schemes of a Phoenix project and the protocol each speaks."""
@@ -134,6 +136,8 @@ def phoenix_headers() -> dict[str, str]:
 
 
 def _client(source: PhoenixSource) -> httpx.Client:
+    import httpx  # only when a server is read: every rt4 verify asks phoenix_source
+
     # Never follow a redirect: the key goes to this server only.
     return httpx.Client(base_url=source.base_url, headers=phoenix_headers(), timeout=TIMEOUT_S, follow_redirects=False)
 
@@ -142,7 +146,7 @@ def _page(client: httpx.Client, path: str, params: dict[str, str | int], source:
     """One page of spans, its body read decoded and cut at :data:`MAX_PAGE_BYTES` (a server cannot fill the
     memory of a run)."""
     with client.stream("GET", path, params=params) as response:
-        if response.status_code != httpx.codes.OK:
+        if response.status_code != 200:
             response.read()
             raise TraceError(f"Phoenix at {source.base_url} answered {response.status_code} for project "
                              f"{source.project!r}: {response.text[:200]}")
@@ -159,6 +163,8 @@ def _page(client: httpx.Client, path: str, params: dict[str, str | int], source:
 
 def fetch_spans(source: PhoenixSource, start_ns: int | None) -> list[Any]:
     """Every span of the project that started at or after ``start_ns`` (all of them: ``None``), page by page."""
+    import httpx
+
     path = f"/v1/projects/{quote(source.project, safe='')}/spans/otlpv1"
     params: dict[str, str | int] = {"limit": PAGE_SIZE}
     if start_ns is not None:  # whole microseconds, rounded down (integers: exact): the spans are cut exactly after

@@ -90,6 +90,10 @@ def test_a_phoenix_project_is_audited_like_its_export_and_the_watermark_reads_on
         code, third, stderr = _audit(server, tmp_path / "third.jsonl", cache)
         assert code == 0, stderr
         assert third == []
+        # rt4 estimate reads what the next audit would read: nothing new here, all of it under a fresh watermark.
+        plans = [_rt4("estimate", f"phoenix://127.0.0.1:{server.port}/default", "--cache-dir", str(where), "--json")
+                 for where in (cache, tmp_path / "fresh")]
+        assert [json.loads(plan.stdout)["samples"] for plan in plans] == [0, 3], [plan.stderr for plan in plans]
 
 
 def test_since_bounds_the_window_and_a_stopped_run_leaves_the_watermark(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from rt4chart.runs.write_back import Target, WriteBackResult
 
 commands = typer.Typer()
+SinceOption = Annotated[str | None, typer.Option("--since", help="With a phoenix://HOST:PORT/PROJECT input: only traces whose root span started this long ago or later (90s, 30m, 24h, 7d); the source's watermark skips those already audited.")]
 
 
 def _execute(spec: RunSpec, items: Iterable[InputLine], quiet: bool) -> RunOutcome[None]:
@@ -119,7 +120,7 @@ def verify(
     output_format: Annotated[OutputFormat, typer.Option("--format", help="stdout without --out: auto = readable on a terminal, JSONL elsewhere.", rich_help_panel=HelpPanel.OUTPUTS)] = OutputFormat.AUTO,
     input_format: InputFormatOption = InputFormat.JSONL,
     trace_mapping: TraceMappingOption = None,
-    since: Annotated[str | None, typer.Option("--since", help="With a phoenix://HOST:PORT/PROJECT input: only traces whose root span started this long ago or later (90s, 30m, 24h, 7d); the source's watermark skips those already audited.")] = None,
+    since: SinceOption = None,
     write_back: Annotated[bool, typer.Option("--write-back", help="Write each answer's verdict back onto its trace: a Phoenix span annotation (phoenix:// input) or a Langfuse score (--input-format langfuse; LANGFUSE_HOST, LANGFUSE_PUBLIC_KEY, LANGFUSE_SECRET_KEY); a rerun updates them. Needs --out; each record's outcome in OUT.write-back.jsonl.")] = False,
     *,
     spec: RunSpec,
@@ -173,14 +174,22 @@ def estimate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON on stdout.")] = False,
     input_format: InputFormatOption = InputFormat.JSONL,
     trace_mapping: TraceMappingOption = None,
+    since: SinceOption = None,
     *,
     spec: RunSpec,
 ) -> None:
     """Calls, tokens and USD an audit of INPUT.jsonl would need (expected and worst case); calls no judge."""
+    from rt4chart.records.phoenix import phoenix_source
     from rt4chart.report.progress import print_estimate
     from rt4chart.runs.planning import estimate as estimate_run
 
-    traces = _input_items(input_path, input_format, trace_mapping)
+    source = phoenix_source(str(input_path))
+    if source is not None:  # what the next rt4 verify of it would read; its watermark does not move
+        traces: list[InputLine] | None = _read_project(spec, source, since, trace_mapping, quiet=True).items
+    elif since is not None:
+        raise fail("--since applies to a phoenix://HOST:PORT/PROJECT input only")
+    else:
+        traces = _input_items(input_path, input_format, trace_mapping)
     items = _read_input(input_path) if traces is None else traces
     with _usage_errors():
         plan = estimate_run(spec, items)

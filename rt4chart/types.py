@@ -114,8 +114,9 @@ class Gold(BaseModel):
 
 
 class TraceSource(BaseModel):
-    """Where a sample read from an OpenTelemetry trace came from (:mod:`rt4chart.records.traces`): the ids
-    that find the turn again in the tracing backend. Ids are as the export spells them (hex in OTLP/JSON)."""
+    """Where a sample read from a trace came from (:mod:`rt4chart.records.traces`, :mod:`rt4chart.records.langfuse`,
+    :mod:`rt4chart.records.phoenix`): the ids that find the turn again in the tracing backend. Ids are as the
+    source spells them (hex in OTLP/JSON and Phoenix; Langfuse's trace and observation ids)."""
 
     trace_id: str
     """The trace that recorded the turn."""

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rt4chart.judges.budget import Ledger, MeteredBackend
 from rt4chart.judges.cache import CachedBackend, JudgeCache, open_cache
 from rt4chart.judges.embedded.model import HeadName, load_model
+from rt4chart.judges.hub import ModelMissing, VerifierModel, require_pulled
 from rt4chart.judges.policy import CallSettings
 from rt4chart.judges.scripted import ScriptedBackend
 from rt4chart.judges.scrubbing import redact_url
@@ -95,9 +96,12 @@ class JudgeProfile(CallSettings):
     """Name used with ``--judge`` and recorded in outputs."""
     description: str = ""
     """One line for ``rt4 judges``."""
-    kind: Literal["litellm", "embedded", "calibrated"] = "litellm"
-    """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier;
-    ``calibrated`` for the judge named by :attr:`judge` at the operating point :attr:`claim_threshold`."""
+    kind: Literal["litellm", "embedded", "verifier", "calibrated"] = "litellm"
+    """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier; ``verifier`` for a
+    pair-classifier checkpoint from the Hugging Face hub (:attr:`verifier`, pulled once with ``rt4 models
+    pull``); ``calibrated`` for the judge named by :attr:`judge` at the operating point :attr:`claim_threshold`."""
+    verifier: VerifierModel | None = None
+    """Verifier profiles only: the checkpoint (hub repository, pinned revision, family, token limits)."""
     api: Literal["auto", "openai-compatible", "litellm"] = "auto"
     """How the model is called. ``openai-compatible``: OpenAI's chat-completions protocol over aiohttp
     (:mod:`rt4chart.judges.openai_compat`; no litellm import), at the base URL or OpenAI's own;
@@ -149,6 +153,9 @@ class JudgeProfile(CallSettings):
     def _litellm_needs_model(self) -> JudgeProfile:
         if self.kind == "litellm" and not self.model:
             raise ValueError(f"judge profile {self.name!r} needs a litellm model string")
+        if (self.kind == "verifier") != (self.verifier is not None):
+            raise ValueError(f"judge profile {self.name!r}: a [verifier] table belongs to, and is needed by, "
+                             'kind = "verifier"')
         if self.kind != "embedded" and self.claim_thresholds:
             raise ValueError(f"judge profile {self.name!r}: claim_thresholds apply to the embedded judge only")
         calibrated = (self.judge is not None, self.claim_threshold is not None)
@@ -359,6 +366,27 @@ def _embedded(profile: JudgeProfile, settings: LeafSettings) -> Backend:
     return _embedded_backend(profile.claim_thresholds)
 
 
+VERIFIER_PARTS = ("torch", "transformers", "huggingface_hub", "safetensors")
+"""Packages of the verifiers extra a hub verifier imports when it loads (on the first request)."""
+
+
+def _verifier(profile: JudgeProfile, settings: LeafSettings) -> Backend:
+    assert profile.verifier is not None, "validated by the profile"
+    # Looked for, not imported (torch takes seconds): a missing part or a checkpoint never pulled is a
+    # usage error before the run, not an error on every record.
+    missing = [part for part in VERIFIER_PARTS if importlib.util.find_spec(part) is None]
+    if missing:
+        raise JudgeConfigError(f"the verifier {profile.name!r} needs {', '.join(missing)}: "
+                               "pip install 'rt4chart[verifiers]'")
+    try:
+        record = require_pulled(profile.name)
+    except ModelMissing as error:
+        raise JudgeConfigError(str(error)) from error
+    from rt4chart.judges.pair_classifier import PairClassifierBackend
+
+    return PairClassifierBackend(profile.name, profile.verifier, record)
+
+
 def _calibrated_leaf(profile: JudgeProfile, settings: LeafSettings) -> Backend:
     raise JudgeConfigError(f"the calibrated profile {profile.name!r} cannot be a stage of a cascade or a member of a "
                            "vote (it settles a whole judge's final verdicts): name the judge it calibrates")
@@ -377,11 +405,13 @@ SPEC_SCHEMES: dict[str, Callable[[str, LeafSettings], Backend]] = {"scripted:": 
 PROFILE_KINDS: dict[str, Callable[[JudgeProfile, LeafSettings], Backend]] = {
     "litellm": _model,
     "embedded": _embedded,
+    "verifier": _verifier,
     "calibrated": _calibrated_leaf,
 }
 """Judges built from a profile (shipped, a file, or made for a model string), by the profile's ``kind``:
 a language model behind the transport policy (litellm, the OpenAI-compatible client or a fleet, as the
-profile says), the embedded verifier, or a calibrated profile (a whole judge only, never a leaf)."""
+profile says), the embedded verifier, a pulled hub verifier, or a calibrated profile (a whole judge only,
+never a leaf)."""
 
 
 def _profile_file(spec: str) -> JudgeProfile | None:

@@ -15,7 +15,6 @@ verifier that was never pulled is a usage error naming the pull command (:class:
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import Literal
 
@@ -162,8 +161,11 @@ def _sha256(path: Path) -> str:
 def pull(profile: str, model: VerifierModel, directory: Path | None = None) -> PullRecord:
     """Download ``model``'s files at their revisions into the models folder, check each weight file
     against the sha256 the hub lists, and write the pull record. Raises :class:`PullError`."""
-    from huggingface_hub import HfApi, hf_hub_download
+    import httpx2  # huggingface_hub's HTTP client: a refused connection is its error, not the hub's
+    from huggingface_hub import HfApi, constants, hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+    from rt4chart.judges.scrubbing import redact_url
 
     folder = directory or models_dir()
     api = HfApi()
@@ -188,8 +190,8 @@ def pull(profile: str, model: VerifierModel, directory: Path | None = None) -> P
                     path.unlink()
                     raise PullError(f"{source.repo}/{name}: sha256 {hashes[name]} differs from the hub's {listed_hash}")
             pulled_repos.append(PulledRepo(repo=source.repo, revision=source.revision, commit=info.sha, sha256=hashes))
-    except (HfHubHTTPError, OfflineModeIsEnabled, OSError) as error:
-        raise PullError(f"cannot pull {profile!r} from {os.environ.get('HF_ENDPOINT', 'the Hugging Face hub')}: "
+    except (HfHubHTTPError, OfflineModeIsEnabled, httpx2.HTTPError, OSError) as error:
+        raise PullError(f"cannot pull {profile!r} from {redact_url(constants.ENDPOINT)} (HF_ENDPOINT): "
                         f"{error}") from error
     record = PullRecord(profile=profile, repos=pulled_repos)
     path = _record_path(profile, folder)

@@ -387,6 +387,17 @@ def _verifier(profile: JudgeProfile, settings: LeafSettings) -> Backend:
     return PairClassifierBackend(profile.name, profile.verifier, record)
 
 
+def verifier_profile(name: str) -> JudgeProfile:
+    """The verifier profile ``name`` (a shipped name or a profile file), for ``rt4 models pull``;
+    :class:`JudgeConfigError` naming the verifier profiles when it is none."""
+    profiles = load_profiles()
+    profile = profiles.get(name) or _profile_file(name)
+    if profile is None or profile.verifier is None:
+        known = ", ".join(sorted(p.name for p in profiles.values() if p.verifier is not None))
+        raise JudgeConfigError(f"{name!r} is no verifier profile (these are: {known})")
+    return profile
+
+
 def _calibrated_leaf(profile: JudgeProfile, settings: LeafSettings) -> Backend:
     raise JudgeConfigError(f"the calibrated profile {profile.name!r} cannot be a stage of a cascade or a member of a "
                            "vote (it settles a whole judge's final verdicts): name the judge it calibrates")

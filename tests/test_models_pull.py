@@ -21,6 +21,7 @@ require_module("transformers", "transformers (the verifiers extra)")
 from rt4chart.judges.hub import PullRecord, snapshot_dir  # noqa: E402
 from rt4chart.judges.registry import load_profiles  # noqa: E402
 from tests.hub_standin import hub_standin  # noqa: E402
+from tests.test_no_network import guarded  # noqa: E402, F401 - the network guard's fixture
 from tests.tiny_verifiers import tiny_roberta  # noqa: E402
 
 PROFILE = "minicheck-roberta-large"
@@ -117,3 +118,17 @@ def test_pull_from_an_unreachable_hub_is_exit_2_without_credentials(tmp_path: Pa
     pulled = rt4("models", "pull", PROFILE, env=_env(tmp_path, HF_ENDPOINT=endpoint), cwd=tmp_path)
     assert pulled.returncode == 2 and "Traceback" not in pulled.stderr
     assert f"127.0.0.1:{port}" in pulled.stderr and "secret" not in pulled.stderr
+
+
+def test_a_pulled_verifier_reaches_no_host(guarded: tuple[dict[str, str], Path], tmp_path: Path) -> None:  # noqa: F811
+    """Under the network guard of tests/test_no_network.py, with no HF_* variable set: loading the
+    pulled checkpoint (config, tokenizer, weights) and judging reach nothing."""
+    environment, log = guarded
+    tiny_roberta(_models(tmp_path), PROFILE)
+    environment = {key: value for key, value in environment.items() if not key.startswith("HF_")}
+    environment["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    (tmp_path / "in.jsonl").write_text(json.dumps(SAMPLE) + "\n")
+    run = rt4("verify", "in.jsonl", "--judge", PROFILE, "--no-cache", "-o", "out.jsonl", env=environment, cwd=tmp_path)
+    assert run.returncode in (0, 1), run.stderr
+    assert json.loads((tmp_path / "out.jsonl").read_text())["judge"].startswith(f"{PROFILE}#")
+    assert log.read_text(encoding="utf-8") == ""

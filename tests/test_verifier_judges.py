@@ -4,6 +4,7 @@ limit, support read from the right label, and the judges usable by name once pul
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer  # no
 
 from rt4chart.judges.hub import HubFile, PullRecord, VerifierModel, snapshot_dir  # noqa: E402
 from rt4chart.judges.pair_classifier import HHEM_PROMPT, PairClassifierBackend  # noqa: E402
-from rt4chart.method.tasks import VerifyInput  # noqa: E402
+from rt4chart.method.tasks import VerifyInput, VerifyOutput  # noqa: E402
+from rt4chart.protocol import JudgeRequest  # noqa: E402
 from rt4chart.types import Label, Sentence  # noqa: E402
 from tests.tiny_verifiers import tiny_deberta, tiny_flan_t5, tiny_hhem, tiny_roberta  # noqa: E402
 
@@ -157,3 +159,15 @@ def test_hhem_head_runs_without_its_remote_code(tmp_path: Path) -> None:
     expected = float(torch.softmax(logits, dim=-1)[0, 1])
     assert output.judgements[0].score is not None
     assert 1.0 - output.judgements[0].score.p_unsupported == pytest.approx(expected, abs=1e-5)
+
+
+def test_a_damaged_checkpoint_is_an_error_reply_naming_the_pull_command(tmp_path: Path) -> None:
+    record = tiny_roberta(tmp_path, "tiny")
+    weights = snapshot_dir(record.repos[0], tmp_path) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    backend = PairClassifierBackend("tiny", _model("sequence-classification", 60, 50), record, tmp_path)
+    request = JudgeRequest(task="verify", payload=_payload(CONTEXT[:2], CLAIMS[:1]), output_schema=VerifyOutput,
+                           messages=[], prompt_version="test")
+    response = asyncio.run(backend.complete(request))
+    assert response.parsed is None
+    assert response.error is not None and "rt4 models pull tiny" in response.error

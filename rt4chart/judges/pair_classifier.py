@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rt4chart.judges.hub import PullRecord, VerifierModel, snapshot_dir
+from rt4chart.judges.hub import PullRecord, VerifierModel, pull_command, snapshot_dir
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput
 from rt4chart.protocol import Capabilities, JudgeRequest, JudgeResponse, loading
 from rt4chart.types import JudgeScore, Label, Usage
@@ -175,6 +175,10 @@ def _load_hhem(weights: Path, tokenizer_dir: Path) -> Any:
 _LOADERS = {"sequence-classification": _load_sequence_classifier, "minicheck-t5": _load_seq2seq, "hhem": _load_hhem}
 
 
+class CheckpointUnreadable(RuntimeError):
+    """The pulled files cannot be loaded as the profile's checkpoint (damaged, or another model's)."""
+
+
 class PairClassifierBackend:
     """A pair-classifier verifier as a judge (see the module docstring)."""
 
@@ -199,8 +203,17 @@ class PairClassifierBackend:
         """The checkpoint, loaded on first use."""
         with self._load_lock:
             if self._classifier is None:
+                from safetensors import SafetensorError
+
                 with loading(f"{self._profile} ({self._record.repos[0].repo})"):
-                    self._classifier = PairClassifier(self.model, self._record, self._directory)
+                    try:
+                        self._classifier = PairClassifier(self.model, self._record, self._directory)
+                    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
+                        # A damaged or foreign checkpoint: every request would fail alike, each saying why.
+                        raise CheckpointUnreadable(
+                            f"cannot load the verifier {self._profile!r} ({type(error).__name__}: {error}); "
+                            f"pull it again: {pull_command(self._profile)}"
+                        ) from error
             return self._classifier
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
@@ -210,7 +223,11 @@ class PairClassifierBackend:
             return JudgeResponse(error=f"the verifier {self._profile} cannot decompose answers; use the rule-based "
                                  "decomposer", usage=Usage(calls=1), latency_s=time.perf_counter() - started,
                                  judge=self.name)
-        parsed = await asyncio.to_thread(self.judge, payload)
+        try:
+            parsed = await asyncio.to_thread(self.judge, payload)
+        except CheckpointUnreadable as error:
+            return JudgeResponse(error=str(error), usage=Usage(calls=1), latency_s=time.perf_counter() - started,
+                                 judge=self.name)
         return JudgeResponse(parsed=parsed, raw=parsed.model_dump_json(), usage=Usage(calls=1),
                              latency_s=time.perf_counter() - started, judge=self.name)
 

@@ -100,6 +100,10 @@ class JudgeProfile(CallSettings):
     """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier; ``verifier`` for a
     pair-classifier checkpoint from the Hugging Face hub (:attr:`verifier`, pulled once with ``rt4 models
     pull``); ``calibrated`` for the judge named by :attr:`judge` at the operating point :attr:`claim_threshold`."""
+    adapter: Literal["lynx"] | None = None
+    """A chat model trained to verify (``litellm`` profiles): ``lynx`` asks Patronus' Lynx each claim in its
+    own prompt and reads its PASS/FAIL reply (:mod:`rt4chart.judges.chat_verifiers`); ``None``: the model
+    gets rt4chart's prompts."""
     verifier: VerifierModel | None = None
     """Verifier profiles only: the checkpoint (hub repository, pinned revision, family, token limits)."""
     api: Literal["auto", "openai-compatible", "litellm"] = "auto"
@@ -153,6 +157,8 @@ class JudgeProfile(CallSettings):
     def _litellm_needs_model(self) -> JudgeProfile:
         if self.kind == "litellm" and not self.model:
             raise ValueError(f"judge profile {self.name!r} needs a litellm model string")
+        if self.adapter is not None and self.kind != "litellm":
+            raise ValueError(f"judge profile {self.name!r}: an adapter wraps a chat model (kind = \"litellm\")")
         if (self.kind == "verifier") != (self.verifier is not None):
             raise ValueError(f"judge profile {self.name!r}: a [verifier] table belongs to, and is needed by, "
                              'kind = "verifier"')
@@ -406,7 +412,12 @@ def _calibrated_leaf(profile: JudgeProfile, settings: LeafSettings) -> Backend:
 def _model(profile: JudgeProfile, settings: LeafSettings) -> Backend:
     if settings.timeout_s is not None:
         profile = profile.model_copy(update={"timeout_s": settings.timeout_s})
-    return _litellm_backend(profile, settings.api_base, settings.concurrency)
+    backend = _litellm_backend(profile, settings.api_base, settings.concurrency)
+    if profile.adapter is None:
+        return backend
+    from rt4chart.judges.chat_verifiers import ChatVerifierBackend
+
+    return ChatVerifierBackend(backend, profile.adapter)
 
 
 ENSEMBLE_SCHEMES: dict[str, Callable[[str, LeafSettings], Backend]] = {"cascade:": _cascade, "vote:": _vote}

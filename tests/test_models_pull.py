@@ -91,7 +91,8 @@ def test_a_verifier_never_pulled_is_exit_2_naming_the_pull_command(tmp_path: Pat
     assert f"rt4 models pull {PROFILE}" in " ".join(run.stderr.split())
     assert "Traceback" not in run.stderr
     listing = rt4("judges", env=_env(tmp_path), cwd=tmp_path)
-    assert f"not pulled: rt4 models pull {PROFILE}" in " ".join(listing.stdout.split())
+    listed = " ".join(listing.stdout.split())
+    assert f"{REPO} not pulled" in listed and "A verifier not pulled: rt4 models pull NAME" in listed
 
 
 def test_a_file_whose_hash_differs_from_the_hubs_is_refused(tmp_path: Path, served: Path) -> None:

@@ -112,8 +112,7 @@ def judges() -> None:
         model = profile.model or profile.kind
         if profile.verifier is not None:
             present = pulled(profile.name) is not None
-            model = f"{profile.verifier.weights.repo} " + (
-                "[green]pulled[/green]" if present else f"[red]not pulled[/red]: {pull_command(profile.name)}")
+            model = f"{profile.verifier.weights.repo} " + ("[green]pulled[/green]" if present else "[red]not pulled[/red]")
         rows.append([
             profile.name,
             model,
@@ -128,7 +127,7 @@ def judges() -> None:
     print_rows(Console(), headers, rows)
     Console().print(
         "Also accepted by --judge: any litellm model string (openai/<model>, hosted_vllm/<model> with "
-        "--api-base), scripted:RULES.json, cascade:A@CONFIDENCE,B.",
+        f"--api-base), scripted:RULES.json, cascade:A@CONFIDENCE,B. A verifier not pulled: {pull_command('NAME')}.",
         highlight=False, soft_wrap=True,
     )
 

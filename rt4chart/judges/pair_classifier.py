@@ -46,6 +46,11 @@ MINICHECK_T5_LABEL_TOKENS = (3, 209)
 HHEM_PROMPT = "<pad> Determine if the hypothesis is true given the premise?\n\nPremise: {text1}\n\nHypothesis: {text2}"
 """HHEM-2.1-open's input template (its configuration's ``prompt``): premise = context, hypothesis = claim."""
 
+JOIN_TOKENS = 4
+"""Tokens kept free in every input besides the window's and the template's own counts: a word at the
+join of window and separator may split into more tokens than either side counted alone, and the input
+is cut from its end (the claim's) if it ever runs over."""
+
 BATCH_SIZE = 8
 """Windows per forward pass."""
 
@@ -103,7 +108,8 @@ class PairClassifier:
     def windows(self, sentences: list[str], claim: str) -> list[Window]:
         """The sentences packed into windows that keep every input for ``claim`` within ``max_tokens``."""
         # A claim too long for any context beside it still gets one token of context per window.
-        budget = max(1, min(self.spec.window_tokens, self.spec.max_tokens - self.overhead(claim)))
+        room = self.spec.max_tokens - self.overhead(claim) - JOIN_TOKENS
+        budget = max(1, min(self.spec.window_tokens, room))
         windows: list[Window] = []
         members: list[int] = []
         used = 0

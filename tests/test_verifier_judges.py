@@ -5,6 +5,7 @@ limit, support read from the right label, and the judges usable by name once pul
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,42 @@ def test_a_damaged_checkpoint_is_an_error_reply_naming_the_pull_command(tmp_path
     response = asyncio.run(backend.complete(request))
     assert response.parsed is None
     assert response.error is not None and "rt4 models pull tiny" in response.error
+
+
+@pytest.mark.parametrize("supported", [True, False])
+def test_a_pulled_verifier_settles_what_it_is_sure_of_as_a_cascade_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, supported: bool
+) -> None:
+    """``cascade:minicheck-roberta-large@0.9,scripted:...``: the verifier's confidence decides which
+    claims it settles (a sure one) and which go on to the next stage (one at 0.5)."""
+    from rt4chart.judges.cascade import CascadeBackend
+    from rt4chart.judges.hub import models_dir
+    from rt4chart.judges.registry import resolve_judge
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    record = tiny_roberta(models_dir(), "minicheck-roberta-large")
+    if supported:
+        _set_bias(record, models_dir(), supported=True)
+    else:  # P(supported) exactly 0.5: confidence 0.5, under the stage's 0.9
+        folder = snapshot_dir(record.repos[0], models_dir())
+        model = AutoModelForSequenceClassification.from_pretrained(folder)
+        with torch.no_grad():
+            model.classifier.out_proj.weight.zero_()
+            model.classifier.out_proj.bias.zero_()
+        model.save_pretrained(folder)
+    rules = tmp_path / "rules.json"
+    rule = {"claim": "", "label": "contradicted", "evidence": [CONTEXT[1]]}
+    rules.write_text(json.dumps({"verify": [rule]}))
+    backend = resolve_judge(f"cascade:minicheck-roberta-large@0.9,scripted:{rules}")
+    assert isinstance(backend, CascadeBackend)
+    request = JudgeRequest(task="verify", payload=_payload(CONTEXT[:2], CLAIMS[:1]), output_schema=VerifyOutput,
+                           messages=[], prompt_version="test")
+    response = asyncio.run(backend.complete(request))
+    assert isinstance(response.parsed, VerifyOutput) and response.claim_judges is not None
+    (judgement,) = response.parsed.judgements
+    if supported:
+        assert judgement.label == Label.ENTAILED
+        assert response.claim_judges == [f"minicheck-roberta-large#{record.repos[0].commit[:8]}"]
+    else:
+        assert judgement.label == Label.CONTRADICTED
+        assert response.claim_judges[0].startswith("scripted:")

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 Behaviour = Literal[
     "ok",  # the reply as plain content
-    "rate_limit",  # 429 with a Retry-After header
+    "rate_limit",  # 429 with a Retry-After header (and what a RateLimit sends, when it refused)
     "server_error",  # 500
     "hang",  # no answer for `hang_s` seconds (the client should time out first)
     "drop",  # close the connection without answering
@@ -70,6 +70,63 @@ class Fault:
 
 
 @dataclass
+class RateLimit:
+    """A provider's rate limit, enforced per fixed window as OpenAI documents it: a request is
+    admitted while its window has a request left and room for its prompt tokens plus its
+    ``max_tokens``; else 429 with ``Retry-After`` (whole seconds), ``retry-after-ms`` and the
+    ``x-ratelimit-*`` headers that every answer carries."""
+
+    requests: int
+    """Requests admitted per window."""
+    tokens: int
+    """Tokens (prompt + ``max_tokens``) admitted per window."""
+    window_s: float = 60.0
+    """The window's length (a minute at a provider; shorter in tests)."""
+    started: float = field(default_factory=time.monotonic)
+    """When the first window began."""
+    window: int = 0
+    """The current window's number."""
+    requests_used: int = 0
+    """Requests admitted in the current window."""
+    tokens_used: int = 0
+    """Tokens admitted in the current window."""
+    admitted: int = 0
+    """Requests admitted, all windows together."""
+    refused: int = 0
+    """Requests answered with 429, all windows together."""
+    admitted_per_window: dict[int, int] = field(default_factory=dict)
+    """Requests admitted in each window, by window number."""
+
+    def admit(self, tokens: int) -> tuple[bool, dict[str, str]]:
+        """Whether a request of ``tokens`` is admitted now, and the rate-limit headers of its answer."""
+        elapsed = time.monotonic() - self.started
+        window = int(elapsed // self.window_s)
+        if window != self.window:
+            self.window, self.requests_used, self.tokens_used = window, 0, 0
+        reset_s = (window + 1) * self.window_s - elapsed
+        admitted = self.requests_used < self.requests and self.tokens_used + tokens <= self.tokens
+        if admitted:
+            self.requests_used += 1
+            self.tokens_used += tokens
+            self.admitted += 1
+            self.admitted_per_window[window] = self.admitted_per_window.get(window, 0) + 1
+        else:
+            self.refused += 1
+        reset = f"{round(reset_s * 1000)}ms"
+        headers = {
+            "x-ratelimit-limit-requests": str(self.requests),
+            "x-ratelimit-limit-tokens": str(self.tokens),
+            "x-ratelimit-remaining-requests": str(self.requests - self.requests_used),
+            "x-ratelimit-remaining-tokens": str(self.tokens - self.tokens_used),
+            "x-ratelimit-reset-requests": reset,
+            "x-ratelimit-reset-tokens": reset,
+        }
+        if not admitted:
+            headers |= {"Retry-After": str(math.ceil(reset_s)), "retry-after-ms": str(round(reset_s * 1000))}
+        return admitted, headers
+
+
+@dataclass
 class FaultServer:
     """State shared with the handler threads."""
 
@@ -109,6 +166,8 @@ class FaultServer:
     gate: threading.Event = field(default_factory=threading.Event)
     """Requests are answered only while it is set (it starts set); clearing it holds every answer
     until the test sets it again, so a client can be caught mid-run without timing guesses."""
+    rate_limit: RateLimit | None = None
+    """A requests- and tokens-per-window limit every request meets first (``None``: no limit)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def next_fault(self) -> Fault:
@@ -183,6 +242,8 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
         # Headers and body leave in two writes; with Nagle's algorithm the body would wait for the
         # client's delayed ACK of the headers (tens of ms on every keep-alive response).
         disable_nagle_algorithm = True
+        rate_headers: dict[str, str] = {}  # noqa: RUF012 (set per request, never mutated)
+        """The rate limit's headers for the request being answered."""
 
         def log_message(self, format: str, *args: Any) -> None:
             """Keep test output quiet."""
@@ -192,7 +253,7 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
-            for name, value in (extra or {}).items():
+            for name, value in (self.rate_headers | (extra or {})).items():
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
@@ -200,7 +261,14 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
             fault = state.next_fault()
+            self.rate_headers = {}
+            admitted = True
             with state.lock:
+                if state.rate_limit is not None:
+                    tokens = state.prompt_tokens(body) + int(body.get("max_tokens") or 0)
+                    admitted, self.rate_headers = state.rate_limit.admit(tokens)
+                    if not admitted:
+                        fault = Fault("rate_limit")
                 state.requests.append(body)
                 state.paths.append(self.path)
                 state.headers.append({name.lower(): value for name, value in self.headers.items()})
@@ -208,7 +276,8 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
             try:
                 state.gate.wait()
-                time.sleep(state.latency_s)
+                if admitted:  # a provider refuses over its limit at once
+                    time.sleep(state.latency_s)
                 self._answer(fault, body)
             finally:
                 with state.lock:
@@ -231,7 +300,7 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 self._send(400, error)
             elif behaviour == "rate_limit":
                 error = {"error": {"message": "rate limited", "type": "rate_limit_error"}}
-                self._send(429, error, {"Retry-After": str(fault.retry_after_s)})
+                self._send(429, error, self.rate_headers or {"Retry-After": str(fault.retry_after_s)})
             elif behaviour == "server_error":
                 self._send(500, {"error": {"message": "internal error", "type": "server_error"}})
             elif behaviour == "hang":

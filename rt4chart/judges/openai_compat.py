@@ -33,6 +33,7 @@ import pydantic_core
 from pydantic import BaseModel
 
 from rt4chart.judges.bounded_http import ACCEPTED_ENCODINGS, DecodedBody, redirect_target
+from rt4chart.judges.pacing import rate_signal
 from rt4chart.judges.policy import EndpointSender, EndpointSettings, PolicyBackend, Reply, reply_body_cap_bytes
 from rt4chart.protocol import JudgeRequest, output_json_schema
 
@@ -238,6 +239,7 @@ class OpenAICompatSender(EndpointSender):
             text=str(message.get("content") or ""),
             prompt_tokens=int(counts.get("prompt_tokens") or 0),
             completion_tokens=int(counts.get("completion_tokens") or 0),
+            rate=rate_signal(headers),
         )
 
     def _error_message(self, status: int, data: bytes) -> str:

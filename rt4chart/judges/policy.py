@@ -474,7 +474,10 @@ class PolicyBackend:
             except Exception as error:
                 if not self.sender.sent(error):
                     usage.pop()
-                if status_code(error) == 429 or self.sender.timed_out(error):
+                # A fleet's router cools the deployment that refused and sends elsewhere: the
+                # logical judge's pace is not that deployment's.
+                paced = not self.sender.routes_around_failures
+                if paced and (status_code(error) == 429 or self.sender.timed_out(error)):
                     pacer.refused(slot, rate_signal(error_headers(error)))
                 raise
             # A server counts a call's tokens at admission with its max_tokens, not the reply's length.

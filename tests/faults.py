@@ -92,6 +92,8 @@ class RateLimit:
     """Tokens admitted in the current window."""
     admitted: int = 0
     """Requests admitted, all windows together."""
+    tokens_admitted: int = 0
+    """Tokens admitted, all windows together."""
     refused: int = 0
     """Requests answered with 429, all windows together."""
     admitted_per_window: dict[int, int] = field(default_factory=dict)
@@ -109,6 +111,7 @@ class RateLimit:
             self.requests_used += 1
             self.tokens_used += tokens
             self.admitted += 1
+            self.tokens_admitted += tokens
             self.admitted_per_window[window] = self.admitted_per_window.get(window, 0) + 1
         else:
             self.refused += 1

@@ -45,9 +45,9 @@ VLLM_BLOCK = 16
 
 
 def litellm_tiktoken_dir() -> str:
-    import litellm.litellm_core_utils as core
+    import litellm
 
-    return str(Path(core.__file__).with_name("tokenizers"))
+    return str(Path(litellm.__file__).parent / "litellm_core_utils" / "tokenizers")
 
 
 def prompt_tokens(body: dict[str, Any], encoding: tiktoken.Encoding) -> list[int]:

@@ -1,9 +1,10 @@
 """The share of prompt tokens that sit in a cacheable prefix, as rt4chart sends its calls.
 
-    python evals/prefix_cache.py [--samples 200] [--label NAME]
+    python evals/prefix_cache.py [--samples 200] [--input JSONL] [--label NAME]
 
 ``rt4 verify --decomposer rules --no-cache --concurrency 1 --samples-in-flight 1`` of RAGTruth QA
-dev samples ($RT4_DATA_DIR) against the fault server of tests/faults.py (it records every request;
+dev samples ($RT4_DATA_DIR), or the first samples of ``--input`` (e.g. a long-context set built by
+evals/long_context/build.py), against the fault server of tests/faults.py (it records every request;
 it answers entailed with a quote where the context holds the claim word for word, else baseless).
 Each request's messages are tokenised with o200k_base (gpt-4o-mini's encoding; tiktoken reads the
 file litellm ships, no network), role names and message boundaries as one token each (a stand-in
@@ -90,10 +91,15 @@ def cacheable(prompts: list[list[int]]) -> tuple[int, int, int]:
     return total, openai, vllm
 
 
-def requests_sent(samples: int, work: Path) -> tuple[list[dict[str, Any]], str]:
-    items, source = bench_inputs(samples)
+def requests_sent(samples: int, given: Path | None, work: Path) -> tuple[list[dict[str, Any]], str]:
     inputs = work / "in.jsonl"
-    inputs.write_text("".join(item.sample.model_dump_json() + "\n" for item in items if item.sample), "utf-8")
+    if given is None:
+        items, source = bench_inputs(samples)
+        inputs.write_text("".join(item.sample.model_dump_json() + "\n" for item in items if item.sample), "utf-8")
+    else:
+        lines = given.read_text("utf-8").splitlines(keepends=True)[:samples]
+        inputs.write_text("".join(lines), "utf-8")
+        source = f"the first {len(lines)} samples of {given.name}"
     with fault_server(grounded) as server:
         command = [sys.executable, "-m", "rt4chart", "verify", str(inputs), "--out", str(work / "out.jsonl"),
                    "--judge", "openai/stand-in", "--api-base", server.base_url, "--decomposer", "rules", "--no-cache",
@@ -108,12 +114,13 @@ def requests_sent(samples: int, work: Path) -> tuple[list[dict[str, Any]], str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--input", type=Path, help="an rt4chart input JSONL (default: RAGTruth QA dev)")
     parser.add_argument("--label", default="this checkout", help="names the prompts measured (the section title)")
     args = parser.parse_args()
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", litellm_tiktoken_dir())
     encoding = tiktoken.get_encoding("o200k_base")
     with tempfile.TemporaryDirectory() as scratch:
-        bodies, source = requests_sent(args.samples, Path(scratch))
+        bodies, source = requests_sent(args.samples, args.input, Path(scratch))
     total, openai, vllm = cacheable([prompt_tokens(body, encoding) for body in bodies])
     record(
         f"Cacheable prompt prefixes: {args.label}",

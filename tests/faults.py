@@ -144,6 +144,9 @@ class FaultServer:
     """Delay before every answer (makes concurrent requests overlap)."""
     prompt_tokens: Callable[[dict[str, Any]], int] = lambda body: 50
     """The prompt tokens a reply reports, as a function of the request body."""
+    cached_tokens: Callable[[dict[str, Any]], int] = lambda body: 0
+    """Of the prompt tokens, those a reply reports read from a prompt cache
+    (``usage.prompt_tokens_details.cached_tokens``; 0: the field is left out)."""
     completion_tokens: int | Callable[[str], int] = 20
     """The completion tokens a reply reports (at most the request's ``max_tokens``), or a function
     of the reply's content that counts them."""
@@ -191,18 +194,21 @@ class FaultServer:
 
 
 def _completion(
-    model: str, content: str, reasoning: str | None, usage: tuple[int, int] = (50, 20)
+    model: str, content: str, reasoning: str | None, usage: tuple[int, int] = (50, 20), cached: int = 0
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning is not None:
         message["reasoning_content"] = reasoning
+    counts: dict[str, Any] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
+    if cached:
+        counts["prompt_tokens_details"] = {"cached_tokens": cached}
     return {
         "id": "chatcmpl-fault",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
-        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+        "usage": counts,
     }
 
 
@@ -319,10 +325,10 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
             elif behaviour == "reasoning":
                 reasoning = f"Maybe {DECOY}? Let me check."
                 content = state.content_for(behaviour, body)
-                self._send(200, _completion(model, content, reasoning, self._usage(body, content)))
+                self._send(200, _completion(model, content, reasoning, self._usage(body, content), state.cached_tokens(body)))
             else:
                 content = state.content_for(behaviour, body)
-                self._send(200, _completion(model, content, None, self._usage(body, content)))
+                self._send(200, _completion(model, content, None, self._usage(body, content), state.cached_tokens(body)))
 
         def _stream(self, fault: Fault) -> None:
             """A reply too large, too slow or endless, until the client hangs up or the server stops."""

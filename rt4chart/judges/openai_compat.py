@@ -234,11 +234,13 @@ class OpenAICompatSender(EndpointSender):
         except (ValueError, KeyError, IndexError, TypeError) as error:
             raise MalformedResponse(f"HTTP {status} without a chat completion: {data[:200]!r}") from error
         counts = answer.get("usage") or {}
+        details = counts.get("prompt_tokens_details")
         return Reply(
             # The content only: a reasoning model's separate reasoning is never read as the verdict.
             text=str(message.get("content") or ""),
             prompt_tokens=int(counts.get("prompt_tokens") or 0),
             completion_tokens=int(counts.get("completion_tokens") or 0),
+            cached_prompt_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
             rate=rate_signal(headers),
         )
 

@@ -69,6 +69,9 @@ class CallSettings(BaseModel):
 
     input_usd_per_mtok: float | None = Field(default=None, ge=0.0)
     """Price per million prompt tokens; ``None`` means litellm's price list (or 0 if it has none)."""
+    cached_input_usd_per_mtok: float | None = Field(default=None, ge=0.0)
+    """Price per million prompt tokens read from the provider's prompt cache
+    (``prompt_tokens_details.cached_tokens``); ``None``: the prompt price (no discount)."""
     output_usd_per_mtok: float | None = Field(default=None, ge=0.0)
     """Price per million completion tokens; ``None`` as for input."""
     concurrency: int = Field(default=8, ge=1)
@@ -116,6 +119,8 @@ class Reply:
     """The reply's content (never a model's separate reasoning)."""
     prompt_tokens: int = 0
     """Prompt tokens the server counted."""
+    cached_prompt_tokens: int = 0
+    """Of those, the tokens the server read from its prompt cache."""
     completion_tokens: int = 0
     """Completion tokens the server counted."""
     cost_usd: float | None = None
@@ -486,10 +491,15 @@ class PolicyBackend:
             pacer.release()
         input_price, output_price = self._prices()
         cost = reply.cost_usd
+        cached = min(reply.cached_prompt_tokens, reply.prompt_tokens)
         if cost is None:
-            cost = reply.prompt_tokens * input_price + reply.completion_tokens * output_price
+            cached_price = self.settings.cached_input_usd_per_mtok
+            cached_price = input_price if cached_price is None else cached_price / 1e6
+            uncached = reply.prompt_tokens - cached
+            cost = uncached * input_price + cached * cached_price + reply.completion_tokens * output_price
         usage[-1] = Usage(
-            calls=1, prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, cost_usd=cost
+            calls=1, prompt_tokens=reply.prompt_tokens, cached_prompt_tokens=cached,
+            completion_tokens=reply.completion_tokens, cost_usd=cost,
         )
         cap = reply_cap_chars(request.params.max_tokens)
         if len(reply.text) > cap:

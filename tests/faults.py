@@ -325,10 +325,12 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
             elif behaviour == "reasoning":
                 reasoning = f"Maybe {DECOY}? Let me check."
                 content = state.content_for(behaviour, body)
-                self._send(200, _completion(model, content, reasoning, self._usage(body, content), state.cached_tokens(body)))
+                usage = self._usage(body, content)
+                self._send(200, _completion(model, content, reasoning, usage, state.cached_tokens(body)))
             else:
                 content = state.content_for(behaviour, body)
-                self._send(200, _completion(model, content, None, self._usage(body, content), state.cached_tokens(body)))
+                usage = self._usage(body, content)
+                self._send(200, _completion(model, content, None, usage, state.cached_tokens(body)))
 
         def _stream(self, fault: Fault) -> None:
             """A reply too large, too slow or endless, until the client hangs up or the server stops."""

@@ -35,12 +35,12 @@ def requests(free_trial: Sample) -> dict[str, JudgeRequest]:
     _, sentences = segment_context(free_trial.context)
     prompts, params = load_prompts(), GenerationParams(max_tokens=512)
     labels: list[Label | None] = [Label.BASELESS, Label.ENTAILED]
+    shared = {"claims": CLAIMS, "sentences": sentences, "question": free_trial.question}
     payloads = {
-        "local": VerifyInput(stage="local", claims=CLAIMS, sentences=sentences, chunk=0, question=free_trial.question),
-        "global": VerifyInput(stage="global", claims=CLAIMS, sentences=sentences, question=free_trial.question,
-                              local_labels=labels),
-        "global with hint": VerifyInput(stage="global", claims=CLAIMS, sentences=sentences, question=free_trial.question,
-                                        local_labels=labels, hint=[s.index for s in sentences[:2]]),
+        "local": VerifyInput(stage="local", chunk=0, **shared),
+        "global": VerifyInput(stage="global", local_labels=labels, **shared),
+        "global with hint": VerifyInput(stage="global", local_labels=labels, hint=[s.index for s in sentences[:2]],
+                                        **shared),
     }
     return {name: build_request(payload, prompts, params) for name, payload in payloads.items()}
 

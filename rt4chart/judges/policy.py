@@ -468,6 +468,9 @@ class PolicyBackend:
 
     async def _attempt(self, messages: list[dict[str, str]], request: JudgeRequest, usage: list[Usage]) -> Reply:
         pacer = self.pacer()
+        # A fleet's router cools the deployment that refused or ran out and sends elsewhere: the
+        # logical judge's pace is not that deployment's, so only its answers count, not their limits.
+        paced = not self.sender.routes_around_failures
         slot = await pacer.acquire()
         try:
             # Another request may have opened the circuit while this one waited for a slot.
@@ -479,14 +482,11 @@ class PolicyBackend:
             except Exception as error:
                 if not self.sender.sent(error):
                     usage.pop()
-                # A fleet's router cools the deployment that refused and sends elsewhere: the
-                # logical judge's pace is not that deployment's.
-                paced = not self.sender.routes_around_failures
                 if paced and (status_code(error) == 429 or self.sender.timed_out(error)):
                     pacer.refused(slot, rate_signal(error_headers(error)))
                 raise
             # A server counts a call's tokens at admission with its max_tokens, not the reply's length.
-            pacer.answered(slot, reply.rate, reply.prompt_tokens + request.params.max_tokens)
+            pacer.answered(slot, reply.rate if paced else RateSignal(), reply.prompt_tokens + request.params.max_tokens)
         finally:
             pacer.release()
         input_price, output_price = self._prices()

@@ -13,7 +13,7 @@ from conftest import VerifyRequestFactory
 from faults import FaultServer, RateLimit, fault_server
 
 from rt4chart.judges.openai_compat import OpenAICompatBackend
-from rt4chart.judges.pacing import INITIAL_IN_FLIGHT, RateSignal, duration_s, rate_signal
+from rt4chart.judges.pacing import INITIAL_IN_FLIGHT, Pacer, RateSignal, duration_s, rate_signal
 from rt4chart.judges.registry import JudgeProfile
 from rt4chart.method.tasks import VerifyOutput
 from rt4chart.protocol import JudgeResponse
@@ -102,3 +102,51 @@ def test_rate_signals_from_headers_of_any_case_and_litellm_copies() -> None:
     assert signal == RateSignal(retry_after_s=0.25, remaining_requests=7, requests_reset_s=1.0)
     assert rate_signal({"x-ratelimit-remaining-tokens": "x"}).remaining_tokens is None
     assert rate_signal(None) == rate_signal({"content-type": "application/json"}) == RateSignal()
+
+
+def test_a_refusal_halves_once_per_round_and_its_retry_after_holds_every_new_call() -> None:
+    async def scenario() -> None:
+        pacer = Pacer(CEILING, adaptive=True)
+        first, second = await pacer.acquire(), await pacer.acquire()
+        before = pacer.limit
+        pacer.refused(first, RateSignal(retry_after_s=30.0))
+        pacer.refused(second, RateSignal(retry_after_s=30.0))  # sent before the decrease: the same storm
+        assert pacer.limit == before / 2
+        pacer.release()
+        pacer.release()
+        with pytest.raises(TimeoutError):  # held for the 30 s the server asked for, though slots are free
+            await asyncio.wait_for(pacer.acquire(), timeout=0.2)
+        assert pacer.in_flight == 0, "a waiter given up takes no slot"
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_that_leaves_no_request_in_the_window_holds_new_calls_until_its_reset() -> None:
+    async def scenario() -> None:
+        pacer = Pacer(CEILING, adaptive=True)
+        slot = await pacer.acquire()
+        pacer.answered(slot, RateSignal(remaining_requests=0, requests_reset_s=30.0), tokens=10)
+        pacer.release()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(pacer.acquire(), timeout=0.2)
+        # With requests left, the same answer adds a slot and holds nothing.
+        open_pacer = Pacer(CEILING, adaptive=True)
+        slot = await open_pacer.acquire()
+        open_pacer.answered(slot, RateSignal(remaining_requests=5, requests_reset_s=30.0), tokens=10)
+        open_pacer.release()
+        assert open_pacer.limit == INITIAL_IN_FLIGHT + 1
+        await asyncio.wait_for(open_pacer.acquire(), timeout=5)
+
+    asyncio.run(scenario())
+
+
+def test_fixed_concurrency_ignores_the_signals() -> None:
+    async def scenario() -> None:
+        pacer = Pacer(CEILING, adaptive=False)
+        slot = await pacer.acquire()
+        pacer.refused(slot, RateSignal(retry_after_s=30.0))
+        pacer.release()
+        assert pacer.limit == CEILING
+        await asyncio.wait_for(pacer.acquire(), timeout=5)
+
+    asyncio.run(scenario())

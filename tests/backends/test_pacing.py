@@ -82,8 +82,8 @@ def test_without_a_limit_the_pacer_climbs_to_the_ceiling_and_stays_under_it(
 ) -> None:
     ceiling = 8
     with fault_server(REPLY) as server:
-        server.latency_s = 0.05
-        responses = audit(server, 60, verify_request, adaptive=True, ceiling=ceiling)
+        server.latency_s = 0.2  # answers slow enough that the calls sent overlap at the server
+        responses = audit(server, 40, verify_request, adaptive=True, ceiling=ceiling)
     assert all(isinstance(response.parsed, VerifyOutput) for response in responses)
     assert ceiling > INITIAL_IN_FLIGHT and server.max_in_flight == ceiling
 

@@ -631,6 +631,9 @@ class Usage(BaseModel):
     """Requests that reached the judge, re-asks and retries included; cache hits are not calls."""
     prompt_tokens: int = 0
     """Prompt tokens reported by the judge (0 for cache hits)."""
+    cached_prompt_tokens: int = 0
+    """Of :attr:`prompt_tokens`, those the provider read from its prompt cache
+    (``prompt_tokens_details.cached_tokens``), priced at the judge's cached-input rate."""
     completion_tokens: int = 0
     """Completion tokens reported by the judge (0 for cache hits)."""
     cost_usd: float = 0.0
@@ -642,6 +645,7 @@ class Usage(BaseModel):
         return Usage(
             calls=self.calls + other.calls,
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cost_usd=self.cost_usd + other.cost_usd,
             cache_hits=self.cache_hits + other.cache_hits,

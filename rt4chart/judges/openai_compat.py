@@ -33,6 +33,7 @@ import pydantic_core
 from pydantic import BaseModel
 
 from rt4chart.judges.bounded_http import ACCEPTED_ENCODINGS, DecodedBody, redirect_target
+from rt4chart.judges.pacing import rate_signal
 from rt4chart.judges.policy import EndpointSender, EndpointSettings, PolicyBackend, Reply, reply_body_cap_bytes
 from rt4chart.protocol import JudgeRequest, output_json_schema
 
@@ -233,11 +234,14 @@ class OpenAICompatSender(EndpointSender):
         except (ValueError, KeyError, IndexError, TypeError) as error:
             raise MalformedResponse(f"HTTP {status} without a chat completion: {data[:200]!r}") from error
         counts = answer.get("usage") or {}
+        details = counts.get("prompt_tokens_details")
         return Reply(
             # The content only: a reasoning model's separate reasoning is never read as the verdict.
             text=str(message.get("content") or ""),
             prompt_tokens=int(counts.get("prompt_tokens") or 0),
             completion_tokens=int(counts.get("completion_tokens") or 0),
+            cached_prompt_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
+            rate=rate_signal(headers),
         )
 
     def _error_message(self, status: int, data: bytes) -> str:

@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from rt4chart.analysis.datasets import load_dataset
+from rt4chart.analysis.datasets import load_dataset, source_key
 from rt4chart.analysis.metrics import auroc, binary_prf
 from rt4chart.judges.serve import smollm2_gguf
 from rt4chart.signals.attention import (
@@ -264,6 +264,11 @@ def main() -> None:
     selectors_parser.add_argument("--faithbench-n", type=int, default=242)
     selectors_parser.add_argument("--selectors", default=",".join(COMPARED_SELECTORS), help="Comma-separated.")
     selectors_parser.add_argument("--out", type=Path, default=HERE / "RESULTS_aggtruth.md")
+    selectors_parser.add_argument(
+        "--held-out-selectors", default="center:0.1,random:10:8,random-positive:10:8,spearman,spearman:significant",
+        help="Comma-separated selectors also measured on held-out dev folds (each costs one probe fit per fold).",
+    )
+    selectors_parser.add_argument("--held-out-folds", type=int, default=3)
     args = parser.parse_args()
     commands_by_name = {"extract": extract, "throughput": throughput, "memory": memory, "report": report}
     {**commands_by_name, "selectors": compare_selectors}[args.command](args)
@@ -332,6 +337,37 @@ def evaluate_probe(probe: AttentionProbe, pairs: Sequence[tuple[Sample, Attentio
         "window_auroc": auroc(windows.labels.tolist(), scores.tolist()),
         "answer_auroc": auroc(answer_gold(pairs), per_answer),
     }
+
+
+def held_out_dev(
+    dev: Sequence[tuple[Sample, AttentionFeatures]], selector: Selector, feature: str, folds: int, seed: int,
+    identity: str, version: str,
+) -> dict[str, Any]:
+    """Window and answer AUROC of probes scored on dev answers they were not trained on: folds grouped by
+    source (several answers share a context; a fold never sees a held-out answer's context), the selector
+    run inside each training fold, so the figure can choose between selectors without touching test."""
+    sources = sorted({source_key(sample) for sample, _ in dev})
+    random.Random(seed).shuffle(sources)
+    fold_of_source = {source: position % folds for position, source in enumerate(sources)}
+    labels: list[bool] = []
+    scores: list[float] = []
+    answer_labels: list[bool] = []
+    answer_scores: list[float] = []
+    for fold in range(folds):
+        train = [pair for pair in dev if fold_of_source[source_key(pair[0])] != fold]
+        held = [pair for pair in dev if fold_of_source[source_key(pair[0])] == fold]
+        windows = build_windows([f for _, f in train], gold_spans(train), feature)
+        probe = train_probe(
+            windows, feature=feature, selector=selector, model=identity, template_version=version,
+            data_sha256="fold", seed=seed,
+        )  # fmt: skip
+        held_windows = build_windows([f for _, f in held], gold_spans(held), feature, probe.window)
+        held_scores = probe_scores(probe, held)
+        labels += held_windows.labels.tolist()
+        scores += np.concatenate(held_scores).tolist()
+        answer_labels += answer_gold(held)
+        answer_scores += [float(s.max()) for s in held_scores]
+    return {"folds": folds, "window_auroc": auroc(labels, scores), "answer_auroc": auroc(answer_labels, answer_scores)}
 
 
 def judge_reports(pairs: Sequence[tuple[Sample, AttentionFeatures]]) -> list[AuditRecord]:
@@ -498,11 +534,16 @@ def compare_selectors(args: argparse.Namespace) -> None:
                 rows.append({**row, "error": str(error)})
                 continue
             row |= {"heads": len(probe.columns), "dev (training)": evaluate_probe(probe, dev)}
+            if str(selector) in args.held_out_selectors.split(","):
+                row["dev (held out)"] = held_out_dev(
+                    dev, selector, feature, args.held_out_folds, args.seed, identity, version
+                )
             rows.append(row | {split: evaluate_probe(probe, pairs) for split, pairs in tests.items()})
             print(f"{selector} {feature}: {len(probe.columns)} heads", file=sys.stderr, flush=True)
     command = "python evals/signals/aggtruth.py " + shlex.join(sys.argv[1:])
     splits = ["dev (training)", *tests]
     sizes = {split: next((row[split] for row in rows if split in row), None) for split in splits}
+    shown = ["dev (training)", "dev (held out)", *tests]
     counted = ", ".join(
         f"{split} n={size['answers']} ({size['hallucinated_answers']} hallucinated; {size['windows']} windows, "
         f"{size['positive_windows']} positive)"
@@ -525,14 +566,21 @@ def compare_selectors(args: argparse.Namespace) -> None:
         "(best of N random sets of K heads on an 80/20 dev split), `layers-center:R` (the central fraction R of the "
         "layers), `all`",
         "",
-        "| selector | feature | heads | " + " | ".join(f"{split} window / answer AUROC" for split in splits) + " |",
-        "|---|---|---:|" + "---:|" * len(splits),
+        f"- dev (held out): {args.held_out_folds} folds of dev grouped by source, the selector and the probe "
+        "fitted inside each training fold, scored on the held-out fold (for the selectors in "
+        f"`--held-out-selectors`, {args.held_out_selectors}; '-' for the others): the column a default is chosen by",
+        "",
+        "| selector | feature | heads | " + " | ".join(f"{split} window / answer AUROC" for split in shown) + " |",
+        "|---|---|---:|" + "---:|" * len(shown),
     ]
     for row in rows:
         if "error" in row:
-            lines.append(f"| {row['selector']} | {row['feature']} | 0 | {row['error']} |" + " |" * (len(splits) - 1))
+            lines.append(f"| {row['selector']} | {row['feature']} | 0 | {row['error']} |" + " |" * (len(shown) - 1))
             continue
-        cells = [f"{rounded(row[s]['window_auroc'])} / {rounded(row[s]['answer_auroc'])}" for s in splits]
+        cells = [
+            f"{rounded(row[s]['window_auroc'])} / {rounded(row[s]['answer_auroc'])}" if s in row else "-"
+            for s in shown
+        ]
         lines.append(f"| {row['selector']} | {row['feature']} | {row['heads']} | " + " | ".join(cells) + " |")
     section = "\n".join(lines) + "\n"
     previous = args.out.read_text(encoding="utf-8") if args.out.exists() else ""

@@ -118,14 +118,24 @@ class _Layer:
         batch, length, width = states.shape
         return states.reshape(batch, length, self.heads, width // self.heads).transpose(0, 2, 1, 3)
 
-    def __call__(self, states: Matrix, additive_mask: Matrix) -> Matrix:
-        batch, length, width = states.shape
-        query, key, value = (self._split(part(states)) for part in (self.query, self.key, self.value))
+    def __call__(self, states: Matrix, real: NDArray[np.bool_], additive_mask: Matrix) -> Matrix:
+        """``states``: one row per real token of the batch (padding left out); ``real``: the batch's
+        (sentence, position) grid, true where a real token is; attention runs on that grid."""
+        batch, length = real.shape
+        width = states.shape[1]
+
+        def on_grid(rows: Matrix) -> Matrix:
+            # Padding positions hold zeros: the mask gives them no weight, as it gave BertModel's padding.
+            grid = np.zeros((batch, length, width), dtype=np.float32)
+            grid[real] = rows
+            return self._split(grid)
+
+        query, key, value = (on_grid(part(states)) for part in (self.query, self.key, self.value))
         scores = query @ key.transpose(0, 1, 3, 2) * np.float32(1.0 / np.sqrt(width // self.heads))
         scores = scores + additive_mask
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         scores /= scores.sum(axis=-1, keepdims=True)
-        merged = (scores @ value).transpose(0, 2, 1, 3).reshape(batch, length, width)
+        merged = (scores @ value).transpose(0, 2, 1, 3)[real].reshape(-1, width)
         states = self.attention_norm(states + self.attention_out(merged))
         inner = self.intermediate(states)
         inner = inner * np.float32(0.5) * (np.float32(1.0) + erf(inner * np.float32(1.0 / np.sqrt(2.0))))
@@ -170,16 +180,25 @@ class MiniLM:
         self.width = int(config["hidden_size"])
 
     def forward(self, ids: NDArray[np.int64], attention: NDArray[np.int64]) -> Matrix:
-        """Unit-length mean-pooled embeddings of a padded batch of token ids."""
+        """Unit-length mean-pooled embeddings of a padded batch of token ids.
+
+        Why padding is left out: everything but attention works token by token, so the dense maps,
+        layer norms and GELU run on the real tokens only, as one matrix (a batch of sentences sorted
+        by length still pads a quarter of its tokens, and the GELU's ``erf`` costs as much as a dense
+        map); attention alone runs on the padded grid, as before."""
         length = ids.shape[1]
-        states = self.embedding_norm(self.words[ids] + self.positions[:length] + self.token_type)
+        real = attention.astype(bool)
+        positions = np.broadcast_to(np.arange(length), ids.shape)[real]
+        states = self.embedding_norm(self.words[ids[real]] + self.positions[positions] + self.token_type)
         # Padding is masked out of attention with a large negative bias (BertModel's convention).
         mask = attention[:, None, None, :].astype(np.float32)
         additive = (np.float32(1.0) - mask) * np.finfo(np.float32).min
         for layer in self.layers:
-            states = layer(states, additive)
+            states = layer(states, real, additive)
+        grid = np.zeros((*ids.shape, self.width), dtype=np.float32)
+        grid[real] = states
         weights = attention[:, :, None].astype(np.float32)
-        pooled = (states * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), np.float32(1e-9))
+        pooled = (grid * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), np.float32(1e-9))
         norms = np.sqrt((pooled * pooled).sum(axis=1, keepdims=True))
         result: Matrix = pooled / np.maximum(norms, np.float32(1e-12))
         return result

@@ -13,11 +13,14 @@ import sys
 import urllib.request
 from typing import Any
 
-from test_guard import JUDGE
+import aiohttp
+import pytest
+from test_guard import JUDGE, REFUND_CONTEXT, WRONG_FIRST, WRONG_SECOND, read_events
 from test_guard_limits import TRIAL_ANSWER, TRIAL_CONTEXT
 from typer.testing import CliRunner
 
 from rt4chart.cli.app import app as cli_app
+from rt4chart.runs.guard import GuardConfig, start_guard
 
 
 def claims_through_the_cli(*flags: str) -> list[str]:
@@ -55,3 +58,30 @@ def test_an_unknown_decomposer_is_a_usage_error() -> None:
     result = CliRunner().invoke(cli_app, ["guard", "--decomposer", "magic"])
     assert result.exit_code == 2
     assert "--decomposer must be" in result.output and "'magic'" in result.output
+
+
+@pytest.mark.asyncio
+async def test_a_sentence_event_carries_its_claims_verdicts_not_the_whole_record() -> None:
+    guard = await start_guard(GuardConfig(port=0, judge=JUDGE))
+    try:
+        async with aiohttp.ClientSession(guard.url) as http:
+            body = {"context": REFUND_CONTEXT, "answer": WRONG_FIRST + WRONG_SECOND, "stream": True}
+            async with http.post("/v1/verify", json=body) as response:
+                events = [event async for event in read_events(response)]
+    finally:
+        await guard.stop()
+    first, second, answer = events
+    assert set(first) == {
+        "event", "index", "start", "end", "text", "label", "decision", "claims", "errors", "incomplete"
+    }
+    assert (first["label"], first["decision"], second["decision"]) == ("contradicted", "block", "pass")
+    (claim,) = first["claims"]
+    assert set(claim) == {"text", "label", "confidence", "evidence", "errors"}
+    assert claim["label"] == "contradicted" and claim["evidence"]
+    joined = "\n".join(REFUND_CONTEXT)
+    for quote in claim["evidence"]:
+        assert set(quote) == {"start", "end", "text"}
+        assert joined[quote["start"] : quote["end"]] == quote["text"]
+    # The answer event ends the stream with the answer's record, every claim in full.
+    assert answer["event"] == "answer" and len(answer["record"]["claims"]) == 2
+    assert answer["record"]["claims"][0]["rationale"]

@@ -11,16 +11,32 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import openai
 import pytest
-from test_guard import JUDGE, REFUND_CONTEXT, WRONG_FIRST, WRONG_SECOND, read_events
-from test_guard_limits import TRIAL_ANSWER, TRIAL_CONTEXT
+from aiohttp import web
+from faults import fault_server
+from test_guard import (
+    FAITHFUL,
+    JUDGE,
+    REFUND_CONTEXT,
+    SEEN,
+    WRONG_FIRST,
+    WRONG_SECOND,
+    chat,
+    read_events,
+    serve_upstream,
+    stand_in_upstream,
+    with_proxy,
+)
+from test_guard_limits import TRIAL_ANSWER, TRIAL_CONTEXT, contradict_with_the_refund_sentence, first_stage_rules
 from typer.testing import CliRunner
 
 from rt4chart.cli.app import app as cli_app
-from rt4chart.runs.guard import GuardConfig, start_guard
+from rt4chart.runs.guard import GuardConfig, GuardLimits, start_guard
 
 
 def claims_through_the_cli(*flags: str) -> list[str]:
@@ -85,3 +101,53 @@ async def test_a_sentence_event_carries_its_claims_verdicts_not_the_whole_record
     # The answer event ends the stream with the answer's record, every claim in full.
     assert answer["event"] == "answer" and len(answer["record"]["claims"]) == 2
     assert answer["record"]["claims"][0]["rationale"]
+
+
+@pytest.mark.asyncio
+async def test_a_proxied_chat_request_brings_its_own_latency_budget(tmp_path: Path) -> None:
+    upstream_app = stand_in_upstream([FAITHFUL])
+    upstream, upstream_url = await serve_upstream(upstream_app)
+    judge = f"cascade:scripted:{first_stage_rules(tmp_path)}@0.9,openai/second"
+    with fault_server(contradict_with_the_refund_sentence) as server:
+        server.gate.clear()  # the second stage never answers while the request waits: only the budget ends it
+        config = GuardConfig(port=0, judge=judge, api_base=server.base_url, upstream=upstream_url,
+                             limits=GuardLimits(timeout_s=10))
+        guard = await start_guard(config)
+        try:
+            async with openai.AsyncOpenAI(base_url=guard.url + "/v1", api_key="k", max_retries=0) as client:
+                messages, extra = chat("rt4_context")
+                reply = await client.chat.completions.create(
+                    model="m", messages=messages, extra_body={**extra, "rt4_latency_budget_ms": 200}
+                )
+                streamed = await client.chat.completions.create(
+                    model="m", messages=messages, extra_body={**extra, "rt4_latency_budget_ms": 200}, stream=True
+                )
+                chunks = [chunk async for chunk in streamed]
+                events = [e for chunk in chunks if (e := (chunk.model_extra or {}).get("rt4chart"))]
+                with pytest.raises(openai.UnprocessableEntityError, match="rt4_latency_budget_ms"):
+                    await client.chat.completions.create(
+                        model="m", messages=messages, extra_body={**extra, "rt4_latency_budget_ms": -1}
+                    )
+        finally:
+            server.gate.set()
+            await guard.stop()
+            await upstream.cleanup()
+    verdict = (reply.model_extra or {})["rt4chart"]
+    assert verdict["decision"] == "flag"
+    assert any("latency budget of 200 ms spent" in error for error in verdict["record"]["errors"])
+    decisions = [(e["event"], e["decision"]) for e in events]
+    assert decisions == [("sentence", "pass"), ("sentence", "flag"), ("answer", "flag")]
+    assert all("rt4_latency_budget_ms" not in body for body in upstream_app[SEEN])
+
+
+@pytest.mark.asyncio
+async def test_a_proxied_latency_budget_needs_a_cascade() -> None:
+    async def check(client: openai.AsyncOpenAI, upstream: web.Application) -> None:
+        messages, extra = chat("rt4_context")
+        with pytest.raises(openai.UnprocessableEntityError, match="no cascade"):
+            await client.chat.completions.create(
+                model="m", messages=messages, extra_body={**extra, "rt4_latency_budget_ms": 200}
+            )
+        assert not upstream[SEEN]  # refused before anything went upstream
+
+    await with_proxy([FAITHFUL], check)

@@ -81,9 +81,10 @@ class SentenceVerdict:
     decision: Decision
 
     def event(self) -> dict[str, Any]:
-        """The sentence's verdict as a stream event: what a client acts on while the answer streams (its
-        claims' labels, confidence and evidence quotes with their context offsets, and what went wrong), not the whole record: the answer
-        event that ends the stream carries the answer's record, every claim in full."""
+        """The sentence's verdict as a stream event: what a client acts on while the answer streams
+        (its claims' labels, confidence, evidence quotes with their context offsets, and what went
+        wrong), not the whole record: the answer event that ends the stream carries the answer's
+        record, every claim in full."""
         return {
             "event": "sentence",
             "index": self.index,

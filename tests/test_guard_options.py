@@ -20,6 +20,7 @@ import pytest
 from aiohttp import web
 from faults import fault_server
 from test_guard import (
+    EXAMPLES,
     FAITHFUL,
     JUDGE,
     REFUND_CONTEXT,
@@ -151,3 +152,29 @@ async def test_a_proxied_latency_budget_needs_a_cascade() -> None:
         assert not upstream[SEEN]  # refused before anything went upstream
 
     await with_proxy([FAITHFUL], check)
+
+
+@pytest.mark.asyncio
+async def test_a_call_cut_at_the_latency_deadline_is_booked_at_its_prompt_cost(tmp_path: Path) -> None:
+    rules = json.loads((EXAMPLES / "answers.rules.json").read_text())
+    slow = tmp_path / "slow.rules.json"  # a paid second stage that answers long after the budget
+    slow.write_text(json.dumps({**rules, "cost_per_call": 0.01, "latency_s": 60}))
+    judge = f"cascade:scripted:{first_stage_rules(tmp_path)}@0.9,scripted:{slow}"
+    config = GuardConfig(port=0, judge=judge, limits=GuardLimits(latency_budget_ms=200, timeout_s=20))
+    guard = await start_guard(config)
+    try:
+        async with aiohttp.ClientSession(guard.url) as http:
+            async with http.post("/v1/verify", json={"context": REFUND_CONTEXT, "answer": FAITHFUL}) as response:
+                assert response.status == 200, await response.text()
+                record = (await response.json())["record"]
+            async with http.get("/metrics") as response:
+                metrics = await response.text()
+    finally:
+        await guard.stop()
+    assert any("latency budget of 200 ms spent" in error for error in record["errors"])
+    (cut,) = [usage for judge, usage in record["usage_by_judge"].items() if "slow.rules.json" in judge]
+    assert cut["calls"] == 1 and cut["cost_usd"] == pytest.approx(0.01) and cut["prompt_tokens"] > 0
+    assert record["usage"]["cost_usd"] == pytest.approx(0.01)
+    # The shared budget's ledger, which --budget caps, books it too.
+    cost = next(line for line in metrics.splitlines() if line.startswith("rt4_guard_judge_cost_usd_total"))
+    assert float(cost.split()[1]) == pytest.approx(0.01)

@@ -81,7 +81,8 @@ RowMap = Callable[..., Matrix]
 """Runs a token-wise step (``step(*matrices) -> rows``) over row-aligned matrices: whole, or in pieces."""
 
 MIN_PIECE_ROWS = 32
-"""Fewest token rows worth a piece of their own on another thread (below, the hand-over costs more)."""
+"""Fewest token rows given a piece of their own on another thread (a guess, not tuned: a piece of a few rows
+would cost more in hand-over than it saves)."""
 
 
 def in_one_piece(step: Callable[..., Matrix], *matrices: Matrix) -> Matrix:

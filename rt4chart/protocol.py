@@ -271,6 +271,13 @@ def prompt_tokens(backend: object, request: JudgeRequest) -> int:
     return approximate_tokens("".join(m.content for m in request.messages))
 
 
+def cut_call_usage(backend: object, request: JudgeRequest) -> Usage:
+    """What a call cut before its reply (a latency budget's deadline, a shutdown) costs: its prompt was
+    sent and is paid, no completion is counted. Booked, never $0; for a judge that can only bound its
+    cost, that bound (see :func:`reply_cost_usd`)."""
+    return Usage(calls=1, prompt_tokens=prompt_tokens(backend, request), cost_usd=reply_cost_usd(backend, request, 0))
+
+
 _loading: list[str] = []
 _loading_lock = threading.Lock()
 

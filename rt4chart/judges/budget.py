@@ -19,6 +19,7 @@ ones.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 from collections.abc import Iterator
@@ -28,7 +29,14 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from rt4chart.options import HelpPanel
-from rt4chart.protocol import Backend, BackendWrapper, BudgetExhausted, JudgeRequest, JudgeResponse
+from rt4chart.protocol import (
+    Backend,
+    BackendWrapper,
+    BudgetExhausted,
+    JudgeRequest,
+    JudgeResponse,
+    cut_call_usage,
+)
 from rt4chart.types import Usage
 
 _ROUNDING = 1e-9
@@ -193,6 +201,10 @@ class MeteredBackend(BackendWrapper):
                     "error": f"the judge reported {problem}; the call is booked at its worst case "
                              f"(${reservation:.6f})",
                 })
+        except asyncio.CancelledError:
+            # Cut before its reply (a cascade's latency budget, a shutdown): the prompt was sent, and is paid.
+            usage = cut_call_usage(self.inner, request)
+            raise
         finally:
             _CALL_LEDGER.reset(call)
             self.ledger.in_flight -= 1

@@ -18,6 +18,10 @@ from rt4chart.runs.guard.policy import RequestError
 from rt4chart.runs.guard.streaming import Auditor, SentenceVerdict, StreamingAudit
 from rt4chart.types import Sample
 
+LATENCY_BUDGET_FIELD = "rt4_latency_budget_ms"
+EXTENSION_FIELDS = frozenset({"rt4_context", LATENCY_BUDGET_FIELD})
+"""Fields of a chat request the proxy reads and never forwards upstream."""
+
 
 class ChatProxy:
     """The proxy of one service: its client session to the upstream, the service's audit and policy."""
@@ -39,8 +43,10 @@ class ChatProxy:
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             raise RequestError(422, "messages: a chat completion request needs a list of messages")
         context = chat_context(body)
+        budget_ms = chat_latency_budget(body)
+        self.guard.config.check_request_budget(LATENCY_BUDGET_FIELD, budget_ms)
         question = last_user_message(body["messages"])
-        forwarded = {key: value for key, value in body.items() if key != "rt4_context"}
+        forwarded = {key: value for key, value in body.items() if key not in EXTENSION_FIELDS}
         headers = {"Content-Type": "application/json"}
         key = self.guard.config.upstream_key
         if key is None and self.guard.config.token is None and "Authorization" in request.headers:
@@ -59,13 +65,13 @@ class ChatProxy:
                     status=upstream.status, body=await upstream.read(), content_type=upstream.content_type
                 )
             if forwarded.get("stream"):
-                return await self._proxy_stream(request, upstream, context, question, started)
+                return await self._proxy_stream(request, upstream, context, question, budget_ms, started)
             reply = await upstream.json()
         finally:
             upstream.release()
         answer = reply["choices"][0]["message"].get("content") or ""
         sample = Sample(id=str(reply.get("id") or uuid.uuid4().hex), context=context, question=question, answer=answer)
-        record = await self.guard.audit(sample)
+        record = await self.guard.audit(sample, latency_budget_ms=budget_ms)
         decision = await self.guard.conclude(record, started)
         if decision == "block":
             reply["choices"][0]["message"]["content"] = self.guard.config.policy.block_message
@@ -81,6 +87,7 @@ class ChatProxy:
         upstream: aiohttp.ClientResponse,
         context: str | list[str],
         question: str | None,
+        budget_ms: float | None,
         started: float,
     ) -> web.StreamResponse:
         """Pass the upstream's events through byte for byte; a verdict event follows each sentence as
@@ -94,7 +101,9 @@ class ChatProxy:
             async with writing:
                 await response.write(_sse({**envelope, "rt4chart": verdict.event()}))
 
-        audit = StreamingAudit(self.guard, uuid.uuid4().hex, context, question, None, emit, stop_on_block=True)
+        audit = StreamingAudit(
+            self.guard, uuid.uuid4().hex, context, question, None, emit, stop_on_block=True, latency_budget_ms=budget_ms
+        )
 
         async def abort(status: int, message: str) -> web.StreamResponse:
             audit.cancel()
@@ -162,6 +171,17 @@ def chat_context(body: dict[str, Any]) -> list[str]:
     if not passages:
         raise RequestError(422, "no context to audit against: give rt4_context or system/tool messages")
     return passages
+
+
+def chat_latency_budget(body: dict[str, Any]) -> float | None:
+    """The cascade latency budget a chat request asks for in milliseconds (its ``rt4_latency_budget_ms``),
+    ``None`` when it asks for none (the service's ``--latency-budget-ms`` then applies)."""
+    asked = body.get(LATENCY_BUDGET_FIELD)
+    if asked is None:
+        return None
+    if isinstance(asked, bool) or not isinstance(asked, int | float) or not asked > 0:
+        raise RequestError(422, f"{LATENCY_BUDGET_FIELD}: a number of milliseconds above 0 (got {asked!r})")
+    return float(asked)
 
 
 def last_user_message(messages: list[Any]) -> str | None:

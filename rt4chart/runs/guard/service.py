@@ -226,8 +226,7 @@ class Guard:
 
     def _verify_request(self, data: Any) -> VerifyRequest:
         first = parse_body(VerifyRequest, data)
-        if first.latency_budget_ms is not None and not self.config.cascades:
-            raise RequestError(422, "latency_budget_ms: bounds a cascade's later stages, and this judge is no cascade")
+        self.config.check_request_budget("latency_budget_ms", first.latency_budget_ms)
         return first
 
     async def _verify_ndjson(self, request: web.Request, started: float) -> web.StreamResponse:

@@ -81,6 +81,10 @@ class SentenceVerdict:
     decision: Decision
 
     def event(self) -> dict[str, Any]:
+        """The sentence's verdict as a stream event: what a client acts on while the answer streams
+        (its claims' labels, confidence, evidence quotes with their context offsets, and what went
+        wrong), not the whole record: the answer event that ends the stream carries the answer's
+        record, every claim in full."""
         return {
             "event": "sentence",
             "index": self.index,
@@ -89,7 +93,18 @@ class SentenceVerdict:
             "text": self.text,
             "label": self.record.label,
             "decision": self.decision,
-            "record": self.record.model_dump(mode="json"),
+            "claims": [
+                {
+                    "text": claim.text,
+                    "label": claim.label,
+                    "confidence": claim.confidence,
+                    "evidence": [{"start": e.start, "end": e.end, "text": e.text} for e in claim.evidence],
+                    "errors": claim.errors,
+                }
+                for claim in self.record.claims
+            ],
+            "errors": self.record.errors,
+            "incomplete": self.record.incomplete,
         }
 
 

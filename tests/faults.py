@@ -127,6 +127,19 @@ class FaultServer:
             return f"<think>At first I thought {DECOY} but no.</think>\n{reply}"
         return reply
 
+    def usage(self, body: dict[str, Any], content: str) -> tuple[int, int]:
+        """The prompt and completion tokens a reply of ``content`` to ``body`` reports."""
+        counted = self.completion_tokens
+        tokens = counted(content) if callable(counted) else counted
+        return self.prompt_tokens(body), min(tokens, int(body.get("max_tokens") or tokens))
+
+    def completion(self, body: dict[str, Any], behaviour: Behaviour = "ok") -> dict[str, Any]:
+        """The chat completion a request ``body`` gets when it is answered (``behaviour``: a
+        content variant such as ``ok``, ``prose`` or ``invalid_json``): what the server sends online,
+        and what the Batch API stand-in (tests/batch_server.py) writes into its output file."""
+        content = self.content_for(behaviour, body)
+        return _completion(str(body.get("model", "fault")), content, None, self.usage(body, content))
+
 
 def _completion(
     model: str, content: str, reasoning: str | None, usage: tuple[int, int] = (50, 20)
@@ -247,10 +260,9 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
             elif behaviour == "reasoning":
                 reasoning = f"Maybe {DECOY}? Let me check."
                 content = state.content_for(behaviour, body)
-                self._send(200, _completion(model, content, reasoning, self._usage(body, content)))
+                self._send(200, _completion(model, content, reasoning, state.usage(body, content)))
             else:
-                content = state.content_for(behaviour, body)
-                self._send(200, _completion(model, content, None, self._usage(body, content)))
+                self._send(200, state.completion(body, behaviour))
 
         def _stream(self, fault: Fault) -> None:
             """A reply too large, too slow or endless, until the client hangs up or the server stops."""
@@ -295,11 +307,6 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
         def _count(self, sent: int) -> None:
             with state.lock:
                 state.bytes_streamed += sent
-
-        def _usage(self, body: dict[str, Any], content: str) -> tuple[int, int]:
-            counted = state.completion_tokens
-            tokens = counted(content) if callable(counted) else counted
-            return state.prompt_tokens(body), min(tokens, int(body.get("max_tokens") or tokens))
 
     return Handler
 

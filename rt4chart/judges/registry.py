@@ -47,6 +47,7 @@ from rt4chart.protocol import TEXT_JUDGES, Backend, BackendWrapper, Capabilities
 from rt4chart.resources import resource_dir
 
 if TYPE_CHECKING:
+    from rt4chart.judges.batch import BatchSettings
     from rt4chart.judges.litellm import LiteLLMSettings
     from rt4chart.judges.openai_compat import OpenAICompatSettings
     from rt4chart.options import AuditOptions
@@ -241,11 +242,13 @@ def resolve_judge(
     concurrency: int | None = None,
     wrap: Callable[[Backend], Backend] | None = None,
     timeout_s: float | None = None,
+    batch: BatchSettings | None = None,
 ) -> Backend:
     """Build the backend named by ``spec`` (default :data:`DEFAULT_JUDGE`).
 
     ``api_base``, ``concurrency`` and ``timeout_s`` (seconds per HTTP attempt) override the judge
-    profile; ``wrap`` is applied to every
+    profile; ``batch`` sends every model call through the provider's Batch API
+    (:mod:`rt4chart.judges.batch`); ``wrap`` is applied to every
     model-calling backend (each stage of a cascade) and is how the disk cache and the budget are
     put in front of the calls. Raises :class:`JudgeConfigError` before any work when the judge
     cannot be used (unknown name, missing API key, unreadable rules file).
@@ -255,8 +258,8 @@ def resolve_judge(
         raise JudgeConfigError(f"concurrency must be at least 1 (got {concurrency})")
     calibrated = _calibrated_profile(spec)
     if calibrated is not None:
-        return _calibrated_judge(calibrated, api_base, concurrency, wrap, timeout_s)
-    settings = LeafSettings(api_base=api_base, concurrency=concurrency, timeout_s=timeout_s, wrap=wrap)
+        return _calibrated_judge(calibrated, api_base, concurrency, wrap, timeout_s, batch)
+    settings = LeafSettings(api_base=api_base, concurrency=concurrency, timeout_s=timeout_s, wrap=wrap, batch=batch)
     for scheme, build in ENSEMBLE_SCHEMES.items():
         if spec.startswith(scheme):
             return build(spec, settings)
@@ -311,6 +314,8 @@ class LeafSettings:
     concurrency: int | None = None
     timeout_s: float | None = None
     wrap: Callable[[Backend], Backend] | None = None
+    batch: BatchSettings | None = None
+    """Send the model calls through the provider's Batch API (``--batch``); ``None``: online."""
 
 
 def _resolve_leaf(spec: str, settings: LeafSettings) -> Backend:
@@ -367,7 +372,7 @@ def _calibrated_leaf(profile: JudgeProfile, settings: LeafSettings) -> Backend:
 def _model(profile: JudgeProfile, settings: LeafSettings) -> Backend:
     if settings.timeout_s is not None:
         profile = profile.model_copy(update={"timeout_s": settings.timeout_s})
-    return _litellm_backend(profile, settings.api_base, settings.concurrency)
+    return _litellm_backend(profile, settings.api_base, settings.concurrency, settings.batch)
 
 
 ENSEMBLE_SCHEMES: dict[str, Callable[[str, LeafSettings], Backend]] = {"cascade:": _cascade, "vote:": _vote}
@@ -434,7 +439,7 @@ class CalibratedJudge(BackendWrapper):
 
 def _calibrated_judge(
     profile: JudgeProfile, api_base: str | None, concurrency: int | None,
-    wrap: Callable[[Backend], Backend] | None, timeout_s: float | None,
+    wrap: Callable[[Backend], Backend] | None, timeout_s: float | None, batch: BatchSettings | None,
 ) -> Backend:
     assert profile.judge is not None and profile.claim_threshold is not None, "validated by the profile"
     judge = profile.judge.strip()
@@ -447,7 +452,7 @@ def _calibrated_judge(
     if _calibrated_profile(judge) is not None:
         raise refused("it is itself a calibrated profile: name the judge it calibrates")
     inner = resolve_judge(judge, api_base=api_base or profile.api_base, concurrency=concurrency, wrap=wrap,
-                          timeout_s=timeout_s)
+                          timeout_s=timeout_s, batch=batch)
     if inner.name.startswith("embedded#"):
         raise refused("the embedded judge applies its threshold inside its head: give its profile claim_thresholds")
     return CalibratedJudge(inner, profile.claim_threshold)
@@ -549,8 +554,12 @@ def _surely_no_model(model: str) -> bool:
     return names is not None and model not in names
 
 
-def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: int | None) -> Backend:
+def _litellm_backend(
+    profile: JudgeProfile, api_base: str | None, concurrency: int | None, batch: BatchSettings | None = None
+) -> Backend:
     if profile.deployments:
+        if batch is not None:
+            raise JudgeConfigError(f"judge {profile.name!r} is a fleet: --batch needs one OpenAI-compatible endpoint")
         return _fleet_backend(profile, api_base, concurrency)
     base = api_base or profile.api_base
     if base is None and profile.api_base_env:
@@ -584,6 +593,8 @@ def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: i
             )
     elif base is not None:
         api_key = NO_KEY
+    if batch is not None:
+        return _batch_backend(profile, base, api_key, batch)
     if profile.openai_compatible_at(base):
         from rt4chart.judges.openai_compat import OpenAICompatBackend
 
@@ -591,6 +602,29 @@ def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: i
     from rt4chart.judges.litellm import LiteLLMBackend
 
     return LiteLLMBackend(profile.litellm_settings(concurrency), api_key=api_key, api_base=base)
+
+
+def _batch_backend(profile: JudgeProfile, base: str | None, api_key: str | None, batch: BatchSettings) -> Backend:
+    """The profile's model through an OpenAI-compatible Batch API: OpenAI's own without a base URL.
+    Its name is the online judge's (so are its cache keys); its prices the batch rate; its calls in
+    flight every request a round holds (the provider, not the client, paces a batch)."""
+    from rt4chart.judges.batch import BATCH_PRICE_FACTOR, MAX_BATCH_REQUESTS, BatchSender
+    from rt4chart.judges.policy import PolicyBackend
+
+    speaks_openai = profile.openai_compatible_at(base) or (base is None and model_speaks_openai(profile.model or ""))
+    if not speaks_openai:
+        raise JudgeConfigError(
+            f"--batch needs a judge served over OpenAI's protocol (OpenAI, or a server with /v1/batches): "
+            f"{profile.name!r} ({profile.model}) is not"
+        )
+    settings = profile.openai_compat_settings(MAX_BATCH_REQUESTS)
+    prices = {
+        field: price * BATCH_PRICE_FACTOR
+        for field in ("input_usd_per_mtok", "output_usd_per_mtok")
+        if (price := getattr(settings, field)) is not None
+    }
+    settings = settings.model_copy(update=prices)
+    return PolicyBackend(BatchSender(settings, api_key=api_key, api_base=base, batch=batch), settings)
 
 
 def _fleet_backend(profile: JudgeProfile, api_base: str | None, concurrency: int | None) -> Backend:
@@ -655,6 +689,7 @@ def judge_stack(
     budget_usd: float | None = None,
     ledger: Ledger | None = None,
     timeout_s: float | None = None,
+    batch: BatchSettings | None = None,
 ) -> JudgeStack:
     """The judge an audit runs with: what ``rt4 verify``, :func:`rt4chart.averify`, ``rt4 eval`` and
     the benchmarks all build.
@@ -664,7 +699,8 @@ def judge_stack(
     ``cache`` is an open :class:`JudgeCache` (the caller closes it), a directory or a cache server's
     ``redis://`` URL (opened here, closed with the stack), or ``None`` for no cache. ``budget_usd`` caps
     the spend (``None``: no cap); several stacks share one spend and cap when given one ``ledger``
-    instead (``rt4 compare``). ``timeout_s`` overrides the profile's seconds per HTTP attempt.
+    instead (``rt4 compare``). ``timeout_s`` overrides the profile's seconds per HTTP attempt;
+    ``batch`` sends the model calls through the provider's Batch API (:mod:`rt4chart.judges.batch`).
     Whoever builds a stack closes it (``await stack.aclose()``); the
     pipeline and the audit runners never close a backend they were given.
     """
@@ -688,7 +724,7 @@ def judge_stack(
 
     try:
         inner = wrap(judge) if isinstance(judge, Backend) else resolve_judge(
-            judge, api_base=api_base, concurrency=concurrency, wrap=wrap, timeout_s=timeout_s
+            judge, api_base=api_base, concurrency=concurrency, wrap=wrap, timeout_s=timeout_s, batch=batch
         )
     except BaseException:
         if opened and disk is not None:

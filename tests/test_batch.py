@@ -1,0 +1,209 @@
+"""rt4 verify --batch against the Batch API stand-in (tests/batch_server.py): the stand-in's own
+shapes, records and cache identical to online mode, rounds across samples, batch prices, the journal
+and --resume after a kill, failed and expired batches."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from batch_server import batch_server
+from faults import Fault, fault_server, grounded
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def judge_reply(body: dict[str, Any]) -> str:
+    """A judge that decomposes each answer sentence into itself and verifies by :func:`faults.grounded`."""
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    if "Claims:\n" in user:
+        return grounded(body)
+    listing = user.rsplit("Answer sentences:\n", 1)[-1]
+    sentences = re.findall(r"^\[(\d+)\] (.*)$", listing, flags=re.MULTILINE)
+    if '{"sentences": [' not in user:  # one sentence asked alone
+        return json.dumps({"claims": [sentences[0][1]] if sentences else []})
+    return json.dumps({"sentences": [{"sentence": int(n), "claims": [text]} for n, text in sentences]})
+
+
+def profile(tmp_path: Path) -> Path:
+    """A judge profile on an OpenAI-compatible server with prices, so that costs can be compared."""
+    path = tmp_path / "priced.toml"
+    path.write_text(
+        'name = "priced"\nmodel = "openai/fault"\napi = "openai-compatible"\n'
+        "input_usd_per_mtok = 2.0\noutput_usd_per_mtok = 8.0\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def rt4(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a child process."""
+    return subprocess.run(
+        [sys.executable, "-m", "rt4chart", *map(str, args)],
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, capture_output=True, text=True, timeout=300,
+        check=False,
+    )
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+TRANSPORT_FIELDS = frozenset({"usage", "usage_by_judge", "cost_usd"})
+"""Record fields that say what the calls cost and how they went, not what the judge found."""
+
+
+def verdicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records without their usage and transport fields, at any depth."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: strip(item) for key, item in value.items() if key not in TRANSPORT_FIELDS}
+        if isinstance(value, list):
+            return [strip(item) for item in value]
+        return value
+
+    return [strip(row) for row in rows]
+
+
+def post(url: str, data: bytes, content_type: str) -> dict[str, Any]:
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": content_type}, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        data: bytes = response.read()
+        return data
+
+
+def upload(base_url: str, lines: list[dict[str, Any]]) -> str:
+    boundary = uuid.uuid4().hex
+    content = "".join(json.dumps(line) + "\n" for line in lines)
+    form = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="in.jsonl"\r\n'
+        f"Content-Type: application/jsonl\r\n\r\n{content}\r\n--{boundary}--\r\n"
+    )
+    return str(post(f"{base_url}/files", form.encode(), f"multipart/form-data; boundary={boundary}")["id"])
+
+
+def chat_line(custom_id: str, claim: str) -> dict[str, Any]:
+    prompt = f"Context: the sky is blue.\nClaims:\n[0] {claim}"
+    body = {"model": "fault", "messages": [{"role": "user", "content": prompt}], "max_tokens": 50}
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+
+
+def create(base_url: str, file_id: str) -> dict[str, Any]:
+    request = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h",
+               "metadata": {"mine": "yes"}}
+    return post(f"{base_url}/batches", json.dumps(request).encode(), "application/json")
+
+
+def test_the_stand_in_answers_batches_as_the_online_server_answers_requests() -> None:
+    lines = [chat_line("a", "the sky is blue"), chat_line("b", "grass is red"), chat_line("c", "the sky is blue")]
+    with batch_server(grounded, Fault("ok"), Fault("server_error")) as server:
+        batch = create(server.base_url, upload(server.base_url, lines))
+        assert batch["status"] == "validating" and batch["metadata"] == {"mine": "yes"}
+        url = f"{server.base_url}/batches/{batch['id']}"
+        assert json.loads(get(url))["status"] == "in_progress"
+        done = json.loads(get(url))
+        assert done["status"] == "completed"
+        assert done["request_counts"] == {"total": 3, "completed": 2, "failed": 1}
+        listed = json.loads(get(f"{server.base_url}/batches"))["data"]
+        assert [row["id"] for row in listed] == [batch["id"]]
+        outputs = [json.loads(line) for line in get(f"{server.base_url}/files/{done['output_file_id']}/content").splitlines()]
+        errors = [json.loads(line) for line in get(f"{server.base_url}/files/{done['error_file_id']}/content").splitlines()]
+        assert server.submitted == {"a": 1, "b": 1, "c": 1}
+    # The second line met the scripted 500; the others are answered as online.
+    assert [row["custom_id"] for row in outputs] == ["a", "c"] and [row["custom_id"] for row in errors] == ["b"]
+    assert errors[0]["response"]["status_code"] == 500
+    with fault_server(grounded) as online:
+        for row, line in zip(outputs, (lines[0], lines[2]), strict=True):
+            answer = post(f"{online.base_url}/chat/completions", json.dumps(line["body"]).encode(), "application/json")
+            assert row["response"]["body"]["choices"] == answer["choices"]
+            assert row["response"]["body"]["usage"] == answer["usage"]
+
+
+def test_the_stand_in_expires_and_fails_batches_and_cancels_them() -> None:
+    lines = [chat_line(name, "the sky is blue") for name in "abc"]
+    with batch_server(grounded) as server:
+        server.expire, server.expired_answers, server.fail = 1, 1, 1
+        failed = create(server.base_url, upload(server.base_url, lines))
+        expired = create(server.base_url, upload(server.base_url, lines))
+        server.finishing = 2
+        held = create(server.base_url, upload(server.base_url, lines))
+        for batch in (failed, expired, held):
+            get(f"{server.base_url}/batches/{batch['id']}")
+        states = {b["id"]: json.loads(get(f"{server.base_url}/batches/{b['id']}")) for b in (failed, expired, held)}
+        cancelled = post(f"{server.base_url}/batches/{held['id']}/cancel", b"", "application/json")
+        expired_errors = get(f"{server.base_url}/files/{states[expired['id']]['error_file_id']}/content").splitlines()
+    assert states[failed["id"]]["status"] == "failed" and states[failed["id"]]["output_file_id"] is None
+    assert states[expired["id"]]["status"] == "expired"
+    assert states[expired["id"]]["request_counts"] == {"total": 3, "completed": 1, "failed": 2}
+    assert [json.loads(line)["error"]["code"] for line in expired_errors] == ["batch_expired"] * 2
+    assert states[held["id"]]["status"] == "in_progress" and cancelled["status"] == "cancelled"
+
+
+def samples_file(path: Path, count: int) -> Path:
+    """``count`` answers of two sentences each, the first said by the context word for word."""
+    rows = [
+        {"id": f"s{n}", "question": f"What about store {n}?",
+         "context": f"Store {n} opens at {n % 12 + 1} am. It sells bread.",
+         "answer": f"Store {n} opens at {n % 12 + 1} am. It also sells cakes {n}."}
+        for n in range(count)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def test_a_batch_audit_runs_in_one_round_per_stage_whatever_the_number_of_samples(tmp_path: Path) -> None:
+    for count in (3, 12):
+        inputs = samples_file(tmp_path / f"in{count}.jsonl", count)
+        with batch_server(judge_reply) as server:
+            done = rt4("verify", inputs, "--judge", profile(tmp_path), "--api-base", server.base_url, "--no-cache",
+                       "--batch", "--batch-poll", "0.02", "--samples-in-flight", str(count),
+                       "--out", tmp_path / f"out{count}.jsonl")
+        assert done.returncode == 1, done.stderr  # the cakes are baseless
+        # Decomposition, local windows, global stage: three rounds, each holding every sample's calls
+        # (the global stage asks a sample's entailed and baseless claims apart, by first-pass label).
+        assert [batch["request_counts"]["total"] for batch in server.created_batches] == [count, count, 2 * count]
+        assert set(server.submitted.values()) == {1} and not server.online
+
+
+def test_batch_records_equal_online_ones_at_half_the_price_and_fill_the_online_cache(tmp_path: Path) -> None:
+    judge = profile(tmp_path)
+    cache = tmp_path / "cache"
+    for name in ("answers.jsonl", "cited_answers.jsonl"):
+        inputs = EXAMPLES / name
+        with batch_server(judge_reply) as server:
+            common = ("verify", inputs, "--judge", judge, "--api-base", server.base_url, "--fail-on", "never")
+            online = rt4(*common, "--no-cache", "--out", tmp_path / f"online-{name}")
+            online_calls = len(server.online)
+            batched = rt4(*common, "--cache-dir", cache, "--batch", "--out", tmp_path / f"batch-{name}",
+                          env={"RT4_BATCH_POLL_S": "0.02"})
+            assert len(server.online) == online_calls  # the batch run sent nothing online
+            rerun = rt4(*common, "--cache-dir", cache, "--out", tmp_path / f"rerun-{name}")
+            assert len(server.online) == online_calls  # the online rerun was answered by the cache
+        assert online.returncode == batched.returncode == rerun.returncode == 0, batched.stderr
+        assert sum(server.submitted.values()) == online_calls and set(server.submitted.values()) == {1}
+        online_rows, batch_rows = records(tmp_path / f"online-{name}"), records(tmp_path / f"batch-{name}")
+        assert verdicts(batch_rows) == verdicts(online_rows)
+        assert verdicts(records(tmp_path / f"rerun-{name}")) == verdicts(online_rows)
+        for online_row, batch_row in zip(online_rows, batch_rows, strict=True):
+            assert batch_row["usage"]["calls"] == online_row["usage"]["calls"]
+            assert batch_row["usage"]["prompt_tokens"] == online_row["usage"]["prompt_tokens"]
+            assert batch_row["usage"]["cost_usd"] > 0
+            assert abs(batch_row["usage"]["cost_usd"] - online_row["usage"]["cost_usd"] / 2) < 1e-12

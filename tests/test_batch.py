@@ -59,7 +59,7 @@ def records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-TRANSPORT_FIELDS = frozenset({"usage", "usage_by_judge", "cost_usd"})
+TRANSPORT_FIELDS = frozenset({"usage", "usage_by_judge", "calls", "cost_usd"})
 """Record fields that say what the calls cost and how they went, not what the judge found."""
 
 

@@ -1,8 +1,9 @@
 """A real stand-in for OpenAI's Batch API on 127.0.0.1: files, batches, their status progression,
 output and error files, expiry and failures on purpose.
 
-Endpoints (OpenAI's shapes): ``POST /v1/chat/completions`` (online, answered at once), ``POST /v1/files`` (multipart, ``purpose=batch``), ``GET
-/v1/files/{id}/content``, ``POST /v1/batches``, ``GET /v1/batches`` (newest first),
+Endpoints (OpenAI's shapes): ``POST /v1/chat/completions`` (online, answered at once, as a vLLM
+server with a batch runner would), ``POST /v1/files`` (multipart, ``purpose=batch``),
+``GET /v1/files/{id}/content``, ``POST /v1/batches``, ``GET /v1/batches`` (newest first),
 ``GET /v1/batches/{id}``, ``POST /v1/batches/{id}/cancel``. A batch is ``validating`` when created,
 ``in_progress`` at its first retrieval, and finishes at a later one (``completed``, or ``expired`` /
 ``failed`` when the test says so) unless :attr:`BatchServer.finishing` holds it. Each line of a

@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from batch_server import batch_server
 from faults import Fault, fault_server, grounded
 
@@ -124,8 +125,10 @@ def test_the_stand_in_answers_batches_as_the_online_server_answers_requests() ->
         assert done["request_counts"] == {"total": 3, "completed": 2, "failed": 1}
         listed = json.loads(get(f"{server.base_url}/batches"))["data"]
         assert [row["id"] for row in listed] == [batch["id"]]
-        outputs = [json.loads(line) for line in get(f"{server.base_url}/files/{done['output_file_id']}/content").splitlines()]
-        errors = [json.loads(line) for line in get(f"{server.base_url}/files/{done['error_file_id']}/content").splitlines()]
+        outputs, errors = (
+            [json.loads(line) for line in get(f"{server.base_url}/files/{done[kind]}/content").splitlines()]
+            for kind in ("output_file_id", "error_file_id")
+        )
         assert server.submitted == {"a": 1, "b": 1, "c": 1}
     # The second line met the scripted 500; the others are answered as online.
     assert [row["custom_id"] for row in outputs] == ["a", "c"] and [row["custom_id"] for row in errors] == ["b"]
@@ -207,3 +210,78 @@ def test_batch_records_equal_online_ones_at_half_the_price_and_fill_the_online_c
             assert batch_row["usage"]["prompt_tokens"] == online_row["usage"]["prompt_tokens"]
             assert batch_row["usage"]["cost_usd"] > 0
             assert abs(batch_row["usage"]["cost_usd"] - online_row["usage"]["cost_usd"] / 2) < 1e-12
+
+
+def wait_until(condition: Any, what: str, limit_s: float = 120.0) -> None:
+    """Poll ``condition`` until it holds (a check of the stand-in's state, not a guess at timing)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {limit_s} s for {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("rounds_done", [0, 1, 2], ids=["decomposition", "local", "global"])
+def test_a_killed_batch_run_resumes_without_submitting_any_request_twice(tmp_path: Path, rounds_done: int) -> None:
+    inputs = samples_file(tmp_path / "in.jsonl", 6)
+    out, journal, progress = tmp_path / "out.jsonl", tmp_path / "out.jsonl.batches.jsonl", tmp_path / "stderr.txt"
+    with batch_server(judge_reply) as server:
+        server.finishing = rounds_done  # the next round stays at the provider
+        command = ("verify", inputs, "--judge", profile(tmp_path), "--api-base", server.base_url, "--no-cache",
+                   "--batch", "--batch-poll", "0.02", "--samples-in-flight", "6", "--fail-on", "never", "--out", out)
+        with progress.open("w", encoding="utf-8") as log:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "rt4chart", *map(str, command)], stderr=log, stdout=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": str(REPO), "RT4_HEARTBEAT_S": "0.1"},
+            )
+            # Killed once the round's batch exists at the provider, the journal names it and the
+            # progress line says it is waiting.
+            wait_until(lambda: len(server.batches) == rounds_done + 1, "the round's batch")
+            wait_until(lambda: journal.read_text(encoding="utf-8").count('"batch"') == rounds_done + 1, "the journal")
+            wait_until(lambda: "waiting on the provider" in progress.read_text(encoding="utf-8"), "the progress line")
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        assert re.search(rf"round {rounds_done + 1} waiting on the provider: batch-\d+, (6|12) requests, \d+ s",
+                         progress.read_text(encoding="utf-8"))
+        server.finishing = None
+        resumed = rt4(*command, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert set(server.submitted.values()) == {1}, server.submitted
+    assert len(server.batches) == 3
+    rows = records(out)
+    assert [row["id"] for row in rows] == [f"s{n}" for n in range(6)]
+    assert not any(row.get("incomplete") for row in rows)
+
+
+def test_a_failed_batch_is_submitted_once_more_then_its_calls_fail_as_online_ones(tmp_path: Path) -> None:
+    inputs = samples_file(tmp_path / "in.jsonl", 2)
+    for failures, exit_code in ((1, 0), (2, 4)):
+        out = tmp_path / f"failed{failures}.jsonl"
+        with batch_server(judge_reply) as server:
+            server.fail = failures
+            # Decomposed by rules, no global stage: the local verification is the one round (a failed
+            # decomposition falls back to rules and the global stage re-judges, as online).
+            done = rt4("verify", inputs, "--judge", profile(tmp_path), "--api-base", server.base_url, "--no-cache",
+                       "--decomposer", "rules", "--no-global", "--batch", "--batch-poll", "0.02", "--fail-on", "never",
+                       "--out", out)
+        assert done.returncode == exit_code, done.stderr
+        rows = records(out)
+        # The failed round's requests go once more, never a third time.
+        assert max(server.submitted.values()) == 2
+        if failures == 1:
+            assert not any(row.get("incomplete") for row in rows)
+        else:
+            assert all(row["incomplete"] for row in rows)
+            assert all("failed without its line (submitted 2 times)" in error
+                       for row in rows for claim in row["claims"] for error in claim["errors"])
+
+
+def test_an_expired_batch_keeps_its_answers_and_submits_the_rest_once_more(tmp_path: Path) -> None:
+    inputs = samples_file(tmp_path / "in.jsonl", 3)
+    with batch_server(judge_reply) as server:
+        server.expire, server.expired_answers = 1, 1
+        done = rt4("verify", inputs, "--judge", profile(tmp_path), "--api-base", server.base_url, "--no-cache",
+                   "--batch", "--batch-poll", "0.02", "--fail-on", "never", "--out", tmp_path / "out.jsonl")
+    assert done.returncode == 0, done.stderr
+    assert sorted(server.submitted.values()).count(2) == 2  # the two lines the expired batch left
+    assert not any(row.get("incomplete") for row in records(tmp_path / "out.jsonl"))

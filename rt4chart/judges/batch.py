@@ -390,10 +390,10 @@ class BatchSender(OpenAICompatSender):
                 reader = DecodedBody(response.headers.get("Content-Encoding"), BATCH_FILE_CAP_BYTES)
                 async for chunk in response.content.iter_any():
                     reader.feed(chunk)
-                status, headers = response.status, response.headers
+                status, answered = response.status, response.headers
         body = reader.finish()
         if status >= 400:
-            raise EndpointError(self._error_message(status, body), ErrorResponse(status, headers))
+            raise EndpointError(self._error_message(status, body), ErrorResponse(status, answered))
         return body
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:

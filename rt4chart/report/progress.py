@@ -342,10 +342,10 @@ class AuditProgress:
         budget = f" of ${self.ledger.limit_usd:.4f}" if self.ledger.limit_usd is not None else ""
         queued = self.ledger.queued
         in_flight = f"{self.ledger.in_flight - queued} calls in flight, {queued} queued | " if self.calls_seen else ""
-        loading = loading_now()
-        wait = provider_wait_now()
+        loading, wait = loading_now(), provider_wait_now()
+        notes = "".join(f"{note} | " for note in (f"loading {loading}" if loading else None, wait) if note)
         return (
-            f"{f'loading {loading} | ' if loading else ''}{f'{wait} | ' if wait else ''}{in_flight}{self._done / elapsed:.2f} samples/s | "
+            f"{notes}{in_flight}{self._done / elapsed:.2f} samples/s | "
             f"${self.ledger.spent_usd:.4f}{budget} | cache hits {hit_rate:.0%}"
         )
 

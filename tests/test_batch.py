@@ -238,7 +238,8 @@ def test_a_killed_batch_run_resumes_without_submitting_any_request_twice(tmp_pat
             # progress line says it is waiting.
             wait_until(lambda: len(server.batches) == rounds_done + 1, "the round's batch")
             wait_until(lambda: journal.read_text(encoding="utf-8").count('"batch"') == rounds_done + 1, "the journal")
-            wait_until(lambda: "waiting on the provider" in progress.read_text(encoding="utf-8"), "the progress line")
+            waiting = f"round {rounds_done + 1} waiting on the provider"
+            wait_until(lambda: waiting in progress.read_text(encoding="utf-8"), "the progress line")
             child.send_signal(signal.SIGKILL)
             child.wait()
         assert re.search(rf"round {rounds_done + 1} waiting on the provider: batch-\d+, (6|12) requests, \d+ s",
@@ -285,3 +286,15 @@ def test_an_expired_batch_keeps_its_answers_and_submits_the_rest_once_more(tmp_p
     assert done.returncode == 0, done.stderr
     assert sorted(server.submitted.values()).count(2) == 2  # the two lines the expired batch left
     assert not any(row.get("incomplete") for row in records(tmp_path / "out.jsonl"))
+
+
+def test_re_asks_of_invalid_replies_go_out_together_in_one_more_round(tmp_path: Path) -> None:
+    count = 4
+    inputs = samples_file(tmp_path / "in.jsonl", count)
+    # Every decomposition reply of the first round is prose: each sample re-asks once.
+    with batch_server(judge_reply, *[Fault("invalid_json")] * count) as server:
+        done = rt4("verify", inputs, "--judge", profile(tmp_path), "--api-base", server.base_url, "--no-cache",
+                   "--batch", "--batch-poll", "0.02", "--samples-in-flight", str(count), "--out", tmp_path / "out.jsonl")
+    assert done.returncode == 1, done.stderr
+    assert [batch["request_counts"]["total"] for batch in server.created_batches] == [count, count, count, 2 * count]
+    assert set(server.submitted.values()) == {1}  # a re-ask is another request (the bad reply in its prompt)

@@ -193,7 +193,11 @@ class BatchRounds:
         """The output line's response body for the request ``body``."""
         if self._resumed is None:
             self._resumed = asyncio.ensure_future(self._find_submitted())
-        await self._resumed
+        try:
+            await asyncio.shield(self._resumed)
+        except Exception:
+            self._resumed = None  # the provider could not list its batches: the next call asks again
+            raise
         custom_id = custom_id_of(body)
         if (line := self.answered.pop(custom_id, None)) is not None:
             return line

@@ -623,7 +623,10 @@ def _batch_backend(profile: JudgeProfile, base: str | None, api_key: str | None,
         for field in ("input_usd_per_mtok", "output_usd_per_mtok")
         if (price := getattr(settings, field)) is not None
     }
-    settings = settings.model_copy(update=prices)
+    # No backoff before another attempt: a re-ask or a retry joins the next round at once, with the
+    # other samples' calls, instead of a round of its own after its jittered wait (a Retry-After
+    # the provider sends on a refused upload is still honoured).
+    settings = settings.model_copy(update={**prices, "backoff_s": 0.0})
     return PolicyBackend(BatchSender(settings, api_key=api_key, api_base=base, batch=batch), settings)
 
 

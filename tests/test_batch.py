@@ -294,7 +294,8 @@ def test_re_asks_of_invalid_replies_go_out_together_in_one_more_round(tmp_path: 
     # Every decomposition reply of the first round is prose: each sample re-asks once.
     with batch_server(judge_reply, *[Fault("invalid_json")] * count) as server:
         done = rt4("verify", inputs, "--judge", profile(tmp_path), "--api-base", server.base_url, "--no-cache",
-                   "--batch", "--batch-poll", "0.02", "--samples-in-flight", str(count), "--out", tmp_path / "out.jsonl")
+                   "--batch", "--batch-poll", "0.02", "--samples-in-flight", str(count),
+                   "--out", tmp_path / "out.jsonl")
     assert done.returncode == 1, done.stderr
     assert [batch["request_counts"]["total"] for batch in server.created_batches] == [count, count, count, 2 * count]
     assert set(server.submitted.values()) == {1}  # a re-ask is another request (the bad reply in its prompt)

@@ -20,6 +20,8 @@ import pytest
 from batch_server import batch_server
 from faults import Fault, fault_server, grounded
 
+from rt4chart.analysis.datasets import default_data_dir, load_dataset
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 REPO = Path(__file__).resolve().parent.parent
 
@@ -299,3 +301,35 @@ def test_re_asks_of_invalid_replies_go_out_together_in_one_more_round(tmp_path: 
     assert done.returncode == 1, done.stderr
     assert [batch["request_counts"]["total"] for batch in server.created_batches] == [count, count, count, 2 * count]
     assert set(server.submitted.values()) == {1}  # a re-ask is another request (the bad reply in its prompt)
+
+
+RAGTRUTH_DEV = default_data_dir() / "ragtruth-qa" / "dev.jsonl"
+
+
+@pytest.mark.skipif(not RAGTRUTH_DEV.is_file(), reason="RAGTruth QA dev is not beside the checkout")
+def test_batch_records_equal_online_ones_on_40_ragtruth_qa_dev_answers(tmp_path: Path) -> None:
+    inputs = tmp_path / "dev.jsonl"
+    samples = load_dataset("ragtruth-qa", RAGTRUTH_DEV.parent, "dev", 40)
+    inputs.write_text("".join(s.model_dump_json(exclude={"gold"}) + "\n" for s in samples), encoding="utf-8")
+    with batch_server(judge_reply) as server:
+        common = ("verify", inputs, "--judge", profile(tmp_path), "--api-base", server.base_url, "--no-cache",
+                  "--samples-in-flight", "40", "--fail-on", "never")
+        online = rt4(*common, "--out", tmp_path / "online.jsonl")
+        batched = rt4(*common, "--batch", "--batch-poll", "0.02", "--out", tmp_path / "batch.jsonl")
+    assert online.returncode == batched.returncode == 0, batched.stderr
+    assert sum(server.submitted.values()) == len(server.online) and set(server.submitted.values()) == {1}
+    assert verdicts(records(tmp_path / "batch.jsonl")) == verdicts(records(tmp_path / "online.jsonl"))
+
+
+def test_an_estimate_under_batch_prices_the_same_plan_at_half_the_rate(tmp_path: Path) -> None:
+    # A server that is never called: an estimate calls no judge.
+    common = ("estimate", EXAMPLES / "answers.jsonl", "--judge", profile(tmp_path), "--api-base",
+              "http://127.0.0.1:9/v1", "--cache-dir", tmp_path / "cache", "--json")
+    online, batched = (rt4(*common, *extra) for extra in ((), ("--batch",)))
+    assert online.returncode == batched.returncode == 0, batched.stderr
+    online_plan, batch_plan = json.loads(online.stdout), json.loads(batched.stdout)
+    assert batch_plan["calls_worst_case"] == online_plan["calls_worst_case"]
+    assert batch_plan["prompt_tokens"] == online_plan["prompt_tokens"] > 0
+    for figure in ("expected_usd", "worst_case_usd"):
+        assert online_plan[figure] > 0
+        assert abs(batch_plan[figure] - online_plan[figure] / 2) < 1e-9 * online_plan[figure]

@@ -270,14 +270,21 @@ _PRICING_ONLY: ContextVar[bool] = ContextVar("rt4chart_pricing_only", default=Fa
 """Set while :func:`resolve_judge_for_pricing` builds a judge that will never be called."""
 
 
-def resolve_judge_for_pricing(spec: str | None = None, *, api_base: str | None = None) -> Backend:
-    """The judge named by ``spec`` for pricing an audit (``rt4 estimate``): as :func:`resolve_judge`,
-    except that a missing API key is no error. The backend is never called, so no key is needed to
-    count tokens and read prices (the placeholder :data:`NO_KEY` stands in for it); every other
-    check (unknown judge, missing base URL) still applies."""
+def resolve_judge_for_pricing(
+    spec: str | None = None, *, api_base: str | None = None, batch: bool = False
+) -> Backend:
+    """The judge named by ``spec`` for pricing an audit (``rt4 estimate``): as :func:`resolve_judge`
+    (through the Batch API, at its prices, under ``batch``), except that a missing API key is no
+    error. The backend is never called, so no key is needed to count tokens and read prices (the
+    placeholder :data:`NO_KEY` stands in for it); every other check (unknown judge, missing base URL)
+    still applies."""
     token = _PRICING_ONLY.set(True)
     try:
-        return resolve_judge(spec, api_base=api_base)
+        if not batch:
+            return resolve_judge(spec, api_base=api_base)
+        from rt4chart.judges.batch import BatchSettings
+
+        return resolve_judge(spec, api_base=api_base, batch=BatchSettings())
     finally:
         _PRICING_ONLY.reset(token)
 

@@ -223,8 +223,13 @@ def wait_until(condition: Any, what: str, limit_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("rounds_done", [0, 1, 2], ids=["decomposition", "local", "global"])
-def test_a_killed_batch_run_resumes_without_submitting_any_request_twice(tmp_path: Path, rounds_done: int) -> None:
+@pytest.mark.parametrize(
+    ("rounds_done", "batch_id_lost"), [(0, False), (1, False), (2, False), (1, True)],
+    ids=["decomposition", "local", "global", "local, killed before the journal named its batch"],
+)
+def test_a_killed_batch_run_resumes_without_submitting_any_request_twice(
+    tmp_path: Path, rounds_done: int, batch_id_lost: bool
+) -> None:
     inputs = samples_file(tmp_path / "in.jsonl", 6)
     out, journal, progress = tmp_path / "out.jsonl", tmp_path / "out.jsonl.batches.jsonl", tmp_path / "stderr.txt"
     with batch_server(judge_reply) as server:
@@ -246,6 +251,12 @@ def test_a_killed_batch_run_resumes_without_submitting_any_request_twice(tmp_pat
             child.wait()
         assert re.search(rf"round {rounds_done + 1} waiting on the provider: batch-\d+, (6|12) requests, \d+ s",
                          progress.read_text(encoding="utf-8"))
+        if batch_id_lost:
+            # As if killed between the batch's creation and the journal's line naming it: the
+            # provider holds it, under the submission id of its metadata.
+            lines = journal.read_text(encoding="utf-8").splitlines()
+            journal.write_text("".join(line + "\n" for line in lines[:-1]), encoding="utf-8")
+            assert '"batch"' in lines[-1] and '"batch"' not in lines[-2]
         server.finishing = None
         resumed = rt4(*command, "--resume")
     assert resumed.returncode == 0, resumed.stderr

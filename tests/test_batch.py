@@ -4,6 +4,7 @@ and --resume after a kill, failed and expired batches."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -18,9 +19,14 @@ from typing import Any
 
 import pytest
 from batch_server import batch_server
-from faults import Fault, fault_server, grounded
+from conftest import VerifyRequestFactory
+from faults import Fault, fault_server, grounded, judge_every_claim
 
 from rt4chart.analysis.datasets import default_data_dir, load_dataset
+from rt4chart.judges.batch import BatchSender, BatchSettings
+from rt4chart.judges.policy import PolicyBackend
+from rt4chart.judges.registry import resolve_judge
+from rt4chart.protocol import JudgeResponse
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 REPO = Path(__file__).resolve().parent.parent
@@ -346,3 +352,26 @@ def test_an_estimate_under_batch_prices_the_same_plan_at_half_the_rate(tmp_path:
     for figure in ("expected_usd", "worst_case_usd"):
         assert online_plan[figure] > 0
         assert abs(batch_plan[figure] - online_plan[figure] / 2) < 1e-9 * online_plan[figure]
+
+
+def test_a_call_abandoned_before_its_round_is_never_submitted(
+    tmp_path: Path, verify_request: VerifyRequestFactory
+) -> None:
+    """A run that stops (budget, interrupt) cancels its samples' calls: those still waiting for
+    their round leave it, so nothing is paid for a reply no one will read."""
+
+    async def audit(base_url: str) -> JudgeResponse:
+        judge = resolve_judge(str(profile(tmp_path)), api_base=base_url, batch=BatchSettings(poll_s=0.02))
+        assert isinstance(judge, PolicyBackend) and isinstance(judge.sender, BatchSender)
+        abandoned = asyncio.ensure_future(judge.complete(verify_request(["The trial is free."])))
+        while not judge.sender.rounds.pending:  # it joins the round being gathered, then its sample stops
+            await asyncio.sleep(0)
+        abandoned.cancel()
+        kept = await judge.complete(verify_request(["The trial lasts a month."]))
+        await judge.aclose()
+        return kept
+
+    with batch_server(judge_every_claim("baseless")) as server:
+        kept = asyncio.run(audit(server.base_url))
+    assert kept.error is None and kept.parsed is not None
+    assert [batch["request_counts"]["total"] for batch in server.created_batches] == [1]

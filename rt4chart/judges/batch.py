@@ -161,6 +161,8 @@ class _Held:
     body: bytes
     reply: asyncio.Future[dict[str, Any]]
     submissions: int = 0
+    waiters: int = 0
+    """Calls awaiting the reply: a request none awaits any more (its run stopped) is not submitted."""
 
 
 @dataclass
@@ -212,7 +214,14 @@ class BatchRounds:
                 self._poll(batches[-1])
             else:
                 self._hold(custom_id, held)
-        return await asyncio.shield(held.reply)
+        held.waiters += 1
+        try:
+            return await asyncio.shield(held.reply)
+        except asyncio.CancelledError:
+            held.waiters -= 1
+            if not held.waiters and self.pending.pop(custom_id, None) is not None:
+                del self.held[custom_id]  # not yet submitted, and nobody waits for it: never paid
+            raise
 
     def _hold(self, custom_id: str, held: _Held) -> None:
         self.pending[custom_id] = held
@@ -249,6 +258,8 @@ class BatchRounds:
         self._settling = None
         pending, self.pending = self.pending, {}
         ids = list(pending)
+        if not ids:
+            return
         for start in range(0, len(ids), MAX_BATCH_REQUESTS):
             self._start(self._submit(ids[start : start + MAX_BATCH_REQUESTS]))
 

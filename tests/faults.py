@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import socket
 import struct
 import sys
@@ -388,3 +389,16 @@ def grounded(body: dict[str, Any]) -> str:
         for n, claim in enumerate(claims_in(body))
     ]
     return json.dumps({"judgements": judgements})
+
+
+def sentences_as_claims_grounded(body: dict[str, Any]) -> str:
+    """A reply function for the whole method: a decomposition request gets each answer sentence as
+    its one claim, a verification request :func:`grounded`'s verdicts."""
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    if "Claims:\n" in user:
+        return grounded(body)
+    listing = user.rsplit("Answer sentences:\n", 1)[-1]
+    sentences = re.findall(r"^\[(\d+)\] (.*)$", listing, flags=re.MULTILINE)
+    if '{"sentences": [' not in user:  # one sentence asked alone
+        return json.dumps({"claims": [sentences[0][1]] if sentences else []})
+    return json.dumps({"sentences": [{"sentence": int(n), "claims": [text]} for n, text in sentences]})

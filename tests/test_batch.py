@@ -21,6 +21,7 @@ import pytest
 from batch_server import batch_server
 from conftest import VerifyRequestFactory
 from faults import Fault, fault_server, grounded, judge_every_claim
+from faults import sentences_as_claims_grounded as judge_reply
 
 from rt4chart.analysis.datasets import default_data_dir, load_dataset
 from rt4chart.judges.batch import BatchSender, BatchSettings
@@ -30,18 +31,6 @@ from rt4chart.protocol import JudgeResponse
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 REPO = Path(__file__).resolve().parent.parent
-
-
-def judge_reply(body: dict[str, Any]) -> str:
-    """A judge that decomposes each answer sentence into itself and verifies by :func:`faults.grounded`."""
-    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
-    if "Claims:\n" in user:
-        return grounded(body)
-    listing = user.rsplit("Answer sentences:\n", 1)[-1]
-    sentences = re.findall(r"^\[(\d+)\] (.*)$", listing, flags=re.MULTILINE)
-    if '{"sentences": [' not in user:  # one sentence asked alone
-        return json.dumps({"claims": [sentences[0][1]] if sentences else []})
-    return json.dumps({"sentences": [{"sentence": int(n), "claims": [text]} for n, text in sentences]})
 
 
 def profile(tmp_path: Path) -> Path:
@@ -375,3 +364,15 @@ def test_a_call_abandoned_before_its_round_is_never_submitted(
         kept = asyncio.run(audit(server.base_url))
     assert kept.error is None and kept.parsed is not None
     assert [batch["request_counts"]["total"] for batch in server.created_batches] == [1]
+
+
+def test_a_run_without_resume_starts_a_new_journal(tmp_path: Path) -> None:
+    inputs, out = samples_file(tmp_path / "in.jsonl", 2), tmp_path / "out.jsonl"
+    for _ in range(2):  # two servers: the second knows none of the first one's batches
+        with batch_server(judge_reply) as server:
+            done = rt4("verify", inputs, "--judge", profile(tmp_path), "--api-base", server.base_url, "--no-cache",
+                       "--batch", "--batch-poll", "0.02", "--fail-on", "never", "--out", out)
+        assert done.returncode == 0, done.stderr
+        assert len(server.batches) == 3 and set(server.submitted.values()) == {1}
+    journal = [json.loads(line) for line in (tmp_path / "out.jsonl.batches.jsonl").read_text().splitlines()]
+    assert len(journal) == 6  # this run's three submissions, each intended then created

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rt4chart.judges.bounded_http import DecodedBody
 from rt4chart.judges.openai_compat import EndpointError, ErrorResponse, MalformedResponse, OpenAICompatSender
-from rt4chart.judges.policy import Reply
+from rt4chart.judges.policy import Reply, status_code
 from rt4chart.protocol import JudgeRequest, waiting_on_provider
 
 BATCH_PRICE_FACTOR = 0.5
@@ -94,6 +94,9 @@ class BatchSettings(BaseModel):
     """Seconds between two polls of a batch."""
     journal: Path | None = None
     """The journal of submitted requests (beside ``--out``); ``None``: kept in memory only."""
+    resume: bool = False
+    """Poll what the journal says was submitted (``--resume``); else the journal starts afresh, as
+    ``--out`` does."""
 
 
 class BatchRequestFailed(Exception):
@@ -120,10 +123,12 @@ class BatchJournal:
     """An append-only JSON-lines file of submissions: ``{"submission", "custom_ids"}`` written and
     flushed to disk before the upload, ``{"submission", "batch"}`` once the batch exists."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, *, resume: bool) -> None:
         self.path = path
         self.submissions: dict[str, Submission] = {}
-        if path is not None and path.exists():
+        # A fresh run replaces the file at its first submission (made under the output's lock).
+        self._replace = not resume
+        if resume and path is not None and path.exists():
             for line in path.read_text(encoding="utf-8").splitlines():
                 entry = json.loads(line) if line.strip() else {}
                 name = entry.get("submission")
@@ -137,7 +142,8 @@ class BatchJournal:
     def _append(self, entry: dict[str, Any]) -> None:
         if self.path is None:
             return
-        with self.path.open("a", encoding="utf-8") as journal:
+        with self.path.open("w" if self._replace else "a", encoding="utf-8") as journal:
+            self._replace = False
             journal.write(json.dumps(entry) + "\n")
             journal.flush()
             os.fsync(journal.fileno())
@@ -295,6 +301,11 @@ class BatchRounds:
             outputs = await self.sender.file_lines(batch.get("output_file_id"))
             errors = await self.sender.file_lines(batch.get("error_file_id"))
         except Exception as error:
+            if status_code(error) == 404:  # a journaled batch the provider does not know: never ran
+                self.finished[batch_id] = f"the provider knows no batch {batch_id}"
+                for custom_id in self._waiting_on(batch_id):
+                    self._retry_or_fail(custom_id, self.finished[batch_id])
+                return
             for custom_id in self._waiting_on(batch_id):
                 self._fail(custom_id, error)
             return
@@ -368,13 +379,14 @@ class BatchSender(OpenAICompatSender):
         self.batch = batch
         self._base = self._url.removesuffix("/chat/completions")
         self._rounds: dict[asyncio.AbstractEventLoop, BatchRounds] = {}
+        self.journal = BatchJournal(batch.journal, resume=batch.resume)
 
     @property
     def rounds(self) -> BatchRounds:
         """This event loop's collector."""
         loop = asyncio.get_running_loop()
         if loop not in self._rounds:
-            self._rounds = {loop: BatchRounds(self, BatchJournal(self.batch.journal))}
+            self._rounds = {loop: BatchRounds(self, self.journal)}
         return self._rounds[loop]
 
     async def send(self, messages: list[dict[str, str]], request: JudgeRequest) -> Reply:

@@ -223,9 +223,11 @@ def build_stack(
     cache: JudgeCache | Path | str | None = None,
     ledger: Ledger | None = None,
     out: Path | None = None,
+    resume: bool = False,
 ) -> JudgeStack:
     """The run's judge stack (:func:`rt4chart.judges.registry.judge_stack`), or a :class:`RunUsageError`.
-    Under ``limits.batch`` its calls go through the Batch API, journaled beside ``out`` (:func:`batch_journal`)."""
+    Under ``limits.batch`` its calls go through the Batch API, journaled beside ``out`` (:func:`batch_journal`;
+    ``resume``: what the journal holds is polled, not submitted again)."""
     from rt4chart.judges.cache import CacheError
     from rt4chart.judges.registry import JudgeConfigError, judge_stack
 
@@ -235,7 +237,7 @@ def build_stack(
         from rt4chart.judges.batch import BatchSettings
 
         poll = {"poll_s": limits.batch_poll_s} if limits.batch_poll_s is not None else {}
-        batch = BatchSettings(journal=batch_journal(out), **poll)
+        batch = BatchSettings(journal=batch_journal(out), resume=resume, **poll)
     try:
         return judge_stack(
             judge, api_base=api_base, concurrency=limits.concurrency, cache=cache,
@@ -538,7 +540,8 @@ async def aexecute(
     check_engine(spec.engine)
     out = spec.out
     enrich = _signal_step(spec.signals, items) if spec.signals is not None else None
-    stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache, out=out)
+    stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache, out=out,
+                        resume=spec.resume)
     summary = RunSummary(fail_on=spec.outputs.fail_on, max_rate=spec.outputs.max_rate)
     reports: list[AuditRecord] = []
     # Outputs that need every record read them back from out (the null device gives none back).

@@ -54,9 +54,9 @@ if TYPE_CHECKING:
     from rt4chart.report.tables import to_dataframe as to_dataframe
     from rt4chart.runs.compare import Comparison as Comparison
     from rt4chart.runs.compare import acompare as acompare
-    from rt4chart.runs.config import ConfigError as ConfigError
     from rt4chart.runs.config import ProjectConfig as ProjectConfig
     from rt4chart.runs.config import load_config as load_config
+    from rt4chart.runs.config_file import ConfigError as ConfigError
     from rt4chart.runs.engine import EngineOptions as EngineOptions
     from rt4chart.runs.engine import Pipeline as Pipeline
     from rt4chart.runs.evaluation import EvalConfig as EvalConfig
@@ -157,7 +157,7 @@ _EXPORTS = {
     "or_join": "rt4chart.method.joins",
     "resolve_judge": "rt4chart.judges.registry",
     "to_dataframe": "rt4chart.report.tables",
-    "ConfigError": "rt4chart.runs.config",
+    "ConfigError": "rt4chart.runs.config_file",
     "ProjectConfig": "rt4chart.runs.config",
     "load_config": "rt4chart.runs.config",
 }

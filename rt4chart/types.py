@@ -11,9 +11,32 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    computed_field,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
+from rt4chart.conversations import ChatMessage, UserStatements, conversation_fields
+from rt4chart.documents import Document, UnitAnchor, render_document
 from rt4chart.languages import normalize_language
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """A pydantic error as one line: ``field.path: problem; ...`` (a check of the whole object: the problem
+    alone), without pydantic's ``Value error,`` prefix."""
+    problems = []
+    for item in error.errors():
+        message = item["msg"].removeprefix("Value error, ")
+        where = ".".join(str(part) for part in item["loc"])
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(problems)
 
 
 class Label(StrEnum):
@@ -91,8 +114,9 @@ class Gold(BaseModel):
 
 
 class TraceSource(BaseModel):
-    """Where a sample read from an OpenTelemetry trace came from (:mod:`rt4chart.records.traces`): the ids
-    that find the turn again in the tracing backend. Ids are as the export spells them (hex in OTLP/JSON)."""
+    """Where a sample read from a trace came from (:mod:`rt4chart.records.traces`, :mod:`rt4chart.records.langfuse`,
+    :mod:`rt4chart.records.phoenix`): the ids that find the turn again in the tracing backend. Ids are as the
+    source spells them (hex in OTLP/JSON and Phoenix; Langfuse's trace and observation ids)."""
 
     trace_id: str
     """The trace that recorded the turn."""
@@ -113,7 +137,22 @@ class Sample(BaseModel):
     """Caller's identifier, copied to the output record."""
     context: str | list[str]
     """The retrieved context: one string, or a list of passages (in the input, a passage may be an
-    object ``{"id": "doc-7", "text": "..."}``: its text is kept here, its id in ``passage_ids``)."""
+    object ``{"id": "doc-7", "text": "..."}``: its text is kept here, its id in ``passage_ids``).
+    A sample given ``documents`` instead has their rendered texts here."""
+    documents: list[Document] | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The input's ``documents`` (:mod:`rt4chart.documents`: prose, JSON values, tables), each one passage
+    of ``context`` and named in ``passage_ids``; a conversation's own documents (its tool results and
+    messages) come first. ``None`` when the input gave ``context``."""
+    messages: list[ChatMessage] | None = Field(default=None, exclude_if=lambda value: value is None)
+    """An agent's conversation, OpenAI-style (:mod:`rt4chart.conversations`): its last assistant message is
+    ``answer``, the last user message before it ``question``, its tool results and messages documents."""
+    user_statements: UserStatements = Field(default="evidence", exclude_if=lambda value: value == "evidence")
+    """In a conversation: whether the user's own messages may ground a claim (``evidence``) or not (``ignore``)."""
+    answer_message: int | None = Field(default=None, ge=0, exclude_if=lambda value: value is None)
+    """In a conversation: the 0-based index of the assistant message to audit; ``None``: the last one with text."""
+    earlier_turns: list[str] = Field(default_factory=list, exclude=True)
+    """The documents that are the assistant's earlier turns of a conversation: support found only there
+    never grounds a claim (derived from ``messages``, never written)."""
     passage_ids: list[str] | None = Field(default=None, exclude_if=lambda value: value is None)
     """The passages' own ids when the input named them (citation markers may cite them); ``None``
     when passages are cited by their 1-based position."""
@@ -135,6 +174,56 @@ class Sample(BaseModel):
     """The trace and spans the sample was read from (``rt4 verify --input-format otlp``); copied to the
     record."""
 
+    @model_serializer(mode="wrap")
+    def _documents_stand_for_their_passages(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # A sample read from documents is written back as documents, so that it reads back the same.
+        data = handler(self)
+        if self.documents is not None and isinstance(data, dict):
+            data.pop("context", None)
+            data.pop("passage_ids", None)
+        if self.messages is not None and isinstance(data, dict):
+            # A conversation is written back as its messages, beside the documents it was given.
+            derived = len(conversation_fields(self.messages, self.user_statements, self.answer_message)["documents"])
+            for key in ("answer", "question"):
+                data.pop(key, None)
+            given = data.get("documents", [])[derived:]
+            if given:
+                data["documents"] = given
+            else:
+                data.pop("documents", None)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rendered_documents(cls, data: Any) -> Any:
+        # `documents` is the context's other shape: each document becomes one named passage. A
+        # conversation's tool results and messages become documents first.
+        if isinstance(data, dict) and data.get("messages") is not None:
+            data = _conversation_documents(data)
+        elif isinstance(data, dict) and "earlier_turns" in data:
+            raise ValueError("earlier_turns: derived from messages, not an input field")
+        if not isinstance(data, dict) or data.get("documents") is None:
+            return data
+        if "context" in data:
+            raise ValueError("give either context or documents, not both")
+        given = data["documents"]
+        if not isinstance(given, list) or not given:
+            raise ValueError('documents: a non-empty list of {"id", "text" | "data" | "table"} objects')
+        documents: list[Document] = []
+        context: list[str] = []
+        for position, document in enumerate(given):
+            try:
+                documents.append(Document.model_validate(document))
+                context.append(render_document(documents[-1]).text)
+            except ValidationError as error:
+                raise ValueError(f"documents[{position}]: {describe_validation_error(error)}") from None
+            except ValueError as error:  # a table that does not parse
+                raise ValueError(f"documents[{position}]: {error}") from None
+        ids = [document.id for document in documents]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"documents: ids must be unique, got {ids}")
+        return {**data, "documents": documents, "context": context, "passage_ids": ids}
+
     @model_validator(mode="before")
     @classmethod
     def _named_passages(cls, data: Any) -> Any:
@@ -148,6 +237,29 @@ class Sample(BaseModel):
         if len(set(ids)) != len(ids):
             raise ValueError(f"context: passage ids must be unique, got {ids}")
         return {**data, "context": [p["text"] for p in context], "passage_ids": ids}
+
+
+def _conversation_documents(data: dict[str, Any]) -> dict[str, Any]:
+    """An input line with ``messages`` as one with ``answer``, ``question`` and ``documents``."""
+    if given := [key for key in ("answer", "question", "context") if key in data]:
+        raise ValueError(f"a conversation's answer, question and context come from its messages: "
+                         f"give messages without {', '.join(given)}")
+    if not isinstance(data["messages"], list):
+        raise ValueError("messages: a list of OpenAI-style chat messages")
+    messages = []
+    for position, message in enumerate(data["messages"]):
+        try:
+            messages.append(ChatMessage.model_validate(message))
+        except ValidationError as error:
+            raise ValueError(f"messages[{position}]: {describe_validation_error(error)}") from None
+    answer_message = data.get("answer_message")
+    if answer_message is not None and (isinstance(answer_message, bool) or not isinstance(answer_message, int)):
+        raise ValueError("answer_message: the 0-based index of an assistant message")
+    fields = conversation_fields(messages, data.get("user_statements", "evidence"), answer_message)
+    documents = [*fields.pop("documents"), *(data.get("documents") or [])]
+    if not documents:
+        raise ValueError("messages: nothing to check the answer against (no tool result, document or statement)")
+    return {**data, **fields, "messages": messages, "documents": documents}
 
 
 class Sentence(BaseModel):
@@ -194,6 +306,27 @@ class Claim(BaseModel):
     """Offsets of that sentence in the answer; ``None`` when no span is known."""
 
 
+class EvidenceSource(BaseModel):
+    """Where a piece of evidence sits in the sample's own inputs: which document (or named passage),
+    where in its text, and, for a structured document, which fields or cells it quotes."""
+
+    document: str
+    """The document's id (a passage without one: its 1-based position)."""
+    start: int
+    """Offset of the quote in that document's text (a structured document: its rendered text)."""
+    end: int
+    """Offset one past the quote's end in that document's text (a quote that runs into the next
+    document ends with this one: its source is the document it starts in)."""
+    units: list[UnitAnchor] = Field(default_factory=list, exclude_if=lambda value: not value)
+    """The fields (JSON path) or cells (row and column) the quote overlaps, in text order; empty for prose."""
+
+    def describe(self) -> str:
+        """``kb-1 · characters 0\u201330`` or ``sales · characters 36\u201370 · row 2, column revenue ($[1].revenue)``
+        (an en dash between the offsets; the HTML report writes the same words)."""
+        units = [f"row {u.row}, column {u.column} ({u.path})" if u.row is not None else u.path for u in self.units]
+        return " \u00b7 ".join([self.document, f"characters {self.start}\u2013{self.end}", *units])
+
+
 EvidenceMatch = Literal["exact", "whitespace", "folded", "case"]
 """How a quote was found in the context (see :attr:`Evidence.match`)."""
 
@@ -213,10 +346,13 @@ class Evidence(BaseModel):
     """How the judge's quote matched: ``exact`` (verbatim), ``whitespace`` (after whitespace runs
     were compared as one space), ``folded`` (typographic punctuation too: curly quotes, dashes,
     ``…``, odd spaces, full-width forms) or ``case`` (letter case too, the last resort)."""
+    source: EvidenceSource | None = Field(default=None, exclude_if=lambda value: value is None)
+    """The document (and field or cell) the quote comes from, for a context of passages or documents;
+    ``None`` (and left out of the record) for a single-string context."""
 
 
-DecidedBy = Literal["head", "number_guard", "contradiction_guard", "no_content_overlap", "short_claim",
-                    "absent_numbers", "no_content"]
+DecidedBy = Literal["head", "number_guard", "contradiction_guard", "substitution_guard", "no_content_overlap",
+                    "short_claim", "absent_numbers", "no_content"]
 """What decided an embedded verdict: the calibrated head against its threshold, or a guard rule
 that overrides it (see :class:`JudgeScore`)."""
 
@@ -234,7 +370,9 @@ class JudgeScore(BaseModel):
     decided_by: DecidedBy
     """``head`` when ``p_unsupported`` against ``threshold`` decided; else the guard rule that did
     (``number_guard``: a number the context states differently; ``contradiction_guard``: a negation
-    or antonym on a near-identical sentence; ``no_content_overlap``: none of the claim's content
+    or antonym on a near-identical sentence; ``substitution_guard``: a sentence in view copied with one
+    word changed, where the change reverses it, names another name, month or unit, or states a hedge
+    as certain; ``no_content_overlap``: none of the claim's content
     words in view; ``short_claim``: a short claim with a word not in view; ``absent_numbers``:
     numbers the context never states in a claim mostly not in view; ``no_content``: nothing to
     check), whatever ``p_unsupported`` says."""
@@ -460,6 +598,10 @@ class ClaimVerdict(Verdict):
     (``csr_mean``/``csr_max``: REFIND's context sensitivity ratio, :mod:`rt4chart.signals.csr`;
     ``probe_mean``/``probe_max``: an AggTruth probe's scores, :mod:`rt4chart.signals.aggtruth`).
     A new signal adds keys here, never a field."""
+    earlier_turn_only: bool = Field(default=False, exclude_if=lambda value: not value)
+    """True when the judge's evidence lay only in the assistant's earlier turns of a conversation
+    (:mod:`rt4chart.conversations`): such support never grounds a claim, so the claim is baseless and the
+    judge's own verdict is in ``judge_verdict``. Left out of the record when false."""
     citation: ClaimCitation | None = Field(default=None, exclude_if=lambda value: value is None)
     """Its citations checked (an answer with citation markers only; left out of the record otherwise)."""
     judge_verdict: Verdict | None = Field(default=None, exclude_if=lambda value: value is None)
@@ -489,6 +631,9 @@ class Usage(BaseModel):
     """Requests that reached the judge, re-asks and retries included; cache hits are not calls."""
     prompt_tokens: int = 0
     """Prompt tokens reported by the judge (0 for cache hits)."""
+    cached_prompt_tokens: int = 0
+    """Of :attr:`prompt_tokens`, those the provider read from its prompt cache
+    (``prompt_tokens_details.cached_tokens``), priced at the judge's cached-input rate."""
     completion_tokens: int = 0
     """Completion tokens reported by the judge (0 for cache hits)."""
     cost_usd: float = 0.0
@@ -500,6 +645,7 @@ class Usage(BaseModel):
         return Usage(
             calls=self.calls + other.calls,
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cost_usd=self.cost_usd + other.cost_usd,
             cache_hits=self.cache_hits + other.cache_hits,

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 Behaviour = Literal[
     "ok",  # the reply as plain content
-    "rate_limit",  # 429 with a Retry-After header
+    "rate_limit",  # 429 with a Retry-After header (and what a RateLimit sends, when it refused)
     "server_error",  # 500
     "hang",  # no answer for `hang_s` seconds (the client should time out first)
     "drop",  # close the connection without answering
@@ -71,6 +71,66 @@ class Fault:
 
 
 @dataclass
+class RateLimit:
+    """A provider's rate limit, enforced per fixed window as OpenAI documents it: a request is
+    admitted while its window has a request left and room for its prompt tokens plus its
+    ``max_tokens``; else 429 with ``Retry-After`` (whole seconds), ``retry-after-ms`` and the
+    ``x-ratelimit-*`` headers that every answer carries."""
+
+    requests: int
+    """Requests admitted per window."""
+    tokens: int
+    """Tokens (prompt + ``max_tokens``) admitted per window."""
+    window_s: float = 60.0
+    """The window's length (a minute at a provider; shorter in tests)."""
+    started: float = field(default_factory=time.monotonic)
+    """When the first window began."""
+    window: int = 0
+    """The current window's number."""
+    requests_used: int = 0
+    """Requests admitted in the current window."""
+    tokens_used: int = 0
+    """Tokens admitted in the current window."""
+    admitted: int = 0
+    """Requests admitted, all windows together."""
+    tokens_admitted: int = 0
+    """Tokens admitted, all windows together."""
+    refused: int = 0
+    """Requests answered with 429, all windows together."""
+    admitted_per_window: dict[int, int] = field(default_factory=dict)
+    """Requests admitted in each window, by window number."""
+
+    def admit(self, tokens: int) -> tuple[bool, dict[str, str]]:
+        """Whether a request of ``tokens`` is admitted now, and the rate-limit headers of its answer."""
+        elapsed = time.monotonic() - self.started
+        window = int(elapsed // self.window_s)
+        if window != self.window:
+            self.window, self.requests_used, self.tokens_used = window, 0, 0
+        reset_s = (window + 1) * self.window_s - elapsed
+        admitted = self.requests_used < self.requests and self.tokens_used + tokens <= self.tokens
+        if admitted:
+            self.requests_used += 1
+            self.tokens_used += tokens
+            self.admitted += 1
+            self.tokens_admitted += tokens
+            self.admitted_per_window[window] = self.admitted_per_window.get(window, 0) + 1
+        else:
+            self.refused += 1
+        reset = f"{round(reset_s * 1000)}ms"
+        headers = {
+            "x-ratelimit-limit-requests": str(self.requests),
+            "x-ratelimit-limit-tokens": str(self.tokens),
+            "x-ratelimit-remaining-requests": str(self.requests - self.requests_used),
+            "x-ratelimit-remaining-tokens": str(self.tokens - self.tokens_used),
+            "x-ratelimit-reset-requests": reset,
+            "x-ratelimit-reset-tokens": reset,
+        }
+        if not admitted:
+            headers |= {"Retry-After": str(math.ceil(reset_s)), "retry-after-ms": str(round(reset_s * 1000))}
+        return admitted, headers
+
+
+@dataclass
 class FaultServer:
     """State shared with the handler threads."""
 
@@ -85,6 +145,9 @@ class FaultServer:
     """Delay before every answer (makes concurrent requests overlap)."""
     prompt_tokens: Callable[[dict[str, Any]], int] = lambda body: 50
     """The prompt tokens a reply reports, as a function of the request body."""
+    cached_tokens: Callable[[dict[str, Any]], int] = lambda body: 0
+    """Of the prompt tokens, those a reply reports read from a prompt cache
+    (``usage.prompt_tokens_details.cached_tokens``; 0: the field is left out)."""
     completion_tokens: int | Callable[[str], int] = 20
     """The completion tokens a reply reports (at most the request's ``max_tokens``), or a function
     of the reply's content that counts them."""
@@ -110,6 +173,8 @@ class FaultServer:
     gate: threading.Event = field(default_factory=threading.Event)
     """Requests are answered only while it is set (it starts set); clearing it holds every answer
     until the test sets it again, so a client can be caught mid-run without timing guesses."""
+    rate_limit: RateLimit | None = None
+    """A requests- and tokens-per-window limit every request meets first (``None``: no limit)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def next_fault(self) -> Fault:
@@ -139,22 +204,26 @@ class FaultServer:
         content variant such as ``ok``, ``prose`` or ``invalid_json``): what the server sends online,
         and what the Batch API stand-in (tests/batch_server.py) writes into its output file."""
         content = self.content_for(behaviour, body)
-        return _completion(str(body.get("model", "fault")), content, None, self.usage(body, content))
+        usage = self.usage(body, content)
+        return _completion(str(body.get("model", "fault")), content, None, usage, self.cached_tokens(body))
 
 
 def _completion(
-    model: str, content: str, reasoning: str | None, usage: tuple[int, int] = (50, 20)
+    model: str, content: str, reasoning: str | None, usage: tuple[int, int] = (50, 20), cached: int = 0
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning is not None:
         message["reasoning_content"] = reasoning
+    counts: dict[str, Any] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
+    if cached:
+        counts["prompt_tokens_details"] = {"cached_tokens": cached}
     return {
         "id": "chatcmpl-fault",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
-        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+        "usage": counts,
     }
 
 
@@ -197,6 +266,8 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
         # Headers and body leave in two writes; with Nagle's algorithm the body would wait for the
         # client's delayed ACK of the headers (tens of ms on every keep-alive response).
         disable_nagle_algorithm = True
+        rate_headers: dict[str, str] = {}  # noqa: RUF012 (set per request, never mutated)
+        """The rate limit's headers for the request being answered."""
 
         def log_message(self, format: str, *args: Any) -> None:
             """Keep test output quiet."""
@@ -206,7 +277,7 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
-            for name, value in (extra or {}).items():
+            for name, value in (self.rate_headers | (extra or {})).items():
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
@@ -214,7 +285,14 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
             fault = state.next_fault()
+            self.rate_headers = {}
+            admitted = True
             with state.lock:
+                if state.rate_limit is not None:
+                    tokens = state.prompt_tokens(body) + int(body.get("max_tokens") or 0)
+                    admitted, self.rate_headers = state.rate_limit.admit(tokens)
+                    if not admitted:
+                        fault = Fault("rate_limit")
                 state.requests.append(body)
                 state.paths.append(self.path)
                 state.headers.append({name.lower(): value for name, value in self.headers.items()})
@@ -222,7 +300,8 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
             try:
                 state.gate.wait()
-                time.sleep(state.latency_s)
+                if admitted:  # a provider refuses over its limit at once
+                    time.sleep(state.latency_s)
                 self._answer(fault, body)
             finally:
                 with state.lock:
@@ -245,7 +324,7 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
                 self._send(400, error)
             elif behaviour == "rate_limit":
                 error = {"error": {"message": "rate limited", "type": "rate_limit_error"}}
-                self._send(429, error, {"Retry-After": str(fault.retry_after_s)})
+                self._send(429, error, self.rate_headers or {"Retry-After": str(fault.retry_after_s)})
             elif behaviour == "server_error":
                 self._send(500, {"error": {"message": "internal error", "type": "server_error"}})
             elif behaviour == "hang":
@@ -261,7 +340,8 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
             elif behaviour == "reasoning":
                 reasoning = f"Maybe {DECOY}? Let me check."
                 content = state.content_for(behaviour, body)
-                self._send(200, _completion(model, content, reasoning, state.usage(body, content)))
+                self._send(200, _completion(model, content, reasoning, state.usage(body, content),
+                                            state.cached_tokens(body)))
             else:
                 self._send(200, state.completion(body, behaviour))
 

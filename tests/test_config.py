@@ -17,7 +17,8 @@ import pytest
 from conftest import EXAMPLES
 
 import rt4chart
-from rt4chart.runs.config import ConfigError, load_config
+from rt4chart.runs.config import load_config
+from rt4chart.runs.config_file import ConfigError
 
 RULES = EXAMPLES / "answers.rules.json"
 

@@ -89,7 +89,8 @@ def test_original_ragtruth_layout_by_task_type_and_split() -> None:
     summary = by_id["r2"]
     assert summary.question is None and summary.gold is not None and summary.gold.task_type == "Summary"
     data2txt = by_id["r3"]
-    assert isinstance(data2txt.context, str) and json.loads(data2txt.context)["city"] == "Porto"
+    # A data-to-text source is one structured document named by its source id, a line per field.
+    assert data2txt.passage_ids == ["src-d2t"] and data2txt.context == ["city: Porto\nname: Cafe Blue\nstars: 4"]
     assert [s.id for s in load_dataset("ragtruth", FIXTURES / "ragtruth", split="test")] == ["r1", "r2"]
 
 

@@ -126,6 +126,20 @@ def test_an_unreachable_judge_stops_the_session_as_a_usage_error_named_once(suit
     assert "AssertionError" not in output, "not a finding"
 
 
+def test_an_unreachable_judge_stops_an_xdist_session_as_a_usage_error_named_once(suite: pytest.Pytester) -> None:
+    profile = profile_at(suite.path, "closed", closed_port_url())
+    for module_number in range(4):
+        (suite.path / f"test_refund_{module_number}.py").write_text(
+            REFUND_FILE.replace(", CONTEXT)", ", CONTEXT, decomposer='rules')")
+            .replace("def test_", f"def test_{module_number}_"), encoding="utf-8")
+    result = run(suite, "-n", "2", f"--rt4-judge={profile}")
+    output = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in output
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert output.count("rt4chart: the judge cannot be reached") == 1
+    assert "passed" not in result.parseoutcomes() and "failed" not in result.parseoutcomes()
+
+
 @pytest.mark.parametrize(
     ("judge", "message"),
     [("gpt4o-mini", "unknown judge"), ("gpt-4o-mini", "OPENAI_API_KEY")],
@@ -139,6 +153,31 @@ def test_a_judge_that_cannot_be_configured_is_a_usage_error_before_any_test(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = result.stderr.str()
     assert errors.count("the session's judge cannot be used") == 1 and message in errors
+    assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()
+
+
+def judges_of(records: Path) -> set[str]:
+    return {json.loads(line)["judge"] for line in records.read_text(encoding="utf-8").splitlines()}
+
+
+def test_the_project_config_file_gives_the_judge_and_a_flag_overrides_it(suite: pytest.Pytester) -> None:
+    suite.makepyfile(test_refund=REFUND_FILE)
+    (suite.path / "rt4chart.toml").write_text(f'judge = "scripted:{RULES}"\n', encoding="utf-8")
+    from_file = run(suite, "--rt4-out=file.jsonl")
+    from_file.assert_outcomes(passed=1, failed=1)
+    assert {judge.split("#")[0] for judge in judges_of(suite.path / "file.jsonl")} == {f"scripted:{RULES.name}"}
+    from_flag = run(suite, "--rt4-judge=embedded", "--rt4-out=flag.jsonl")
+    assert {judge.split("#")[0] for judge in judges_of(suite.path / "flag.jsonl")} == {"embedded"}
+    assert from_flag.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+
+
+def test_a_bad_project_config_file_is_a_usage_error_naming_file_and_key(suite: pytest.Pytester) -> None:
+    suite.makepyfile(test_refund=REFUND_FILE)
+    (suite.path / "pyproject.toml").write_text('[tool.rt4chart]\njudgee = "embedded"\n', encoding="utf-8")
+    result = run(suite)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = result.stderr.str()
+    assert "pyproject.toml" in errors and "unknown key 'judgee'" in errors
     assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()
 
 

@@ -145,7 +145,7 @@ def test_a_mapping_file_reads_a_team_s_own_attribute_names(tmp_path: Path) -> No
     mapping.write_text('kind_attribute = "kind"\nretriever_kinds = ["SEARCH"]\nllm_kinds = ["GENERATE"]\n'
                        'documents = "hits"\ndocument_text = "body"\ndocument_id = "key"\n'
                        'answer_attributes = ["reply"]\n', encoding="utf-8")
-    [item] = read_otlp_traces(export, load_mapping(mapping))
+    [item] = read_otlp_traces(export, load_mapping(mapping, TraceMapping))
     assert item.sample is not None and item.sample.passage_ids == ["faq-9"]
     assert item.sample.answer == "The X200 has a 56 Wh battery." and item.sample.question is None
     assert item.sample.trace is not None and item.sample.trace.answer_span_id == "02"
@@ -155,7 +155,7 @@ def test_a_bad_mapping_or_a_file_that_is_no_otlp_export_is_refused(tmp_path: Pat
     mapping = tmp_path / "mapping.json"
     mapping.write_text('{"retriever_kind": "RETRIEVER"}', encoding="utf-8")
     with pytest.raises(TraceError, match="retriever_kind: Extra inputs are not permitted"):
-        load_mapping(mapping)
+        load_mapping(mapping, TraceMapping)
     jsonl = ROOT / "examples" / "answers.jsonl"
     with pytest.raises(TraceError, match="is not an OTLP/JSON trace export"):
         list(read_otlp_traces(jsonl))

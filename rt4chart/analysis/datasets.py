@@ -10,7 +10,9 @@ Datasets and their gold:
   annotated span (all four RAGTruth label types; ``implicit_true`` spans included, because the
   context does not state them either).
 - ``ragtruth``: the original RAGTruth layout (``response.jsonl`` + ``source_info.jsonl``), which
-  users supply; ``split`` selects ``train`` / ``test`` by the responses' own ``split`` field.
+  users supply; ``split`` selects ``train`` / ``test`` by the responses' own ``split`` field. A
+  data-to-text (``Data2txt``) source becomes one structured document (``documents``, named by its
+  ``source_id``): evidence then names the JSON path of the field it quotes.
 - ``faithbench``: FaithBench ``batch_<n>.json`` files. Hallucinated = any annotation whose first
   label is ``Unwanted`` (or one of its subtypes); gold spans are those annotations' summary spans
   and gold evidence their source spans, when annotators gave one. The dev/test split is
@@ -289,19 +291,21 @@ def _ragtruth(responses: Path, sources: Path, split: str | None) -> list[Sample]
         task_type = _field(source, "task_type", source_where)
         info = _field(source, "source_info", source_where)
         question: str | None = None
+        given: dict[str, Any]
         if task_type == "QA" and isinstance(info, dict):
-            question, context = info.get("question"), info.get("passages", "")
+            question, given = info.get("question"), {"context": info.get("passages", "")}
         elif isinstance(info, str):
-            context = info
+            given = {"context": info}
         else:
-            # Data2txt sources are structured records; the generator saw them as JSON, so does the judge.
-            context = json.dumps(info, ensure_ascii=False, indent=2)
+            # Data2txt sources are structured records (Yelp business JSON): one document whose fields are
+            # the units, so evidence names the JSON path it quotes.
+            given = {"documents": [{"id": source_id, "data": info}]}
         answer = _field(record, "response", where)
         samples.append(
             _sample(
                 where,
                 id=str(_field(record, "id", where)),
-                context=context,
+                **given,
                 question=question,
                 answer=answer,
                 gold=_ragtruth_gold(_field(record, "labels", where), answer, where, task_type),

@@ -46,7 +46,7 @@ app = typer.Typer(
 # In this order in `rt4 --help`; a group without a name adds its commands, one with a name (cache,
 # signals) is a command with subcommands.
 for group in (audit.commands, results.commands, evaluation.commands, repair.commands, judges.commands,
-              judges.cache_commands, signals.commands, guard.commands, config.commands):
+              judges.cache_commands, judges.models_commands, signals.commands, guard.commands, config.commands):
     app.add_typer(group)
 
 

@@ -127,17 +127,22 @@ class InputFormat(StrEnum):
 
     JSONL = "jsonl"
     OTLP = "otlp"
+    LANGFUSE = "langfuse"
 
 
-def _read_traces(input_path: Path, mapping_path: Path | None) -> list[InputLine]:
-    """The items of an OTLP/JSON trace export, one per trace; a file that is no such export, or a bad
-    mapping, is a usage error."""
-    from rt4chart.records.traces import TraceError, load_mapping, read_otlp_traces
+def _read_traces(input_path: Path, input_format: InputFormat, mapping_path: Path | None) -> list[InputLine]:
+    """The items of a trace export (OTLP/JSON or Langfuse), one per trace; a file that is no such export,
+    or a bad mapping, is a usage error."""
+    from rt4chart.records.langfuse import LangfuseMapping, read_langfuse_traces
+    from rt4chart.records.traces import TraceError, TraceMapping, load_mapping, read_otlp_traces
 
     if not input_path.is_file():
         raise fail(f"trace file not found: {input_path}" if not input_path.exists() else f"{input_path} is not a file")
     try:
-        items = list(read_otlp_traces(input_path, load_mapping(mapping_path)))
+        if input_format is InputFormat.LANGFUSE:
+            items = list(read_langfuse_traces(input_path, load_mapping(mapping_path, LangfuseMapping)))
+        else:
+            items = list(read_otlp_traces(input_path, load_mapping(mapping_path, TraceMapping)))
     except TraceError as error:
         raise fail(str(error)) from None
     if not items:
@@ -146,17 +151,17 @@ def _read_traces(input_path: Path, mapping_path: Path | None) -> list[InputLine]
 
 
 def _input_items(input_path: Path, input_format: InputFormat, mapping_path: Path | None) -> list[InputLine] | None:
-    """The items of a trace export (``--input-format otlp``); ``None`` for JSONL, which the command reads its own
-    way (streamed or whole)."""
-    if input_format is InputFormat.OTLP:
-        return _read_traces(input_path, mapping_path)
+    """The items of a trace export (``--input-format otlp|langfuse``); ``None`` for JSONL, which the command
+    reads its own way (streamed or whole)."""
+    if input_format is not InputFormat.JSONL:
+        return _read_traces(input_path, input_format, mapping_path)
     if mapping_path is not None:
-        raise fail("--trace-mapping applies to --input-format otlp only")
+        raise fail("--trace-mapping applies to --input-format otlp or langfuse only")
     return None
 
 
-InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin); with --input-format otlp, an OTLP/JSON trace export.")]
-InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="jsonl: one answer per line; otlp: an OTLP/JSON trace export, one answer per trace (OpenInference / GenAI spans).")]
+InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin); with --input-format otlp, an OTLP/JSON trace export; with langfuse, a Langfuse trace export.")]
+InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="jsonl: one answer per line; otlp: an OTLP/JSON trace export, one answer per trace (OpenInference / GenAI spans); langfuse: Langfuse traces with their observations (its public API's JSON).")]
 TraceMappingOption = Annotated[Path | None, typer.Option("--trace-mapping", help="TOML or JSON file overriding which spans and attributes hold documents, answer and question (--input-format otlp).")]
 MAX_RESAMPLES = 100_000
 """Bootstrap resamples are bounded: beyond this the intervals do not move, the run only takes longer."""

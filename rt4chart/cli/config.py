@@ -10,7 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from rt4chart.cli.flags import fail, run_spec
-from rt4chart.runs.config import CONFIGURABLE, ConfigError, ProjectConfig, config_key, load_config
+from rt4chart.runs.config import CONFIGURABLE, ProjectConfig, config_key, load_config
+from rt4chart.runs.config_file import ConfigError
 from rt4chart.runs.spec import RunSpec
 
 commands = typer.Typer()

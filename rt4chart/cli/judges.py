@@ -20,6 +20,10 @@ commands = typer.Typer()
 cache_commands = typer.Typer(
     cls=_ReadableGroup, name="cache", help="Inspect or clear the judge-call cache.", no_args_is_help=True
 )
+models_commands = typer.Typer(
+    cls=_ReadableGroup, name="models", help="Download the verifier judges' checkpoints (once; offline afterwards).",
+    no_args_is_help=True,
+)
 
 
 def _open_cache(location: Path | str | None) -> JudgeCache:
@@ -60,9 +64,30 @@ def cache_clear(*, spec: RunSpec) -> None:
     cache.close()
     stderr.print(f"removed {removed} entries from {cache.directory}", highlight=False, markup=False)
 
+@models_commands.command("pull")
+def models_pull(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="A verifier profile (rt4 judges lists them).")],
+) -> None:
+    """Download a verifier's checkpoint at its pinned revision, checking every weight file's sha256."""
+    from rt4chart.judges.hub import PullError, models_dir, pull
+    from rt4chart.judges.registry import JudgeConfigError, verifier_profile
+
+    try:
+        profile = verifier_profile(name)
+        assert profile.verifier is not None, "a verifier profile has its [verifier] table"
+        record = pull(profile.name, profile.verifier)
+    except (JudgeConfigError, PullError) as error:
+        raise fail(str(error)) from None
+    for repo in record.repos:
+        stderr.print(f"pulled {repo.repo}@{repo.commit} ({len(repo.sha256)} files) into {models_dir()}",
+                     highlight=False, markup=False, soft_wrap=True)
+
+
 @commands.command()
 def judges() -> None:
-    """List the judge profiles and whether each one's API key and base URL are set (never their values)."""
+    """List the judge profiles and whether each one's API key and base URL are set (never their values),
+    and whether each verifier's checkpoint is pulled."""
+    from rt4chart.judges.hub import pull_command, pulled
     from rt4chart.judges.registry import JudgeConfigError, profile_statuses
     from rt4chart.report.layout import print_rows
 
@@ -84,9 +109,13 @@ def judges() -> None:
             if profile.input_usd_per_mtok is not None or profile.output_usd_per_mtok is not None
             else "litellm's"
         )
+        model = profile.model or profile.kind
+        if profile.verifier is not None:
+            present = pulled(profile.name) is not None
+            model = f"{profile.verifier.weights.repo} " + ("[green]pulled[/green]" if present else "[red]not pulled[/red]")
         rows.append([
             profile.name,
-            profile.model or profile.kind,
+            model,
             availability(profile.api_key_env, status.key_set),
             profile.api_base or availability(profile.api_base_env, status.base_set),
             prices,
@@ -98,7 +127,7 @@ def judges() -> None:
     print_rows(Console(), headers, rows)
     Console().print(
         "Also accepted by --judge: any litellm model string (openai/<model>, hosted_vllm/<model> with "
-        "--api-base), scripted:RULES.json, cascade:A@CONFIDENCE,B.",
+        f"--api-base), scripted:RULES.json, cascade:A@CONFIDENCE,B. A verifier not pulled: {pull_command('NAME')}.",
         highlight=False, soft_wrap=True,
     )
 

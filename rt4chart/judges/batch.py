@@ -40,7 +40,14 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
 from rt4chart.judges.bounded_http import DecodedBody
-from rt4chart.judges.openai_compat import EndpointError, ErrorResponse, MalformedResponse, OpenAICompatSender
+from rt4chart.judges.openai_compat import (
+    EndpointError,
+    ErrorResponse,
+    MalformedResponse,
+    OpenAICompatSender,
+    completion_reply,
+)
+from rt4chart.judges.pacing import RateSignal
 from rt4chart.judges.policy import Reply, status_code
 from rt4chart.protocol import JudgeRequest, waiting_on_provider
 
@@ -395,12 +402,7 @@ class BatchSender(OpenAICompatSender):
             message = answer["choices"][0]["message"]
         except (KeyError, IndexError, TypeError) as error:
             raise MalformedResponse(f"a batch output line without a chat completion: {str(answer)[:200]}") from error
-        counts = answer.get("usage") or {}
-        return Reply(
-            text=str(message.get("content") or ""),
-            prompt_tokens=int(counts.get("prompt_tokens") or 0),
-            completion_tokens=int(counts.get("completion_tokens") or 0),
-        )
+        return completion_reply(answer, message, RateSignal())
 
     def is_transient(self, error: BaseException) -> bool:
         # A request already submitted twice is not retried by the policy's backoff as well.

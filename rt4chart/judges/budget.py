@@ -48,7 +48,7 @@ class RunLimits(BaseModel):
     )
     """Hard cap on judge spend in USD; exit 3 when reached."""
     concurrency: int | None = Field(default=None, ge=1, json_schema_extra={"panel": HelpPanel.JUDGE})
-    """Judge calls in flight (default: the judge profile's)."""
+    """Most judge calls in flight, fewer while the provider's rate limit says so (default: the judge profile's)."""
     timeout_s: float | None = Field(
         default=None, gt=0.0, json_schema_extra={"flag": "--timeout", "panel": HelpPanel.JUDGE}
     )

@@ -23,6 +23,7 @@ from litellm.exceptions import APIConnectionError, Timeout
 
 from rt4chart.judges.bounded_http import ReplyLimits, reply_limits
 from rt4chart.judges.bounded_httpx import bound_litellm_transports
+from rt4chart.judges.pacing import rate_signal
 from rt4chart.judges.policy import EndpointSender, EndpointSettings, PolicyBackend, Reply, reply_body_cap_bytes
 from rt4chart.judges.replies import parse_reply
 from rt4chart.judges.scrubbing import scrub, scrub_value, secrets_in_environment
@@ -198,13 +199,16 @@ class LiteLLMSender(EndpointSender):
         counts = getattr(response, "usage", None)
         # litellm's own price (it knows cached-token discounts) when its price table has the model.
         priced_by_litellm = self._table_prices is not None
-        reported = getattr(response, "_hidden_params", {}).get("response_cost") if priced_by_litellm else None
+        hidden = getattr(response, "_hidden_params", None) or {}
+        reported = hidden.get("response_cost") if priced_by_litellm else None
         return Reply(
             text=str(response.choices[0].message.content or ""),
             prompt_tokens=int(getattr(counts, "prompt_tokens", 0) or 0),
             completion_tokens=int(getattr(counts, "completion_tokens", 0) or 0),
+            cached_prompt_tokens=int(getattr(getattr(counts, "prompt_tokens_details", None), "cached_tokens", 0) or 0),
             cost_usd=float(reported) if isinstance(reported, int | float) else None,
             deployment=self.deployment(response),
+            rate=rate_signal(hidden.get("additional_headers")),
         )
 
     # litellm keeps its HTTP clients in a process-wide cache shared by every backend: nothing to close.

@@ -13,7 +13,8 @@ with the reliability contract of ARCHITECTURE.md:
   401/403, 404) get at most one retry and feed the circuit breaker
   (:mod:`rt4chart.judges.circuit`): once it opens, ``complete`` raises
   :class:`~rt4chart.protocol.JudgeUnavailable`, the one exception that stops a run;
-- at most ``concurrency`` attempts in flight, per event loop;
+- at most ``concurrency`` attempts in flight, per event loop, fewer while the server's rate limit
+  says so (:mod:`rt4chart.judges.pacing`);
 - the verdict parsed from the reply text (:func:`rt4chart.judges.replies.parse_reply`);
 - configured API keys and key-shaped tokens scrubbed from every string that leaves the backend
   (the parsed verdict, ``raw``, ``error``, the circuit's last error);
@@ -29,8 +30,8 @@ import asyncio
 import socket
 import time
 import weakref
-from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,6 +45,7 @@ from rt4chart.judges.circuit import (
     TIMEOUT_ATTEMPTS,
     CircuitBreaker,
 )
+from rt4chart.judges.pacing import Pacer, RateSignal, rate_signal
 from rt4chart.judges.replies import REASK_TOKENS, REPLY_LIMIT, parse_reply, prompt_token_bound, reask_messages
 from rt4chart.judges.scrubbing import (
     might_hold_secret,
@@ -67,10 +69,18 @@ class CallSettings(BaseModel):
 
     input_usd_per_mtok: float | None = Field(default=None, ge=0.0)
     """Price per million prompt tokens; ``None`` means litellm's price list (or 0 if it has none)."""
+    cached_input_usd_per_mtok: float | None = Field(default=None, ge=0.0)
+    """Price per million prompt tokens read from the provider's prompt cache
+    (``prompt_tokens_details.cached_tokens``); ``None``: the prompt price (no discount)."""
     output_usd_per_mtok: float | None = Field(default=None, ge=0.0)
     """Price per million completion tokens; ``None`` as for input."""
     concurrency: int = Field(default=8, ge=1)
-    """Calls in flight at once (``--concurrency`` overrides it)."""
+    """Most calls in flight at once (``--concurrency`` overrides it)."""
+    adaptive_concurrency: bool = True
+    """Ride the server's rate limit below ``concurrency``: start with a few calls in flight, add
+    slots while calls are answered, halve them on a 429 or a timeout, and hold new calls for a
+    ``Retry-After`` or an exhausted ``x-ratelimit-remaining-*`` (:mod:`rt4chart.judges.pacing`).
+    ``false``: always ``concurrency`` calls in flight."""
     response_format: Literal["auto", "json_schema", "json_object", "none"] = "auto"
     """Structured-output mode; ``auto`` asks litellm's capability helpers."""
     timeout_s: float = Field(default=120.0, gt=0.0)
@@ -109,12 +119,16 @@ class Reply:
     """The reply's content (never a model's separate reasoning)."""
     prompt_tokens: int = 0
     """Prompt tokens the server counted."""
+    cached_prompt_tokens: int = 0
+    """Of those, the tokens the server read from its prompt cache."""
     completion_tokens: int = 0
     """Completion tokens the server counted."""
     cost_usd: float | None = None
     """What the attempt cost, when the sender knows better than the judge's per-token prices."""
     deployment: str | None = None
     """Which deployment answered (a fleet's replica), for debugging; ``None`` for one endpoint."""
+    rate: RateSignal = field(default_factory=RateSignal)
+    """What the answer's headers said of the server's rate limit (for pacing)."""
 
 
 def status_code(error: BaseException) -> int | None:
@@ -206,21 +220,17 @@ def timed_out(error: BaseException) -> bool:
     return any(isinstance(cause, TimeoutError | TimeoutException) for cause in _causes(error))
 
 
+def error_headers(error: BaseException | None) -> Mapping[str, str] | None:
+    """The response headers a failed attempt carries (litellm's, OpenAI's and httpx's errors, the
+    OpenAI-compatible sender's)."""
+    headers = getattr(getattr(error, "response", None), "headers", None)
+    return headers if isinstance(headers, Mapping) else None
+
+
 def retry_after_s(error: BaseException | None) -> float | None:
-    """Seconds the server asked the client to wait (Retry-After as seconds or an HTTP date)."""
-    response = getattr(error, "response", None)
-    headers = getattr(response, "headers", None)
-    value = headers.get("retry-after") if headers is not None else None
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
+    """Seconds the server asked the client to wait (``retry-after-ms``, else Retry-After as seconds
+    or an HTTP date)."""
+    return rate_signal(error_headers(error)).retry_after_s
 
 
 class InvalidReply(Exception):
@@ -343,11 +353,9 @@ class PolicyBackend:
         self.sender = sender
         self.settings = settings
         self.concurrency = settings.concurrency
-        # One semaphore per event loop: a semaphore is bound to the loop it first waited in, and a
-        # backend may serve several ``asyncio.run`` calls (one per CLI command or evaluation).
-        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-            weakref.WeakKeyDictionary()
-        )
+        # One pacer per event loop: its waiters are futures of the loop they wait in, and a backend
+        # may serve several ``asyncio.run`` calls (one per CLI command or evaluation).
+        self._pacers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pacer] = weakref.WeakKeyDictionary()
         self._backoff = wait_exponential_jitter(
             multiplier=settings.backoff_s, max=settings.backoff_max_s, jitter=settings.backoff_s
         )
@@ -450,12 +458,21 @@ class PolicyBackend:
         asked = retry_after_s(error)
         return min(max(backoff, asked or 0.0), self.settings.backoff_max_s)
 
-    async def _attempt(self, messages: list[dict[str, str]], request: JudgeRequest, usage: list[Usage]) -> Reply:
+    def pacer(self) -> Pacer:
+        """The calls in flight of this backend in the running event loop."""
         loop = asyncio.get_running_loop()
-        slots = self._slots.get(loop)
-        if slots is None:
-            slots = self._slots[loop] = asyncio.Semaphore(self.concurrency)
-        async with slots:
+        pacer = self._pacers.get(loop)
+        if pacer is None:
+            pacer = self._pacers[loop] = Pacer(self.concurrency, adaptive=self.settings.adaptive_concurrency)
+        return pacer
+
+    async def _attempt(self, messages: list[dict[str, str]], request: JudgeRequest, usage: list[Usage]) -> Reply:
+        pacer = self.pacer()
+        # A fleet's router cools the deployment that refused or ran out and sends elsewhere: the
+        # logical judge's pace is not that deployment's, so only its answers count, not their limits.
+        paced = not self.sender.routes_around_failures
+        slot = await pacer.acquire()
+        try:
             # Another request may have opened the circuit while this one waited for a slot.
             self.circuit.check()
             usage.append(Usage(calls=1))
@@ -465,13 +482,24 @@ class PolicyBackend:
             except Exception as error:
                 if not self.sender.sent(error):
                     usage.pop()
+                if paced and (status_code(error) == 429 or self.sender.timed_out(error)):
+                    pacer.refused(slot, rate_signal(error_headers(error)))
                 raise
+            # A server counts a call's tokens at admission with its max_tokens, not the reply's length.
+            pacer.answered(slot, reply.rate if paced else RateSignal(), reply.prompt_tokens + request.params.max_tokens)
+        finally:
+            pacer.release()
         input_price, output_price = self._prices()
         cost = reply.cost_usd
+        cached = min(reply.cached_prompt_tokens, reply.prompt_tokens)
         if cost is None:
-            cost = reply.prompt_tokens * input_price + reply.completion_tokens * output_price
+            cached_price = self.settings.cached_input_usd_per_mtok
+            cached_price = input_price if cached_price is None else cached_price / 1e6
+            uncached = reply.prompt_tokens - cached
+            cost = uncached * input_price + cached * cached_price + reply.completion_tokens * output_price
         usage[-1] = Usage(
-            calls=1, prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, cost_usd=cost
+            calls=1, prompt_tokens=reply.prompt_tokens, cached_prompt_tokens=cached,
+            completion_tokens=reply.completion_tokens, cost_usd=cost,
         )
         cap = reply_cap_chars(request.params.max_tokens)
         if len(reply.text) > cap:

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rt4chart.judges.budget import Ledger, MeteredBackend
 from rt4chart.judges.cache import CachedBackend, JudgeCache, open_cache
 from rt4chart.judges.embedded.model import HeadName, load_model
+from rt4chart.judges.hub import ModelMissing, VerifierModel, require_pulled
 from rt4chart.judges.policy import CallSettings
 from rt4chart.judges.scripted import ScriptedBackend
 from rt4chart.judges.scrubbing import redact_url
@@ -96,9 +97,16 @@ class JudgeProfile(CallSettings):
     """Name used with ``--judge`` and recorded in outputs."""
     description: str = ""
     """One line for ``rt4 judges``."""
-    kind: Literal["litellm", "embedded", "calibrated"] = "litellm"
-    """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier;
-    ``calibrated`` for the judge named by :attr:`judge` at the operating point :attr:`claim_threshold`."""
+    kind: Literal["litellm", "embedded", "verifier", "calibrated"] = "litellm"
+    """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier; ``verifier`` for a
+    pair-classifier checkpoint from the Hugging Face hub (:attr:`verifier`, pulled once with ``rt4 models
+    pull``); ``calibrated`` for the judge named by :attr:`judge` at the operating point :attr:`claim_threshold`."""
+    adapter: Literal["lynx"] | None = None
+    """A chat model trained to verify (``litellm`` profiles): ``lynx`` asks Patronus' Lynx each claim in its
+    own prompt and reads its PASS/FAIL reply (:mod:`rt4chart.judges.chat_verifiers`); ``None``: the model
+    gets rt4chart's prompts."""
+    verifier: VerifierModel | None = None
+    """Verifier profiles only: the checkpoint (hub repository, pinned revision, family, token limits)."""
     api: Literal["auto", "openai-compatible", "litellm"] = "auto"
     """How the model is called. ``openai-compatible``: OpenAI's chat-completions protocol over aiohttp
     (:mod:`rt4chart.judges.openai_compat`; no litellm import), at the base URL or OpenAI's own;
@@ -150,6 +158,11 @@ class JudgeProfile(CallSettings):
     def _litellm_needs_model(self) -> JudgeProfile:
         if self.kind == "litellm" and not self.model:
             raise ValueError(f"judge profile {self.name!r} needs a litellm model string")
+        if self.adapter is not None and self.kind != "litellm":
+            raise ValueError(f"judge profile {self.name!r}: an adapter wraps a chat model (kind = \"litellm\")")
+        if (self.kind == "verifier") != (self.verifier is not None):
+            raise ValueError(f"judge profile {self.name!r}: a [verifier] table belongs to, and is needed by, "
+                             'kind = "verifier"')
         if self.kind != "embedded" and self.claim_thresholds:
             raise ValueError(f"judge profile {self.name!r}: claim_thresholds apply to the embedded judge only")
         calibrated = (self.judge is not None, self.claim_threshold is not None)
@@ -371,6 +384,38 @@ def _embedded(profile: JudgeProfile, settings: LeafSettings) -> Backend:
     return _embedded_backend(profile.claim_thresholds)
 
 
+VERIFIER_PARTS = ("torch", "transformers", "huggingface_hub", "safetensors")
+"""Packages of the verifiers extra a hub verifier imports when it loads (on the first request)."""
+
+
+def _verifier(profile: JudgeProfile, settings: LeafSettings) -> Backend:
+    assert profile.verifier is not None, "validated by the profile"
+    # Looked for, not imported (torch takes seconds): a missing part or a checkpoint never pulled is a
+    # usage error before the run, not an error on every record.
+    missing = [part for part in VERIFIER_PARTS if importlib.util.find_spec(part) is None]
+    if missing:
+        raise JudgeConfigError(f"the verifier {profile.name!r} needs {', '.join(missing)}: "
+                               "pip install 'rt4chart[verifiers]'")
+    try:
+        record = require_pulled(profile.name)
+    except ModelMissing as error:
+        raise JudgeConfigError(str(error)) from error
+    from rt4chart.judges.pair_classifier import PairClassifierBackend
+
+    return PairClassifierBackend(profile.name, profile.verifier, record)
+
+
+def verifier_profile(name: str) -> JudgeProfile:
+    """The verifier profile ``name`` (a shipped name or a profile file), for ``rt4 models pull``;
+    :class:`JudgeConfigError` naming the verifier profiles when it is none."""
+    profiles = load_profiles()
+    profile = profiles.get(name) or _profile_file(name)
+    if profile is None or profile.verifier is None:
+        known = ", ".join(sorted(p.name for p in profiles.values() if p.verifier is not None))
+        raise JudgeConfigError(f"{name!r} is no verifier profile (these are: {known})")
+    return profile
+
+
 def _calibrated_leaf(profile: JudgeProfile, settings: LeafSettings) -> Backend:
     raise JudgeConfigError(f"the calibrated profile {profile.name!r} cannot be a stage of a cascade or a member of a "
                            "vote (it settles a whole judge's final verdicts): name the judge it calibrates")
@@ -379,7 +424,12 @@ def _calibrated_leaf(profile: JudgeProfile, settings: LeafSettings) -> Backend:
 def _model(profile: JudgeProfile, settings: LeafSettings) -> Backend:
     if settings.timeout_s is not None:
         profile = profile.model_copy(update={"timeout_s": settings.timeout_s})
-    return _litellm_backend(profile, settings.api_base, settings.concurrency, settings.batch)
+    backend = _litellm_backend(profile, settings.api_base, settings.concurrency, settings.batch)
+    if profile.adapter is None:
+        return backend
+    from rt4chart.judges.chat_verifiers import ChatVerifierBackend
+
+    return ChatVerifierBackend(backend, profile.adapter)
 
 
 ENSEMBLE_SCHEMES: dict[str, Callable[[str, LeafSettings], Backend]] = {"cascade:": _cascade, "vote:": _vote}
@@ -389,11 +439,13 @@ SPEC_SCHEMES: dict[str, Callable[[str, LeafSettings], Backend]] = {"scripted:": 
 PROFILE_KINDS: dict[str, Callable[[JudgeProfile, LeafSettings], Backend]] = {
     "litellm": _model,
     "embedded": _embedded,
+    "verifier": _verifier,
     "calibrated": _calibrated_leaf,
 }
 """Judges built from a profile (shipped, a file, or made for a model string), by the profile's ``kind``:
 a language model behind the transport policy (litellm, the OpenAI-compatible client or a fleet, as the
-profile says), the embedded verifier, or a calibrated profile (a whole judge only, never a leaf)."""
+profile says), the embedded verifier, a pulled hub verifier, or a calibrated profile (a whole judge only,
+never a leaf)."""
 
 
 def _profile_file(spec: str) -> JudgeProfile | None:
@@ -627,13 +679,14 @@ def _batch_backend(profile: JudgeProfile, base: str | None, api_key: str | None,
     settings = profile.openai_compat_settings(MAX_BATCH_REQUESTS)
     prices = {
         field: price * BATCH_PRICE_FACTOR
-        for field in ("input_usd_per_mtok", "output_usd_per_mtok")
+        for field in ("input_usd_per_mtok", "cached_input_usd_per_mtok", "output_usd_per_mtok")
         if (price := getattr(settings, field)) is not None
     }
+    # Every call of a round reaches the collector at once (no pacing: the provider paces a batch).
     # No backoff before another attempt: a re-ask or a retry joins the next round at once, with the
     # other samples' calls, instead of a round of its own after its jittered wait (a Retry-After
     # the provider sends on a refused upload is still honoured).
-    settings = settings.model_copy(update={**prices, "backoff_s": 0.0})
+    settings = settings.model_copy(update={**prices, "backoff_s": 0.0, "adaptive_concurrency": False})
     return PolicyBackend(BatchSender(settings, api_key=api_key, api_base=base, batch=batch), settings)
 
 

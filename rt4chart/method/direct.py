@@ -8,7 +8,7 @@ but has no span and is reported as an error, the way ungrounded evidence is.
 
 from __future__ import annotations
 
-from rt4chart.method.grounding import ContextIndex, anchor_quotes
+from rt4chart.method.grounding import ContextIndex, anchor_quotes, passage_map
 from rt4chart.method.session import JudgeSession
 from rt4chart.method.tasks import DirectInput, DirectOutput
 from rt4chart.method.text import segment_context, split_sentences
@@ -30,7 +30,7 @@ async def audit_directly(session: JudgeSession, sample: Sample) -> AuditRecord:
         report.incomplete = True
         return report
     answer = ContextIndex(sample.answer, answer_sentences)
-    context_index = ContextIndex(context, sentences)
+    context_index = ContextIndex(context, sentences, passage_map(sample))
     verdicts: list[ClaimVerdict] = []
     for span in response.parsed.spans:
         if span.label == Label.ENTAILED:

@@ -8,6 +8,10 @@ its name is recorded on the evidence as ``match``. Every view keeps each charact
 offset, so the evidence is always the context's own text, ``context[start:end]``, and a quote that
 is not in the context under any view (a paraphrase) is not evidence. Folding is a property of
 characters, never of words: a view never matches a quote to text whose folded form differs.
+
+A context of passages or documents also gives each evidence its ``source`` (:class:`PassageMap`):
+the document it comes from, its offsets there, and the fields or cells of a structured document it
+quotes.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rt4chart.method.text import content_words
-from rt4chart.types import Evidence, EvidenceMatch, Sentence
+from rt4chart.documents import Unit, render_document
+from rt4chart.method.text import content_words, join_passages
+from rt4chart.types import Evidence, EvidenceMatch, EvidenceSource, Sample, Sentence
 
 _WHITESPACE = re.compile(r"\s+")
 SENTENCE_MARKER = re.compile(r"\[S\d+\]\s*")
@@ -113,12 +118,50 @@ _FOLDS: tuple[tuple[EvidenceMatch, Callable[[str], str]], ...] = (
 """The tolerant views, from the strictest: the first that finds a quote names its match."""
 
 
+@dataclass(frozen=True)
+class PassageMap:
+    """Where each passage (document) of a joined context starts, its name, and its units."""
+
+    starts: list[int]
+    """Offset of each passage in the joined context."""
+    lengths: list[int]
+    """Characters of each passage."""
+    names: list[str]
+    """Each passage's id (its 1-based position when the input named none)."""
+    units: list[list[Unit]]
+    """Each passage's structured units (none for prose)."""
+
+    def source(self, start: int, end: int) -> EvidenceSource:
+        """The source of the joined context's ``[start, end)``: the passage it starts in."""
+        passage = max(bisect_right(self.starts, start) - 1, 0)
+        if start - self.starts[passage] >= self.lengths[passage] and passage + 1 < len(self.starts):
+            passage += 1  # a quote that begins in the separator begins in the next passage
+        offset = self.starts[passage]
+        start = max(start, offset)
+        local_start, local_end = start - offset, min(end - offset, self.lengths[passage])
+        units = [unit.anchor for unit in self.units[passage] if unit.start < local_end and unit.end > local_start]
+        return EvidenceSource(document=self.names[passage], start=local_start, end=local_end, units=units)
+
+
+def passage_map(sample: Sample) -> PassageMap | None:
+    """The passages of a sample's context, for evidence sources; ``None`` for a single-string context."""
+    if isinstance(sample.context, str):
+        return None
+    starts = join_passages(sample.context)[1]
+    names = sample.passage_ids or [str(position + 1) for position in range(len(sample.context))]
+    documents = sample.documents or []
+    units = [render_document(document).units for document in documents] or [[] for _ in sample.context]
+    return PassageMap(starts, [len(passage) for passage in sample.context], names, units)
+
+
 @dataclass
 class ContextIndex:
     """A context prepared for quote lookup, with its tolerant views built on demand."""
 
     text: str
     sentences: list[Sentence]
+    passages: PassageMap | None = None
+    """The context's passages, to give evidence its source; ``None`` for a single-string context."""
     _views: dict[EvidenceMatch, FoldedView] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -156,7 +199,8 @@ class ContextIndex:
 
     def _evidence(self, start: int, end: int, match: EvidenceMatch) -> Evidence:
         return Evidence(
-            start=start, end=end, text=self.text[start:end], sentence_ids=self.sentence_ids(start, end), match=match
+            start=start, end=end, text=self.text[start:end], sentence_ids=self.sentence_ids(start, end), match=match,
+            source=self.passages.source(start, end) if self.passages is not None else None,
         )
 
 

@@ -3,6 +3,9 @@
 A calibrated profile (``kind = "calibrated"``, written by ``rt4 calibrate``) settles each claim's
 final verdict by its unsupported score (:func:`claim_unsupported_score`) against the
 profile's threshold: :func:`settle_at_threshold`, the same rule the calibration's figures count.
+
+In a conversation, a verdict resting only on the assistant's own earlier turns is settled as baseless
+(:func:`settle_earlier_turns`).
 """
 
 from __future__ import annotations
@@ -56,3 +59,19 @@ def settle_at_threshold(verdicts: Iterable[ClaimVerdict], threshold: float, judg
         )
         claim.label, claim.confidence = settled, round(1.0 - claim.confidence, 6)
         claim.evidence, claim.grounded, claim.judge = [], True, judge
+
+
+def settle_earlier_turns(verdicts: Iterable[ClaimVerdict], earlier_turns: Iterable[str]) -> None:
+    """Settle, in place, the verdicts whose evidence lies only in the assistant's earlier turns (the
+    documents named ``earlier_turns``): the assistant repeating itself grounds nothing, so such a
+    claim is baseless (whether the judge found it entailed or contradicted there), marked
+    ``earlier_turn_only``, with the judge's verdict kept in ``judge_verdict``."""
+    turns = set(earlier_turns)
+    for claim in verdicts:
+        sources = [evidence.source.document for evidence in claim.evidence if evidence.source is not None]
+        if claim.label in (None, Label.BASELESS) or not sources or not set(sources) <= turns:
+            continue
+        claim.judge_verdict = Verdict(**claim.verdict_fields())
+        claim.rationale = (f"supported only by the assistant's earlier turn ({', '.join(dict.fromkeys(sources))}), "
+                           f"which grounds nothing; the judge said {claim.label.value}")
+        claim.label, claim.earlier_turn_only, claim.evidence = Label.BASELESS, True, []

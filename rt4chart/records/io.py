@@ -30,7 +30,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from rt4chart.types import AuditRecord, Sample, TraceSource, Usage
+from rt4chart.types import AuditRecord, Sample, TraceSource, Usage, describe_validation_error
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,6 @@ class InputLine:
     """sha256 of the line's bytes (line break excluded): what :func:`record_key` binds a record to."""
     trace: TraceSource | None = None
     """The trace an item read from traces came from, kept on its record even when it is invalid."""
-
-
-def _describe(error: ValidationError) -> str:
-    problems = []
-    for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"]) or "line"
-        problems.append(f"{where}: {item['msg']}")
-    return "; ".join(problems)
 
 
 def line_digest(raw: str | bytes) -> str:
@@ -78,7 +70,7 @@ def parse_sample(record: Any, line: int) -> InputLine:
     try:
         sample = Sample.model_validate({**record, "id": raw_id if raw_id is not None else f"line-{line}"})
     except ValidationError as error:
-        return InputLine(line, None, f"line {line}: {_describe(error)}", raw_id)
+        return InputLine(line, None, f"line {line}: {describe_validation_error(error)}", raw_id)
     if not sample.answer.strip():
         return InputLine(line, None, f"line {line}: answer is empty", raw_id)
     if problem := _over_limits(sample):

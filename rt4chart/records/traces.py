@@ -28,7 +28,7 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -71,18 +71,22 @@ class TraceMapping(BaseModel):
     """Also read the OpenTelemetry GenAI conventions (``gen_ai.*`` attributes and events)."""
 
 
+MappingModel = TypeVar("MappingModel", bound=BaseModel)
+"""A trace mapping's model (:class:`TraceMapping`, or a Langfuse mapping)."""
+
 GENAI_LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 """``gen_ai.operation.name`` values of a span that calls a model for text."""
 
 
-def load_mapping(path: Path | None) -> TraceMapping:
-    """The mapping of a TOML or JSON file of :class:`TraceMapping`'s fields (``None``: the defaults)."""
+def load_mapping(path: Path | None, kind: type[MappingModel]) -> MappingModel:
+    """The mapping of a TOML or JSON file of ``kind``'s fields (:class:`TraceMapping`, or a Langfuse
+    mapping); ``None``: the defaults."""
     if path is None:
-        return TraceMapping()
+        return kind()
     try:
         text = path.read_text(encoding="utf-8")
         fields = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-        return TraceMapping.model_validate(fields)
+        return kind.model_validate(fields)
     except (OSError, UnicodeDecodeError, ValueError) as error:  # JSON, TOML and validation errors are ValueErrors
         reason = _described(error) if isinstance(error, ValidationError) else str(error)
         raise TraceError(f"trace mapping {path}: {reason}") from None
@@ -168,7 +172,7 @@ def _requests(path: Path) -> list[Any]:
     except (OSError, UnicodeDecodeError) as error:
         raise TraceError(f"cannot read the trace file {path}: {error}") from None
     try:
-        return [_camel_keys(json.loads(text))]
+        return [json.loads(text)]
     except json.JSONDecodeError:
         pass
     except RecursionError:
@@ -177,7 +181,7 @@ def _requests(path: Path) -> list[Any]:
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
-                requests.append(_camel_keys(json.loads(line)))
+                requests.append(json.loads(line))
             except json.JSONDecodeError as error:
                 raise TraceError(f"{path}: line {number} is not valid JSON ({error.msg})") from None
             except RecursionError:
@@ -220,11 +224,19 @@ def read_spans(path: Path) -> tuple[dict[str, list[Span]], list[str]]:
     """The file's spans by trace id (in order of appearance), and the problems of what holds no usable
     span (a span that names no trace or no span id, an entry that is not an object): each becomes an error
     item, never dropped."""
+    return spans_of_requests(_requests(path), str(path))
+
+
+def spans_of_requests(requests: list[Any], source: str) -> tuple[dict[str, list[Span]], list[str]]:
+    """:func:`read_spans` of export requests already parsed (``source`` names them in the refusal)."""
     traces: dict[str, list[Span]] = {}
     problems: list[str] = []
-    requests = [_phoenix_page(request) for request in _requests(path)]
+    try:
+        requests = [_phoenix_page(_camel_keys(request)) for request in requests]
+    except RecursionError:
+        raise TraceError(f"{source}: nested too deeply to be a trace export") from None
     if not requests or not all(isinstance(r, Mapping) and isinstance(r.get("resourceSpans"), list) for r in requests):
-        raise TraceError(f"{path} is not an OTLP/JSON trace export (an object with resourceSpans)")
+        raise TraceError(f"{source} is not an OTLP/JSON trace export (an object with resourceSpans)")
     for request_number, request in enumerate(requests, start=1):
         where = f"export {request_number}"
         for resource in _objects(request, "resourceSpans", where, problems):

@@ -49,6 +49,7 @@ def sample_payload(item: AuditedSample) -> dict[str, Any]:
         "question": sample.question if sample else None,
         "answer": sample.answer if sample else None,
         "context": item.context_text,
+        "document_titles": {d.id: d.title for d in sample.documents or [] if d.title} if sample else {},
         "claims": [claim.model_dump(mode="json") for claim in report.claims],
         "usage_by_judge": {name: usage.model_dump() for name, usage in report.usage_by_judge.items()},
         "cost_usd": report.usage.cost_usd,

@@ -107,7 +107,8 @@ def claim_lines(item: AuditedSample, claim: ClaimVerdict) -> list[RenderableType
         )
         sentences = ", ".join(str(number) for number in evidence.sentence_ids)
         matched = "" if evidence.match == "exact" else f", quote matched {evidence.match}"
-        where = f"  [context {evidence.start}-{evidence.end}, sentence {sentences}{matched}]"
+        source = "" if evidence.source is None else f", {evidence.source.describe()}"
+        where = f"  [context {evidence.start}-{evidence.end}, sentence {sentences}{matched}{source}]"
         details.append(Text.assemble("evidence: ", quote, (where, "dim")))
     if not claim.grounded:
         details.append(Text("evidence not found in the context", style="magenta"))

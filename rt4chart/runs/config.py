@@ -14,13 +14,13 @@ each setting and where it came from); :func:`load_config` is the library's way i
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from rt4chart.runs.config_file import ConfigError, find_config
 from rt4chart.runs.spec import (
     AUDIT_FLAGS,
     OUTPUT_FLAGS,
@@ -32,18 +32,9 @@ from rt4chart.runs.spec import (
     nested_fields,
 )
 
-CONFIG_FILE = "rt4chart.toml"
-"""The project config file of its own (every key at the top level)."""
-PYPROJECT = "pyproject.toml"
-"""The Python project file, whose ``[tool.rt4chart]`` table holds the same keys."""
-
 CONFIGURABLE = tuple(path for path in (*RUN_FLAGS, *OUTPUT_FLAGS, *AUDIT_FLAGS) if path != "resume")
 """The :class:`RunSpec` fields (by path) a config file may set: every flag of ``rt4 verify`` but
 ``--resume``, which says what to do with one output, not how a project audits."""
-
-
-class ConfigError(ValueError):
-    """A config file that cannot be read, or a key or value in it that is wrong (named with the file)."""
 
 
 def config_key(path: str) -> str:
@@ -77,30 +68,6 @@ def _is_path(path: str) -> bool:
     annotation = field_at(path).annotation
     members = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
     return Path in members
-
-
-def find_config(start: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The config file that applies in ``start`` and its table, or ``None``."""
-    for directory in (start.resolve(), *start.resolve().parents):
-        own = directory / CONFIG_FILE
-        if own.is_file():
-            return own, _read(own)
-        pyproject = directory / PYPROJECT
-        if pyproject.is_file():
-            table = _read(pyproject).get("tool", {}).get("rt4chart")
-            if table is not None:
-                if not isinstance(table, dict):
-                    raise ConfigError(f"{pyproject}: [tool.rt4chart] must be a table of settings")
-                return pyproject, table
-    return None
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as file:
-            return tomllib.load(file)
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read it as TOML: {error}") from None
 
 
 def validated(path: Path, table: dict[str, Any]) -> ProjectConfig:

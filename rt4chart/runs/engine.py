@@ -24,10 +24,10 @@ from rt4chart.languages import audit_language
 from rt4chart.method.citations import CitedAnswer, audit_citations, find_citations
 from rt4chart.method.decompose import Decomposition, decompose_answer
 from rt4chart.method.direct import audit_directly
-from rt4chart.method.grounding import ContextIndex
+from rt4chart.method.grounding import ContextIndex, passage_map
 from rt4chart.method.prompts import PromptTemplate
 from rt4chart.method.session import JudgeSession
-from rt4chart.method.settlement import settle_at_threshold
+from rt4chart.method.settlement import settle_at_threshold, settle_earlier_turns
 from rt4chart.method.tasks import load_prompts, prompt_set_version
 from rt4chart.method.text import chunk_sentences, content_words, segment_context, split_sentences
 from rt4chart.method.verification import ClaimVerifier, and_join, answer_hallucinated, hallucinated_spans, verify_claims
@@ -315,7 +315,8 @@ class Pipeline:
         options = self.options
         context, sentences = segment_context(sample.context, session.language)
         chunks = chunk_sentences(len(sentences), options.window, options.overlap)
-        judge = ClaimVerifier(session, ContextIndex(context, sentences), sample.question, options.ungrounded)
+        index = ContextIndex(context, sentences, passage_map(sample))
+        judge = ClaimVerifier(session, index, sample.question, options.ungrounded)
         if decomposition is None:
             decomposition = await self._decompose(session, sample, answer_sentences, cited)
         report = AuditRecord(
@@ -346,6 +347,7 @@ class Pipeline:
         if (threshold := self.backend.capabilities.claim_threshold) is not None:
             # A calibrated profile's point acts on the final verdicts, where rt4 calibrate measured it.
             settle_at_threshold(verdicts, threshold, self.backend.name)
+        settle_earlier_turns(verdicts, sample.earlier_turns)
         labels = [v.label for v in verdicts]
         report.label = and_join(labels)
         report.hallucinated = answer_hallucinated(labels)

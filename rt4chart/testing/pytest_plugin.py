@@ -5,6 +5,8 @@ Options: ``--rt4-judge``, ``--rt4-api-base``, ``--rt4-cache-dir`` / ``--rt4-cach
 (the session's audits as one HTML report), ``--rt4-out`` (their records as JSONL). The fixture
 ``rt4_judge`` is the session's judge stack (closed at the end); ``rt4_sample`` is the sample of a
 test marked ``@pytest.mark.rt4_samples("answers.jsonl")``, which runs once per line of that file.
+A project's config file (``rt4chart.toml`` or ``[tool.rt4chart]``, as ``rt4`` finds it) gives the
+defaults of the judge, API base, cache and budget options; a flag overrides it.
 ``--rt4-allow-budget-skips`` (or the ini option ``rt4_allow_budget_skips = true``) lets a session whose
 budget stopped its audits pass.
 
@@ -12,7 +14,8 @@ The plugin is inert until a test audits or an ``--rt4-*`` option is given: no ju
 exists before, and a session that audits nothing prints nothing. A session judge that cannot be
 configured (an unknown ``--rt4-judge``, a missing API key, an unusable cache) is refused before any
 test runs, and one that cannot be reached (its circuit opened: ``JudgeUnavailable``) stops the session
-at the first test that meets it: both are usage errors of the setup, not findings, so pytest exits 4
+at the first test that meets it (under pytest-xdist: its worker stops and the controller ends the
+session): both are usage errors of the setup, not findings, so pytest exits 4
 (``ExitCode.USAGE_ERROR``) naming the problem once instead of failing every grounding test. A judge
 whose failures left one verdict open is that test's **error** (not a failure); a stop by the
 session's budget skips the audits
@@ -50,6 +53,8 @@ if TYPE_CHECKING:
 MARKER = "rt4_samples"
 SAMPLE_FIXTURE = "rt4_sample"
 _SESSION_KEY = pytest.StashKey["AuditSession"]()
+_PROJECT_KEY = pytest.StashKey[dict[str, Any]]()
+_UNREACHABLE_KEY = pytest.StashKey[str]()
 _WORKER_OUTPUT = "rt4chart_records"
 _LEDGER_INPUT = "rt4chart_ledger"
 ALLOW_BUDGET_SKIPS = "rt4_allow_budget_skips"
@@ -86,7 +91,8 @@ def pytest_configure(config: pytest.Config) -> None:
     budget = config.getoption("rt4_budget")
     if budget is not None and not (budget >= 0 and budget != float("inf")):
         raise pytest.UsageError(f"--rt4-budget must be a finite amount of at least 0 USD (got {budget})")
-    if any(config.getoption(option) is not None for option in _OPTIONS):
+    config.stash[_PROJECT_KEY] = _project_defaults(config)
+    if any(_option(config, option) is not None for option in _OPTIONS):
         session = _session(config)
         if not hasattr(config, "workerinput"):  # the controller checked the judge before any worker started
             _check_judge(session)
@@ -106,6 +112,40 @@ def _check_judge(session: AuditSession) -> None:
 
 _OPTIONS = ("rt4_judge", "rt4_api_base", "rt4_cache_dir", "rt4_cache_url", "rt4_budget", "rt4_report", "rt4_out")
 
+_FROM_PROJECT = {
+    "rt4_judge": "judge", "rt4_api_base": "api_base", "rt4_cache_dir": "cache.cache_dir",
+    "rt4_cache_url": "cache.cache_url", "rt4_budget": "limits.budget_usd",
+}
+"""The options a project's config file gives defaults for (its keys ``judge``, ``api-base``,
+``cache-dir``, ``cache-url``, ``budget``, as ``rt4 verify`` reads them), by the field they set. The
+file's outputs (``out``, ``report``) are ``rt4 verify``'s, not a test session's."""
+
+
+def _project_defaults(config: pytest.Config) -> dict[str, Any]:
+    """The session's defaults from the project's config file, found from pytest's working directory
+    upward as ``rt4`` finds it (none: empty, and the run layer's models are never imported). A bad
+    file is a usage error; a cache given by flag replaces the file's cache."""
+    from rt4chart.runs.config_file import ConfigError, find_config
+
+    try:
+        found = find_config(config.invocation_params.dir)
+        if found is None:
+            return {}
+        from rt4chart.runs.config import validated
+
+        settings = validated(*found).settings
+    except ConfigError as error:
+        raise pytest.UsageError(f"rt4chart: {error}") from None
+    if settings.get("cache.no_cache") or config.getoption("rt4_cache_dir") or config.getoption("rt4_cache_url"):
+        settings = {path: value for path, value in settings.items() if not path.startswith("cache.")}
+    return {option: settings[path] for option, path in _FROM_PROJECT.items() if settings.get(path) is not None}
+
+
+def _option(config: pytest.Config, name: str) -> Any:
+    """An ``--rt4-*`` option's value: the flag if given, else the project config file's, else ``None``."""
+    value = config.getoption(name)
+    return value if value is not None else config.stash.get(_PROJECT_KEY, {}).get(name)
+
 
 def _session(config: pytest.Config) -> AuditSession:
     """The session's audits, made the active one on first use: when an ``--rt4-*`` option is given,
@@ -115,7 +155,7 @@ def _session(config: pytest.Config) -> AuditSession:
         return session
     from rt4chart.testing.asserts import AuditSession, SessionSettings, activate
 
-    budget = config.getoption("rt4_budget")
+    budget = _option(config, "rt4_budget")
     ledger_file = None
     if budget is not None:
         worker_input = getattr(config, "workerinput", None)
@@ -124,8 +164,8 @@ def _session(config: pytest.Config) -> AuditSession:
         elif _distributed(config):
             ledger_file = Path(tempfile.mkdtemp(prefix="rt4chart-budget-")) / "ledger.json"
     settings = SessionSettings(
-        judge=config.getoption("rt4_judge"), api_base=config.getoption("rt4_api_base"),
-        cache=config.getoption("rt4_cache_dir") or config.getoption("rt4_cache_url"), budget_usd=budget,
+        judge=_option(config, "rt4_judge"), api_base=_option(config, "rt4_api_base"),
+        cache=_option(config, "rt4_cache_dir") or _option(config, "rt4_cache_url"), budget_usd=budget,
         ledger_file=ledger_file,
     )
     session = config.stash[_SESSION_KEY] = AuditSession(settings)
@@ -148,7 +188,7 @@ def _distributed(config: pytest.Config) -> bool:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """pytest-xdist, controller: hand every worker the budget's ledger file."""
-    if node.config.getoption("rt4_budget") is None:
+    if _option(node.config, "rt4_budget") is None:
         return
     ledger_file = _session(node.config).settings.ledger_file
     if ledger_file is not None:
@@ -167,6 +207,8 @@ def pytest_testnodedown(node: Any, error: object) -> None:
         session.records.extend(SessionAudit.model_validate(record) for record in payload["records"])
         session.skipped += payload["skipped"]
         session.stopped = session.stopped or payload["stopped"]
+        if payload["unreachable"]:
+            pytest.exit(payload["unreachable"], returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -230,8 +272,14 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     except Exception as error:
         unavailable = sys.modules.get("rt4chart.protocol")
         if unavailable is not None and isinstance(error, unavailable.JudgeUnavailable):
-            pytest.exit(f"rt4chart: the judge cannot be reached ({item.nodeid} met it first): {error}",
-                        returncode=pytest.ExitCode.USAGE_ERROR)
+            message = f"rt4chart: the judge cannot be reached ({item.nodeid} met it first): {error}"
+            if hasattr(item.config, "workerinput"):
+                # pytest.exit in an xdist worker is an internal error of the controller: the worker stops
+                # after this test and hands the message on (pytest_sessionfinish), the controller exits.
+                item.session.shouldstop = message
+                item.config.stash[_UNREACHABLE_KEY] = message
+                pytest.skip(message)
+            pytest.exit(message, returncode=pytest.ExitCode.USAGE_ERROR)
         raise
 
 
@@ -292,7 +340,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     worker_output = getattr(session.config, "workeroutput", None)
     if worker_output is not None:
         sent = [record.model_dump(mode="json") for record in audits.records]
-        payload = {"records": sent, "skipped": audits.skipped, "stopped": audits.stopped}
+        payload = {"records": sent, "skipped": audits.skipped, "stopped": audits.stopped,
+                   "unreachable": session.config.stash.get(_UNREACHABLE_KEY, None)}
         worker_output[_WORKER_OUTPUT] = json.dumps(payload)
         return
     if audits.stopped is not None and not _budget_skips_allowed(session.config) and session.exitstatus == 0:

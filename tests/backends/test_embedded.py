@@ -214,3 +214,41 @@ def test_every_verdict_names_its_probability_threshold_and_decider(backend: Embe
             assert (judgement.label == Label.ENTAILED) is (score.p_unsupported < score.threshold)
     report = audit(backend, claims[0])
     assert report.claims[0].score is not None, "the score reaches the record"
+
+
+SUBSTITUTION_CONTEXT = (
+    "The bridge was designed by Jones and opened to traffic in May. Sales of the new model rose by a small "
+    "margin in the first quarter. The race course is 42 kilometers long and climbs steeply. The drug may cause "
+    "mild headaches in some patients. The company bought the old factory in the north of the town."
+)
+
+
+@pytest.mark.parametrize(
+    ("claim", "label", "changed"),
+    [
+        ("Sales of the new model fell by a small margin in the first quarter.", Label.CONTRADICTED, "'rose'"),
+        ("The bridge was designed by Smith and opened to traffic in May.", Label.CONTRADICTED, "another name"),
+        ("The bridge was designed by Jones and opened to traffic in June.", Label.CONTRADICTED, "another month"),
+        ("The race course is 42 miles long and climbs steeply.", Label.CONTRADICTED, "another unit"),
+        ("The drug will cause mild headaches in some patients.", Label.BASELESS, "hedges"),
+    ],
+)
+def test_a_sentence_copied_with_one_deciding_word_changed_is_not_entailed(
+    backend: EmbeddedBackend, claim: str, label: Label, changed: str
+) -> None:
+    [judgement] = _judge_alone(backend, SUBSTITUTION_CONTEXT, [claim])
+    assert judgement.label == label and changed in judgement.rationale
+    assert judgement.score is not None and judgement.score.decided_by == "substitution_guard"
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        "The company purchased the old factory in the north of the town.",  # a synonym decides nothing
+        "The drug may cause mild headaches in some patients.",  # the sentence itself
+        "The drug may cause mild headaches.",  # a stretch of the sentence
+    ],
+)
+def test_a_copy_or_a_synonym_is_left_to_the_head(backend: EmbeddedBackend, claim: str) -> None:
+    [judgement] = _judge_alone(backend, SUBSTITUTION_CONTEXT, [claim])
+    assert judgement.score is not None and judgement.score.decided_by != "substitution_guard"

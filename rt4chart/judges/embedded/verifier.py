@@ -31,6 +31,7 @@ the rule-based decomposer.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import hashlib
 import importlib.util
 import os
@@ -169,6 +170,28 @@ for _family, _opposite in ((_RISING, _FALLING), (_FALLING, _RISING)):
     for _word in _family:
         ANTONYMS[_word] = ANTONYMS.get(_word, frozenset()) | _opposite
 """Word -> the words that oppose it (also what evals/embedded/synthetic.py swaps in)."""
+
+_MONTHS = _words("january february march april may june july august september october november december")
+_WEEKDAYS = _words("monday tuesday wednesday thursday friday saturday sunday")
+_UNIT_FAMILIES = tuple(_words(family) for family in (
+    "kilometers kilometres km miles mi meters metres m feet ft yards inches centimeters centimetres cm",
+    "kilograms kg grams g pounds lb lbs ounces oz tons tonnes", "seconds minutes hours days weeks months years",
+    "thousand million billion trillion", "dollars euros pounds yen", "liters litres gallons ml",
+    "acres hectares", "percent times",
+))
+_CERTAIN_FOR_HEDGE: dict[str, frozenset[str]] = {
+    **dict.fromkeys(("may", "might", "could", "can"), _words("will must does do always")),
+    **dict.fromkeys(("possibly", "probably", "perhaps"), _words("certainly definitely")),
+    "likely": _words("certain certainly definitely"), "some": _words("all every"),
+    "many": _words("all every"), "most": _words("all every"), "several": _words("all every"),
+    **dict.fromkeys(("often", "sometimes", "usually", "typically", "generally"), _words("always")),
+    "suggests": _words("proves shows confirms"), "suggest": _words("prove show confirm"),
+}
+"""A hedge of the context -> the words that state the same thing as certain ("may cause" -> "will
+cause"): a claim that puts one in the hedge's place says more than its source."""
+SUBSTITUTION_MIN_SHARED = 5
+"""Words a claim must share, in order, with a sentence in view for one changed word to be read as
+a change of that sentence (shorter claims are left to the other rules)."""
 
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[A-Za-z]+(?:'[A-Za-z]+)?")
 _HEAD_DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
@@ -385,6 +408,9 @@ class ClaimAnalysis(BaseModel):
     """A number of the claim the view never states, where a best-ranked or evidence sentence states
     another number of the same kind, described (what keeps the claim from being entailed; not a
     feature of the head)."""
+    substitution: tuple[Label, str] | None = None
+    """A best-ranked sentence copied with one deciding word changed (:func:`substitution`): the label
+    and why (a guard's input, not a feature of the head)."""
     meta: bool
     """Whether the claim talks about what the sources do not say."""
     top_similarities: list[float]
@@ -397,6 +423,39 @@ class ClaimAnalysis(BaseModel):
     """Numbers stated by the claim."""
     words: int
     """Words and numbers of the claim."""
+
+
+def substitution(claim: str, sentence: str) -> tuple[Label, str] | None:
+    """A claim that is ``sentence`` (or a stretch of it) with one word changed, where the change
+    alone decides: the label and why. The word pairs that decide: an antonym or a reversed direction
+    (contradicted), another capitalised name, month, weekday or unit of the same kind (contradicted),
+    a hedge stated as certain (baseless). Any other changed word (a synonym, an inflection) decides
+    nothing here; numbers are the number guard's."""
+    claim_tokens, sentence_tokens = _TOKEN.findall(claim), _TOKEN.findall(sentence)
+    matcher = difflib.SequenceMatcher(
+        a=[t.lower() for t in claim_tokens], b=[t.lower() for t in sentence_tokens], autojunk=False
+    )
+    changes = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    # The claim may leave out the sentence's ends ("delete": words of the sentence only), nothing else.
+    replaced = [op for op in changes if not (op[0] == "delete" and (op[3] == 0 or op[4] == len(sentence_tokens)))]
+    if len(replaced) != 1 or replaced[0][0] != "replace":
+        return None
+    _, i1, i2, j1, j2 = replaced[0]
+    if i2 - i1 != 1 or j2 - j1 != 1 or len(claim_tokens) - 1 < SUBSTITUTION_MIN_SHARED:
+        return None
+    said, context_word = claim_tokens[i1], sentence_tokens[j1]
+    said_lower, context_lower = said.lower(), context_word.lower()
+    change = f"the context says {context_word!r} where the claim says {said!r}"
+    if said_lower in ANTONYMS.get(context_lower, frozenset()):
+        return Label.CONTRADICTED, f"{change} (its opposite)"
+    for family, kind in ((_MONTHS, "month"), (_WEEKDAYS, "weekday"), *((f, "unit") for f in _UNIT_FAMILIES)):
+        if said_lower in family and context_lower in family:
+            return Label.CONTRADICTED, f"{change} (another {kind})"
+    if i1 > 0 and said[:1].isupper() and context_word[:1].isupper() and said_lower not in STOPWORDS:
+        return Label.CONTRADICTED, f"{change} (another name)"
+    if said_lower in _CERTAIN_FOR_HEDGE.get(context_lower, frozenset()):
+        return Label.BASELESS, f"{change} (the context hedges what the claim states as certain)"
+    return None
 
 
 def _number_cue(claim: Terms, sentence: Terms, absent_numbers: list[Decimal]) -> tuple[CueKind, str, str] | None:
@@ -476,6 +535,7 @@ def analyse_claim(
         for position in dict.fromkeys([*ranking[:CUE_SENTENCES], *evidence])
     )
     number_conflict = next((found[1] for found in conflicts if found), None)
+    changed = (substitution(claim, view[position].text) for position in ranking[:CUE_SENTENCES])
     return ClaimAnalysis(
         content_words=len(needed),
         evidence=evidence,
@@ -488,6 +548,7 @@ def analyse_claim(
         cue_sentence=cue_sentence,
         cue_overlap=cue_overlap,
         number_conflict=number_conflict,
+        substitution=next((found for found in changed if found), None),
         meta=bool(_META.search(claim)),
         top_similarities=[round(s, 4) for s in sorted(similarities, reverse=True)[:3]],
         best_overlap=max(overlaps, default=0.0),
@@ -546,6 +607,11 @@ def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) ->
         analysis.cue_overlap >= CONTRADICTION_OVERLAP or analysis.similarity >= NUMBER_CUE_SIMILARITY
     ):
         return decision(Label.CONTRADICTED, f"contradiction cue: {analysis.cue}", "number_guard")
+    if analysis.substitution:
+        # A sentence in view copied with one word changed, the change alone deciding: what a head
+        # reading a near-copy as support cannot see (evals/embedded/perturbations.py).
+        label, why = analysis.substitution
+        return decision(label, f"one word changed: {why}", "substitution_guard")
     if head.guard and head.guard.fires(analysis):
         return decision(Label.CONTRADICTED, f"contradiction cue: {analysis.cue}", "contradiction_guard")
     if analysis.best_overlap == 0.0 and analysis.content_words >= OFF_TOPIC_CONTENT_WORDS:

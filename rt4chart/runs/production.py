@@ -1,0 +1,57 @@
+"""Audits of production traces read from a tracing server: where a source's watermark lives, reading a
+Phoenix project from it, and moving it once the audit is done.
+
+The watermark of a source is a file in ``watermarks/`` under the judge cache's directory (``--cache-dir``,
+else the per-user default; with ``--cache-url`` or ``--no-cache``, the per-user default too), so an
+interrupted nightly job and its rerun share it. It moves only after a run that audited every trace it read
+(no stop, no open verdict, every verdict written back under ``--write-back``): otherwise it stays where it
+was, and the rerun reads the same traces again, their judge calls paid once through the cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from rt4chart.judges.cache import default_cache_dir
+from rt4chart.records.phoenix import (
+    PhoenixRead,
+    PhoenixSource,
+    read_phoenix,
+    read_watermark,
+    watermark_path,
+    write_watermark,
+)
+from rt4chart.records.traces import TraceMapping
+from rt4chart.runs.run import RunOutcome
+from rt4chart.runs.spec import RunSpec
+from rt4chart.runs.write_back import WriteBackResult, write_back_failed
+
+
+def watermark_directory(spec: RunSpec) -> Path:
+    """The folder of the run's watermarks (see the module's docstring)."""
+    return (spec.cache if isinstance(spec.cache, Path) else default_cache_dir()) / "watermarks"
+
+
+def read_project(spec: RunSpec, source: PhoenixSource, since: timedelta | None,
+                 mapping: TraceMapping | None = None) -> PhoenixRead:
+    """The traces of ``source`` not audited yet (after its watermark, within ``since``)."""
+    watermark = read_watermark(watermark_path(watermark_directory(spec), source))
+    return read_phoenix(source, since, watermark, mapping)
+
+
+def audited_everything(outcome: RunOutcome[Any]) -> bool:
+    """Whether a run gave every line its final record: no stop, no verdict left open."""
+    return outcome.stop is None and outcome.counts.incomplete == 0
+
+
+def advance_watermark(spec: RunSpec, source: PhoenixSource, read: PhoenixRead, outcome: RunOutcome[Any],
+                      written_back: Sequence[WriteBackResult] | None = None) -> bool:
+    """Move ``source``'s watermark past what ``read`` gave when the run audited all of it (and, under
+    ``--write-back``, ``written_back`` holds no failure); whether it moved."""
+    if read.watermark is None or not audited_everything(outcome) or write_back_failed(written_back or []):
+        return False
+    write_watermark(watermark_path(watermark_directory(spec), source), read.watermark)
+    return True

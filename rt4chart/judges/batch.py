@@ -81,6 +81,7 @@ FAILED_STATES = frozenset({"failed", "expired", "cancelled"})
 """Batch states whose requests without an output line are submitted again (once)."""
 
 FINISHED_STATES = FAILED_STATES | {"completed"}
+"""Batch states after which the batch's output and error files are read."""
 
 
 def poll_interval_s() -> float:

@@ -302,6 +302,29 @@ def loading_now() -> str | None:
         return _loading[0] if _loading else None
 
 
+_provider_waits: list[Callable[[], str]] = []
+
+
+@contextmanager
+def waiting_on_provider(describe: Callable[[], str]) -> Iterator[None]:
+    """Mark a wait on the provider (a submitted batch) while the block runs: the progress line shows
+    ``describe()``, called each time the line is written, so it can say for how long."""
+    with _loading_lock:
+        _provider_waits.append(describe)
+    try:
+        yield
+    finally:
+        with _loading_lock:
+            _provider_waits.remove(describe)
+
+
+def provider_wait_now() -> str | None:
+    """What this process waits on at the provider now (the oldest wait), ``None`` when nothing."""
+    with _loading_lock:
+        describe = _provider_waits[0] if _provider_waits else None
+    return describe() if describe is not None else None
+
+
 class BackendWrapper:
     """A backend in front of another: the same judge to the pipeline, with something added.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import socket
 import struct
 import sys
@@ -192,6 +193,20 @@ class FaultServer:
             return f"<think>At first I thought {DECOY} but no.</think>\n{reply}"
         return reply
 
+    def usage(self, body: dict[str, Any], content: str) -> tuple[int, int]:
+        """The prompt and completion tokens a reply of ``content`` to ``body`` reports."""
+        counted = self.completion_tokens
+        tokens = counted(content) if callable(counted) else counted
+        return self.prompt_tokens(body), min(tokens, int(body.get("max_tokens") or tokens))
+
+    def completion(self, body: dict[str, Any], behaviour: Behaviour = "ok") -> dict[str, Any]:
+        """The chat completion a request ``body`` gets when it is answered (``behaviour``: a
+        content variant such as ``ok``, ``prose`` or ``invalid_json``): what the server sends online,
+        and what the Batch API stand-in (tests/batch_server.py) writes into its output file."""
+        content = self.content_for(behaviour, body)
+        usage = self.usage(body, content)
+        return _completion(str(body.get("model", "fault")), content, None, usage, self.cached_tokens(body))
+
 
 def _completion(
     model: str, content: str, reasoning: str | None, usage: tuple[int, int] = (50, 20), cached: int = 0
@@ -325,12 +340,10 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
             elif behaviour == "reasoning":
                 reasoning = f"Maybe {DECOY}? Let me check."
                 content = state.content_for(behaviour, body)
-                usage = self._usage(body, content)
-                self._send(200, _completion(model, content, reasoning, usage, state.cached_tokens(body)))
+                self._send(200, _completion(model, content, reasoning, state.usage(body, content),
+                                            state.cached_tokens(body)))
             else:
-                content = state.content_for(behaviour, body)
-                usage = self._usage(body, content)
-                self._send(200, _completion(model, content, None, usage, state.cached_tokens(body)))
+                self._send(200, state.completion(body, behaviour))
 
         def _stream(self, fault: Fault) -> None:
             """A reply too large, too slow or endless, until the client hangs up or the server stops."""
@@ -375,11 +388,6 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
         def _count(self, sent: int) -> None:
             with state.lock:
                 state.bytes_streamed += sent
-
-        def _usage(self, body: dict[str, Any], content: str) -> tuple[int, int]:
-            counted = state.completion_tokens
-            tokens = counted(content) if callable(counted) else counted
-            return state.prompt_tokens(body), min(tokens, int(body.get("max_tokens") or tokens))
 
     return Handler
 
@@ -461,3 +469,16 @@ def grounded(body: dict[str, Any]) -> str:
         for n, claim in enumerate(claims_in(body))
     ]
     return json.dumps({"judgements": judgements})
+
+
+def sentences_as_claims_grounded(body: dict[str, Any]) -> str:
+    """A reply function for the whole method: a decomposition request gets each answer sentence as
+    its one claim, a verification request :func:`grounded`'s verdicts."""
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    if "Claims:\n" in user:
+        return grounded(body)
+    listing = user.rsplit("Answer sentences:\n", 1)[-1]
+    sentences = re.findall(r"^\[(\d+)\] (.*)$", listing, flags=re.MULTILINE)
+    if '{"sentences": [' not in user:  # one sentence asked alone
+        return json.dumps({"claims": [sentences[0][1]] if sentences else []})
+    return json.dumps({"sentences": [{"sentence": int(n), "claims": [text]} for n, text in sentences]})

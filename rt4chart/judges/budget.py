@@ -61,6 +61,15 @@ class RunLimits(BaseModel):
         default=None, gt=0.0, json_schema_extra={"flag": "--timeout", "panel": HelpPanel.JUDGE}
     )
     """Seconds one judge HTTP attempt may take (default: the judge profile's)."""
+    batch: bool = Field(default=False, json_schema_extra={"panel": HelpPanel.JUDGE})
+    """Send the judge's calls through its provider's Batch API at batch prices (half the online rate;
+    OpenAI, or an OpenAI-compatible server with /v1/batches): the calls of all samples in flight go
+    out together, stage by stage; submitted requests are journaled beside --out (--resume polls them,
+    never resubmits them)."""
+    batch_poll_s: float | None = Field(
+        default=None, gt=0.0, json_schema_extra={"flag": "--batch-poll", "panel": HelpPanel.JUDGE}
+    )
+    """Seconds between two polls of a submitted batch (default: $RT4_BATCH_POLL_S, else 30)."""
 
 
 @dataclass

@@ -33,7 +33,7 @@ import pydantic_core
 from pydantic import BaseModel
 
 from rt4chart.judges.bounded_http import ACCEPTED_ENCODINGS, DecodedBody, redirect_target
-from rt4chart.judges.pacing import rate_signal
+from rt4chart.judges.pacing import RateSignal, rate_signal
 from rt4chart.judges.policy import EndpointSender, EndpointSettings, PolicyBackend, Reply, reply_body_cap_bytes
 from rt4chart.protocol import JudgeRequest, output_json_schema
 
@@ -77,6 +77,21 @@ def served_model(model: str) -> str:
         if model.startswith(prefix):
             return model.removeprefix(prefix)
     return model
+
+
+def completion_reply(answer: dict[str, Any], message: dict[str, Any], rate: RateSignal) -> Reply:
+    """What the policy reads of a chat completion ``answer`` (its first choice's ``message``): the
+    content and the token counts, cached prompt tokens apart (online, and a batch's output line)."""
+    counts = answer.get("usage") or {}
+    details = counts.get("prompt_tokens_details")
+    return Reply(
+        # The content only: a reasoning model's separate reasoning is never read as the verdict.
+        text=str(message.get("content") or ""),
+        prompt_tokens=int(counts.get("prompt_tokens") or 0),
+        completion_tokens=int(counts.get("completion_tokens") or 0),
+        cached_prompt_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
+        rate=rate,
+    )
 
 
 class OpenAICompatSettings(EndpointSettings):
@@ -233,16 +248,7 @@ class OpenAICompatSender(EndpointSender):
             message = answer["choices"][0]["message"]
         except (ValueError, KeyError, IndexError, TypeError) as error:
             raise MalformedResponse(f"HTTP {status} without a chat completion: {data[:200]!r}") from error
-        counts = answer.get("usage") or {}
-        details = counts.get("prompt_tokens_details")
-        return Reply(
-            # The content only: a reasoning model's separate reasoning is never read as the verdict.
-            text=str(message.get("content") or ""),
-            prompt_tokens=int(counts.get("prompt_tokens") or 0),
-            completion_tokens=int(counts.get("completion_tokens") or 0),
-            cached_prompt_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
-            rate=rate_signal(headers),
-        )
+        return completion_reply(answer, message, rate_signal(headers))
 
     def _error_message(self, status: int, data: bytes) -> str:
         """``HTTP 429 from <endpoint>: <the server's message>``: the status and what the server

@@ -222,19 +222,38 @@ def build_stack(
     limits: RunLimits | None = None,
     cache: JudgeCache | Path | str | None = None,
     ledger: Ledger | None = None,
+    out: Path | None = None,
+    resume: bool = False,
 ) -> JudgeStack:
-    """The run's judge stack (:func:`rt4chart.judges.registry.judge_stack`), or a :class:`RunUsageError`."""
+    """The run's judge stack (:func:`rt4chart.judges.registry.judge_stack`), or a :class:`RunUsageError`.
+    Under ``limits.batch`` its calls go through the Batch API, journaled beside ``out`` (:func:`batch_journal`;
+    ``resume``: what the journal holds is polled, not submitted again)."""
     from rt4chart.judges.cache import CacheError
     from rt4chart.judges.registry import JudgeConfigError, judge_stack
 
     limits = limits or RunLimits()
+    batch = None
+    if limits.batch:
+        from rt4chart.judges.batch import BatchSettings
+
+        poll = {"poll_s": limits.batch_poll_s} if limits.batch_poll_s is not None else {}
+        batch = BatchSettings(journal=batch_journal(out), resume=resume, **poll)
     try:
         return judge_stack(
             judge, api_base=api_base, concurrency=limits.concurrency, cache=cache,
             budget_usd=None if ledger is not None else limits.budget_usd, ledger=ledger, timeout_s=limits.timeout_s,
+            batch=batch,
         )
     except (JudgeConfigError, CacheError) as error:
         raise RunUsageError(str(error)) from error  # the library API re-raises the cause
+
+
+def batch_journal(out: Path | None) -> Path | None:
+    """Where a batch run journals what it submitted: ``OUT.batches.jsonl`` beside ``--out`` (none
+    without a file to resume: stdout, the null device)."""
+    if out is None or discards(out):
+        return None
+    return out.with_name(out.name + ".batches.jsonl")
 
 
 def _engine(spec: RunSpec, stack: JudgeStack) -> AuditEngine[AuditRecord]:
@@ -521,7 +540,8 @@ async def aexecute(
     check_engine(spec.engine)
     out = spec.out
     enrich = _signal_step(spec.signals, items) if spec.signals is not None else None
-    stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)
+    stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache, out=out,
+                        resume=spec.resume)
     summary = RunSummary(fail_on=spec.outputs.fail_on, max_rate=spec.outputs.max_rate)
     reports: list[AuditRecord] = []
     # Outputs that need every record read them back from out (the null device gives none back).

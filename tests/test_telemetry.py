@@ -158,3 +158,14 @@ def test_an_endpoint_without_the_otel_extra_is_a_usage_error(tmp_path: Path) -> 
     assert done.returncode == 2
     assert "pip install 'rt4chart[otel]'" in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_collector_that_cannot_be_reached_changes_neither_records_nor_exit_code(tmp_path: Path) -> None:
+    closed = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"}
+    traced = rt4("verify", str(EXAMPLES), "--judge", f"scripted:{RULES}", "--no-cache", "-o", "traced.jsonl",
+                 cwd=tmp_path, otel=closed)
+    plain = rt4("verify", str(EXAMPLES), "--judge", f"scripted:{RULES}", "--no-cache", "-o", "plain.jsonl",
+                cwd=tmp_path, otel={})
+    assert traced.returncode == plain.returncode == 1 and "Traceback" not in traced.stderr
+    labels = [[r["label"], r["claims"]] for r in records(tmp_path / "traced.jsonl")]
+    assert labels == [[r["label"], r["claims"]] for r in records(tmp_path / "plain.jsonl")]

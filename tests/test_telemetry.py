@@ -63,6 +63,7 @@ def test_a_verify_run_sends_run_sample_and_judge_call_spans_linked_and_attribute
 
     [run] = by_name(spans, "rt4chart.run")
     assert run.parent_span_id == "" and run.service_name == "rt4chart"
+    assert run.attributes["rt4chart.judge"] == run.attributes["gen_ai.request.model"] == written[0]["judge"]
     assert run.attributes["rt4chart.run.records"] == len(written)
     assert run.attributes["rt4chart.run.hallucinated"] == sum(bool(r["hallucinated"]) for r in written)
     assert run.attributes["rt4chart.run.status"] == "failed" and run.status_code != STATUS_ERROR

@@ -513,10 +513,10 @@ async def aexecute(
     if tracing is None:
         return await _audit(spec, samples, observer, stdout, console, keep_records, None)
     try:
-        with tracing.run_span(spec.judge if isinstance(spec.judge, str | None) else spec.judge.name) as span:
+        with tracing.run_span() as span:
             outcome = await _audit(spec, samples, observer, stdout, console, keep_records, tracing)
             usage = outcome.summary.run_usage or Usage()
-            tracing.end_run(span, outcome.counts, usage, outcome.status.value, outcome.reason)
+            tracing.end_run(span, outcome.judge, outcome.counts, usage, outcome.status.value, outcome.reason)
             return outcome
     finally:
         await tracing.shutdown()

@@ -75,22 +75,20 @@ class RunTracing:
         self._tracer = tracer
 
     @contextmanager
-    def run_span(self, judge: str | None) -> Iterator[Span]:
-        """The run's span, current while the run audits (sample spans become its children)."""
-        from opentelemetry.trace import SpanKind
-
-        attributes = _scrubbed({"rt4chart.judge": judge, "gen_ai.request.model": judge})
-        with self._tracer.start_as_current_span(
-            "rt4chart.run", kind=SpanKind.INTERNAL, attributes=attributes, record_exception=False
-        ) as span:
+    def run_span(self) -> Iterator[Span]:
+        """The run's span, current while the run audits (sample spans become its children); a run that
+        cannot start (a usage error) ends it as an error span."""
+        with self._tracer.start_as_current_span("rt4chart.run", record_exception=False) as span:
             yield span
 
-    def end_run(self, span: Span, counts: RunCounts, usage: Usage, status: str, reason: str) -> None:
+    def end_run(self, span: Span, judge: str, counts: RunCounts, usage: Usage, status: str, reason: str) -> None:
         """The run's tally on its span; a run that could not audit everything (stopped, invalid input,
         verdicts left open, a crash) is an error span. Hallucinated answers are findings, not errors."""
         from opentelemetry.trace import Status, StatusCode
 
         attributes: dict[str, AttributeValue | None] = {
+            "rt4chart.judge": judge,
+            "gen_ai.request.model": judge,
             "rt4chart.run.status": status,
             "rt4chart.run.records": counts.records,
             "rt4chart.run.hallucinated": counts.hallucinated,

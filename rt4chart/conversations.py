@@ -74,6 +74,12 @@ def message_document_id(index: int) -> str:
     return f"message-{index}"
 
 
+def assistant_turns(messages: list[ChatMessage]) -> list[int]:
+    """The 0-based indexes of the assistant messages with text: the answers a conversation can audit (a
+    message that only calls tools is none)."""
+    return [index for index, message in enumerate(messages) if message.role == "assistant" and message.text.strip()]
+
+
 def conversation_fields(
     messages: list[ChatMessage], user_statements: UserStatements, answer_message: int | None = None
 ) -> dict[str, Any]:
@@ -81,7 +87,7 @@ def conversation_fields(
     dicts, in message order) and the ids of the earlier assistant turns among them. ``answer_message``
     (0-based) picks the assistant message to audit, ``None`` the last one with text; the messages after
     it play no part."""
-    answered = [index for index, message in enumerate(messages) if message.role == "assistant" and message.text.strip()]
+    answered = assistant_turns(messages)
     if answer_message is not None and answer_message not in answered:
         raise ValueError(f"answer_message: message {answer_message} is not an assistant message with text")
     if not answered:

@@ -101,7 +101,7 @@ def conversation_fields(
             call = message.tool_call_id or ""
             if call not in tool_names:
                 raise ValueError(f"messages[{index}]: tool_call_id {call!r} answers no assistant tool call")
-            documents.append(_tool_document(call, tool_names[call], message.text))
+            documents.append(tool_document(call, tool_names[call], message.text))
         elif message.text.strip() and (message.role != "user" or user_statements == "evidence"):
             documents.append({"id": message_document_id(index), "text": message.text})
             if message.role == "assistant":
@@ -111,7 +111,9 @@ def conversation_fields(
             "earlier_turns": earlier_turns}
 
 
-def _tool_document(call: str, name: JsonValue, content: str) -> dict[str, Any]:
+def tool_document(call: str, name: JsonValue, content: str) -> dict[str, Any]:
+    """A tool's result as a document (an input dict) named ``call`` and titled with the tool's name: a
+    JSON list of flat objects is a table, any other JSON object or list a structured value, else text."""
     title = {"title": name} if isinstance(name, str) else {}
     try:
         value = json.loads(content)

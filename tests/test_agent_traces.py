@@ -16,6 +16,7 @@ from typing import Any
 from test_conversations import RULES, SALES_ROWS, WEATHER
 from test_traces import _otlp, _span
 
+from rt4chart.records.langfuse import read_langfuse_traces
 from rt4chart.records.traces import read_otlp_traces
 
 ANSWER = "It will rain in Oslo tomorrow. The South region earned 80. The office is next to the harbour."
@@ -80,3 +81,25 @@ def test_rt4_verify_traces_an_agent_s_claims_to_its_tool_calls(tmp_path: Path) -
         [weather, sales, ("The office is next to the harbour.", "baseless", [])],
     ]
     assert records[0]["trace"]["tool_span_ids"] == ["02", "03"]
+
+
+def test_a_langfuse_agent_trace_s_tool_observations_are_its_documents(tmp_path: Path) -> None:
+    # Langfuse's observation types (GET /api/public/traces/{traceId}): TOOL observations with their output.
+    trace = {"id": "lf-agent", "input": "Will it rain in Oslo, how did sales go?", "observations": [
+        {"id": "obs-weather", "type": "TOOL", "name": "get_weather", "startTime": "2026-01-01T00:00:01Z",
+         "metadata": {"tool_call_id": "call_weather"}, "input": {"city": "Oslo"}, "output": WEATHER},
+        {"id": "obs-sql", "type": "TOOL", "name": "run_sql", "startTime": "2026-01-01T00:00:02Z",
+         "output": json.dumps(SALES_ROWS)},
+        {"id": "obs-empty", "type": "TOOL", "name": "notify", "startTime": "2026-01-01T00:00:03Z", "output": None},
+        {"id": "gen-1", "type": "GENERATION", "startTime": "2026-01-01T00:00:04Z", "endTime": "2026-01-01T00:00:05Z",
+         "output": {"role": "assistant", "content": ANSWER}},
+    ]}
+    export = tmp_path / "langfuse.json"
+    export.write_text(json.dumps(trace), encoding="utf-8")
+    [item] = read_langfuse_traces(export)
+    assert item.sample is not None and item.sample.trace is not None, item.error
+    assert item.sample.passage_ids == ["call_weather", "obs-sql"]  # no call id in its metadata: the observation's
+    assert [(d.title, d.data is not None, d.table is not None) for d in item.sample.documents or []] == [
+        ("get_weather", True, False), ("run_sql", False, True)]
+    assert item.sample.trace.tool_span_ids == ["obs-weather", "obs-sql"]
+    assert item.sample.answer == ANSWER

@@ -426,18 +426,26 @@ def trace_item(trace_id: str, spans: list[Span], number: int, mapping: TraceMapp
     documents = turn.documents(retrievers)
     missing = [what for what, absent in (("retrieved documents", not documents and not tool_results),
                                          ("answer", answer is None)) if absent]
-    if missing:
+    if missing or answer is None:
         kinds = {"retrieved documents": f"{'/'.join(mapping.retriever_kinds)} span with {mapping.documents}.N."
                  f"{mapping.document_text}, no {'/'.join(mapping.tool_kinds)} span with a result",
                  "answer": f"{'/'.join(mapping.llm_kinds)} span with an output"}
         reason = "; ".join(f"no {what} (no {kinds[what]})" for what in missing)
         return InputLine(number, None, f"trace {trace_id}: {reason}", raw_id=trace_id, trace=source)
-    context: dict[str, Any] = {"context": documents}
+    return turn_item(number, source, documents, [document for _, document in tool_results], question, answer)
+
+
+def turn_item(number: int, source: TraceSource, retrieved: list[dict[str, Any]], tool_results: list[dict[str, Any]],
+              question: str | None, answer: str) -> InputLine:
+    """A trace's turn as one input item (``number``: its position), its sample checked as an input line's:
+    the retrieved documents (``{"id" | None, "text"}``) are the context's named passages; a trace of an
+    agent has its tool results (documents) first, then the retrieved documents, one without an id named
+    by its position among them (as a named passage is)."""
+    context: dict[str, Any] = {"context": retrieved}
     if tool_results:
-        # An agent's trace: its tool results first, as a conversation's are, then the retrieved documents
-        # (one without an id named by its position among them, as a named passage is).
-        retrieved = [{"id": d["id"] or str(position), "text": d["text"]} for position, d in enumerate(documents, 1)]
-        context = {"documents": [document for _, document in tool_results] + retrieved}
+        named = [{"id": d["id"] or str(position), "text": d["text"]} for position, d in enumerate(retrieved, 1)]
+        context = {"documents": [*tool_results, *named]}
+    trace_id = source.trace_id
     record = {"id": trace_id, **context, "question": question, "answer": answer,
               "trace": source.model_dump(mode="json")}
     item = parse_sample(record, number)

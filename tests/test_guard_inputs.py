@@ -64,8 +64,9 @@ async def post(guard: RunningGuard, body: Any, **headers: str) -> tuple[int, Any
 
 @pytest.mark.asyncio
 async def test_verify_audits_a_conversation_as_rt4_verify_does(guard: RunningGuard) -> None:
-    status, reply = await post(guard, CONVERSATION)
+    status, reply = await post(guard, {**CONVERSATION, "id": 7})  # an integer id, as rt4 verify takes it
     assert status == 200, reply
+    assert reply["record"]["id"] == "7"
     assert claims(reply["record"]) == EXPECTED
     assert (reply["decision"], reply["record"]["label"]) == ("flag", "baseless")
     units = [u["path"] for u in reply["record"]["claims"][1]["evidence"][0]["source"]["units"]]
@@ -82,6 +83,7 @@ async def test_verify_audits_documents_and_streams_their_sources(guard: RunningG
     assert status == 200, reply
     assert claims(reply["record"]) == [(EXPECTED[0][0], "entailed", False, ["weather"]), (*EXPECTED[4][:3], ["kb-1"]),
                                        (EXPECTED[3][0], "baseless", False, [])]
+    assert reply["record"]["id"] == "docs"
     assert reply["record"]["claims"][0]["evidence"][0]["source"]["units"] == [{"path": "$.tomorrow.summary"}]
     status, events = await post(guard, {**body, "stream": True})
     assert status == 200

@@ -27,8 +27,8 @@ class VerifyRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    id: str | None = None
-    """Caller's id, copied to the record (default: a fresh one)."""
+    id: str | int | None = None
+    """Caller's id, copied to the record as text (default: a fresh one)."""
     context: JsonValue = None
     """The retrieved context: one string or a list of passages (strings or ``{"id", "text"}``)."""
     documents: JsonValue = None

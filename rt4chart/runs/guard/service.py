@@ -224,7 +224,7 @@ class Guard:
         first = parse_body(VerifyRequest, data)
         if first.latency_budget_ms is not None and not self.config.cascades:
             raise RequestError(422, "latency_budget_ms: bounds a cascade's later stages, and this judge is no cascade")
-        return first, first.sample(first.id or uuid.uuid4().hex)
+        return first, first.sample(uuid.uuid4().hex if first.id is None else str(first.id))
 
     async def _verify_ndjson(self, request: web.Request, started: float) -> web.StreamResponse:
         lines = body_lines(request, self.config.limits.max_body_bytes)

@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
-from aiohttp import web
 from test_conversations import CONVERSATION, RULES
+from test_guard import SEEN, serve_upstream, stand_in_upstream
 
 from rt4chart.options import AuditOptions
 from rt4chart.records.io import parse_sample
@@ -131,31 +131,21 @@ async def test_a_conversation_does_not_stream_in_as_deltas(guard: RunningGuard) 
     assert "a conversation's answer is its assistant message, it does not stream in" in reply["error"]["message"]
 
 
-def stand_in_upstream(answer: str, seen: list[dict[str, Any]]) -> web.Application:
-    async def completions(request: web.Request) -> web.Response:
-        seen.append(await request.json())
-        message = {"role": "assistant", "content": answer}
-        return web.json_response({"id": "chatcmpl-1", "object": "chat.completion", "model": "m",
-                                  "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", completions)
-    return app
-
-
 @pytest.mark.asyncio
 async def test_the_proxy_audits_a_reply_against_the_request_s_tool_results(tmp_path: Path) -> None:
-    seen: list[dict[str, Any]] = []
-    upstream = web.AppRunner(stand_in_upstream(ANSWER, seen))
-    await upstream.setup()
-    await web.TCPSite(upstream, "127.0.0.1", 0).start()
-    guard = await start_guard(config(tmp_path, upstream=f"http://127.0.0.1:{upstream.addresses[0][1]}/v1"))
+    upstream_app = stand_in_upstream([ANSWER])
+    upstream, upstream_url = await serve_upstream(upstream_app)
+    guard = await start_guard(config(tmp_path, upstream=upstream_url))
+    request = {"model": "m", "messages": CONVERSATION["messages"][:-1]}
     try:
         async with aiohttp.ClientSession(guard.url) as http:
-            request = {"model": "m", "messages": CONVERSATION["messages"][:-1]}
             async with http.post("/v1/chat/completions", json=request) as response:
                 assert response.status == 200
                 reply = await response.json()
+            async with http.post("/v1/chat/completions", json={**request, "stream": True}) as response:
+                assert response.status == 200
+                events = [json.loads(line[5:]) for line in (await response.text()).splitlines()
+                          if line.startswith("data:") and line.strip() != "data: [DONE]"]
             unanswered = [*request["messages"], {"role": "tool", "tool_call_id": "c9", "content": "x"}]
             async with http.post("/v1/chat/completions", json={**request, "messages": unanswered}) as response:
                 refusal = await response.json()
@@ -164,7 +154,9 @@ async def test_the_proxy_audits_a_reply_against_the_request_s_tool_results(tmp_p
         await guard.stop()
         await upstream.cleanup()
     # Without the retrieved documents of the verify line, the harbour claim has no source.
-    expected = [claim if claim[3] != ["kb-1"] else (*claim[:2], False, []) for claim in EXPECTED]
-    assert claims(reply["rt4chart"]["record"]) == [(c[0], "baseless" if not c[3] else c[1], *c[2:]) for c in expected]
+    expected = [(claim[0], "baseless", False, []) if claim[3] == ["kb-1"] else claim for claim in EXPECTED]
+    assert claims(reply["rt4chart"]["record"]) == expected
+    sentences = [e["rt4chart"]["record"] for e in events if e.get("rt4chart", {}).get("event") == "sentence"]
+    assert [claims(record)[0] for record in sentences] == expected  # streamed: the same verdicts, sentence by sentence
     assert "tool_call_id 'c9' answers no assistant tool call" in refusal["error"]["message"]
-    assert len(seen) == 1  # the refused request never went upstream
+    assert len(upstream_app[SEEN]) == 2  # the refused request never went upstream

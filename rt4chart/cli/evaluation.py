@@ -114,12 +114,13 @@ def score(
 @commands.command()
 def convert(
     dataset: DatasetArgument,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output JSONL: id, context, question, answer, gold.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output JSONL: rt4 verify input lines (gold kept under \"gold\").")],
     path: DatasetPathOption = None,
     split: SplitOption = None,
     limit: LimitOption = None,
 ) -> None:
-    """Convert a labelled dataset to rt4chart input JSONL (gold labels kept under "gold")."""
+    """Convert a labelled dataset to rt4chart input JSONL (gold labels kept under "gold"), or conversations to one
+    line per assistant turn."""
     from rt4chart.analysis.datasets import DatasetError, load_dataset
     from rt4chart.runs.evaluation import write_converted
 

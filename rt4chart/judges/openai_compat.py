@@ -34,6 +34,7 @@ from pydantic import BaseModel
 
 from rt4chart.judges.bounded_http import ACCEPTED_ENCODINGS, DecodedBody, redirect_target
 from rt4chart.judges.policy import EndpointSender, EndpointSettings, PolicyBackend, Reply, reply_body_cap_bytes
+from rt4chart.judges.replies import FirstTokenChoices, first_token_candidates, reads_logprobs
 from rt4chart.protocol import JudgeRequest, output_json_schema
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -180,6 +181,11 @@ class OpenAICompatSender(EndpointSender):
         }
         if request.params.seed is not None:
             fields["seed"] = request.params.seed
+        if reads_logprobs(request.output_schema):
+            # A one-token reply read from its log probabilities: no structured output to ask for.
+            fields["logprobs"] = True
+            fields["top_logprobs"] = FirstTokenChoices.TOP_LOGPROBS
+            return pydantic_core.to_json(fields)
         # pydantic_core's encoder (Rust) is several times the standard library's speed on prompts;
         # the object is closed after the response_format member, encoded once per reply model.
         return pydantic_core.to_json(fields)[:-1] + _response_format_member(request.output_schema, mode) + b"}"
@@ -229,7 +235,8 @@ class OpenAICompatSender(EndpointSender):
             raise EndpointError(self._error_message(status, data), ErrorResponse(status, headers))
         try:
             answer = pydantic_core.from_json(data)
-            message = answer["choices"][0]["message"]
+            choice = answer["choices"][0]
+            message = choice["message"]
         except (ValueError, KeyError, IndexError, TypeError) as error:
             raise MalformedResponse(f"HTTP {status} without a chat completion: {data[:200]!r}") from error
         counts = answer.get("usage") or {}
@@ -238,6 +245,7 @@ class OpenAICompatSender(EndpointSender):
             text=str(message.get("content") or ""),
             prompt_tokens=int(counts.get("prompt_tokens") or 0),
             completion_tokens=int(counts.get("completion_tokens") or 0),
+            top_logprobs=first_token_candidates(choice.get("logprobs"), request.output_schema),
         )
 
     def _error_message(self, status: int, data: bytes) -> str:

@@ -98,7 +98,7 @@ class JudgeProfile(CallSettings):
     """One line for ``rt4 judges``."""
     kind: Literal["litellm", "embedded", "verifier", "calibrated"] = "litellm"
     """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier; ``verifier`` for a
-    pair-classifier checkpoint from the Hugging Face hub (:attr:`verifier`, pulled once with ``rt4 models
+    pair- or token-classifier checkpoint from the Hugging Face hub (:attr:`verifier`, pulled once with ``rt4 models
     pull``); ``calibrated`` for the judge named by :attr:`judge` at the operating point :attr:`claim_threshold`."""
     adapter: Literal["lynx", "bespoke-minicheck"] | None = None
     """A chat model trained to verify (``litellm`` profiles), asked each claim in its own prompt
@@ -389,6 +389,10 @@ def _verifier(profile: JudgeProfile, settings: LeafSettings) -> Backend:
         record = require_pulled(profile.name)
     except ModelMissing as error:
         raise JudgeConfigError(str(error)) from error
+    if profile.verifier.family == "lettucedetect":
+        from rt4chart.judges.token_classifier import TokenClassifierBackend
+
+        return TokenClassifierBackend(profile.name, profile.verifier, record)
     from rt4chart.judges.pair_classifier import PairClassifierBackend
 
     return PairClassifierBackend(profile.name, profile.verifier, record)

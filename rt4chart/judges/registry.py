@@ -99,12 +99,13 @@ class JudgeProfile(CallSettings):
     """One line for ``rt4 judges``."""
     kind: Literal["litellm", "embedded", "verifier", "calibrated"] = "litellm"
     """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier; ``verifier`` for a
-    pair-classifier checkpoint from the Hugging Face hub (:attr:`verifier`, pulled once with ``rt4 models
+    pair- or token-classifier checkpoint from the Hugging Face hub (:attr:`verifier`, pulled once with ``rt4 models
     pull``); ``calibrated`` for the judge named by :attr:`judge` at the operating point :attr:`claim_threshold`."""
-    adapter: Literal["lynx"] | None = None
-    """A chat model trained to verify (``litellm`` profiles): ``lynx`` asks Patronus' Lynx each claim in its
-    own prompt and reads its PASS/FAIL reply (:mod:`rt4chart.judges.chat_verifiers`); ``None``: the model
-    gets rt4chart's prompts."""
+    adapter: Literal["lynx", "bespoke-minicheck"] | None = None
+    """A chat model trained to verify (``litellm`` profiles), asked each claim in its own prompt
+    (:mod:`rt4chart.judges.chat_verifiers`): ``lynx`` reads Patronus' Lynx's PASS/FAIL reply;
+    ``bespoke-minicheck`` reads Bespoke-MiniCheck's one-token Yes/No from its log probabilities (the
+    server must return ``logprobs``); ``None``: the model gets rt4chart's prompts."""
     verifier: VerifierModel | None = None
     """Verifier profiles only: the checkpoint (hub repository, pinned revision, family, token limits)."""
     api: Literal["auto", "openai-compatible", "litellm"] = "auto"
@@ -400,6 +401,10 @@ def _verifier(profile: JudgeProfile, settings: LeafSettings) -> Backend:
         record = require_pulled(profile.name)
     except ModelMissing as error:
         raise JudgeConfigError(str(error)) from error
+    if profile.verifier.family == "lettucedetect":
+        from rt4chart.judges.token_classifier import TokenClassifierBackend
+
+        return TokenClassifierBackend(profile.name, profile.verifier, record)
     from rt4chart.judges.pair_classifier import PairClassifierBackend
 
     return PairClassifierBackend(profile.name, profile.verifier, record)

@@ -88,7 +88,7 @@ async def test_verify_audits_documents_and_streams_their_sources(guard: RunningG
     status, events = await post(guard, {**body, "stream": True})
     assert status == 200
     sentences = [e for e in events if e["event"] == "sentence"]
-    assert [(e["label"], [ev["source"]["document"] for c in e["record"]["claims"] for ev in c["evidence"]])
+    assert [(e["label"], [ev["source"]["document"] for c in e["claims"] for ev in c["evidence"]])
             for e in sentences] == [("entailed", ["weather"]), ("entailed", ["kb-1"]), ("baseless", [])]
 
 
@@ -96,7 +96,7 @@ async def test_verify_audits_documents_and_streams_their_sources(guard: RunningG
 async def test_a_streamed_conversation_keeps_its_earlier_turns_ungrounding(guard: RunningGuard) -> None:
     status, events = await post(guard, {**CONVERSATION, "stream": True})
     assert status == 200
-    sentences = [e["record"]["claims"] for e in events if e["event"] == "sentence"]
+    sentences = [e["claims"] for e in events if e["event"] == "sentence"]
     assert [claims({"claims": c})[0] for c in sentences] == EXPECTED
 
 
@@ -156,7 +156,7 @@ async def test_the_proxy_audits_a_reply_against_the_request_s_tool_results(tmp_p
     # Without the retrieved documents of the verify line, the harbour claim has no source.
     expected = [(claim[0], "baseless", False, []) if claim[3] == ["kb-1"] else claim for claim in EXPECTED]
     assert claims(reply["rt4chart"]["record"]) == expected
-    sentences = [e["rt4chart"]["record"] for e in events if e.get("rt4chart", {}).get("event") == "sentence"]
+    sentences = [e["rt4chart"] for e in events if e.get("rt4chart", {}).get("event") == "sentence"]
     assert [claims(record)[0] for record in sentences] == expected  # streamed: the same verdicts, sentence by sentence
     assert "tool_call_id 'c9' answers no assistant tool call" in refusal["error"]["message"]
     assert len(upstream_app[SEEN]) == 2  # the refused request never went upstream

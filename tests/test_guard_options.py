@@ -97,7 +97,7 @@ async def test_a_sentence_event_carries_its_claims_verdicts_not_the_whole_record
     assert claim["label"] == "contradicted" and claim["evidence"]
     joined = "\n".join(REFUND_CONTEXT)
     for quote in claim["evidence"]:
-        assert set(quote) == {"start", "end", "text"}
+        assert set(quote) == {"start", "end", "text", "source"}  # the context is two passages: each quote names its own
         assert joined[quote["start"] : quote["end"]] == quote["text"]
     # The answer event ends the stream with the answer's record, every claim in full.
     assert answer["event"] == "answer" and len(answer["record"]["claims"]) == 2

@@ -89,9 +89,10 @@ class SentenceVerdict:
 
     def event(self) -> dict[str, Any]:
         """The sentence's verdict as a stream event: what a client acts on while the answer streams
-        (its claims' labels, confidence, evidence quotes with their context offsets, and what went
-        wrong), not the whole record: the answer event that ends the stream carries the answer's
-        record, every claim in full."""
+        (its claims' labels, confidence, evidence quotes with their context offsets and, for documents,
+        tool results and structured context, their source, and what went wrong), not the whole record:
+        the answer event that ends the stream carries the answer's record, every claim in full. Each
+        claim is dumped as the record dumps it, with only these fields."""
         return {
             "event": "sentence",
             "index": self.index,
@@ -101,13 +102,13 @@ class SentenceVerdict:
             "label": self.record.label,
             "decision": self.decision,
             "claims": [
-                {
-                    "text": claim.text,
-                    "label": claim.label,
-                    "confidence": claim.confidence,
-                    "evidence": [{"start": e.start, "end": e.end, "text": e.text} for e in claim.evidence],
-                    "errors": claim.errors,
-                }
+                claim.model_dump(
+                    mode="json",
+                    include={
+                        "text": True, "label": True, "confidence": True, "errors": True, "earlier_turn_only": True,
+                        "evidence": {"__all__": {"start", "end", "text", "source"}},
+                    },
+                )
                 for claim in self.record.claims
             ],
             "errors": self.record.errors,

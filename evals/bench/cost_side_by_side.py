@@ -14,7 +14,9 @@ from litellm's price list, online and with the cacheable tokens at the cached-in
   one order every run;
 - RAGAS ``Faithfulness`` and DeepEval ``FaithfulnessMetric`` by evals/bench/peer_faithfulness.py
   in the peers' own virtual environment (``--peers-python``; RAGAS and DeepEval are no rt4chart
-  dependency), samples one after another.
+  dependency), samples one after another. That environment, once:
+  ``python -m venv /work/venv-peers && /work/venv-peers/bin/pip install ragas==0.4.3 deepeval==4.3.1
+  'langchain-community<0.4'`` (ragas 0.4.3 imports a module langchain-community 0.4 removed).
 
 The stand-in answers each tool's prompts with JSON of that tool's own shape, sized by the sample as
 a model would size it, not written by a model: rt4chart's decomposition one claim per answer
@@ -252,6 +254,12 @@ def audit(tool: Tool, inputs: Path, encoding: tiktoken.Encoding) -> Usage:
     return Usage(len(bodies), total, sum(completions), openai_cached)
 
 
+def peer_versions(python: str) -> str:
+    """The peers' installed versions, as the results name them."""
+    query = "import importlib.metadata as m; print(', '.join(f'{p} {m.version(p)}' for p in ('ragas', 'deepeval')))"
+    return subprocess.run([python, "-c", query], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=100)
@@ -278,7 +286,8 @@ def main() -> None:
     record(
         "Cost side by side: rt4chart, RAGAS, DeepEval",
         [
-            f"Input: {source}; one recording stand-in on 127.0.0.1 answering each tool's prompts with JSON of "
+            f"Input: {source}; {peer_versions(args.peers_python)}; one recording stand-in on 127.0.0.1 answering "
+            "each tool's prompts with JSON of "
             "its own shape (see the script's docstring: completion tokens are the stand-in's wording, calls and "
             "prompt tokens the tools' own); tokens by o200k_base. Cacheable: prompt tokens in a prefix an earlier "
             f"call of the same audit shares, OpenAI's rule (>= {OPENAI_MINIMUM:,} tokens, {OPENAI_STEP}-token "

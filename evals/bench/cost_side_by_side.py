@@ -6,7 +6,8 @@ Audits the first ``--samples`` RAGTruth QA dev answers ($RT4_DATA_DIR) with each
 recording OpenAI-compatible stand-in on 127.0.0.1 (the fault server of tests/faults.py, faults off)
 and reports, per tool: calls, prompt tokens, completion tokens, the prompt tokens that sit in a
 cacheable prefix under OpenAI's rule (evals/prefix_cache.py: an ideal cache of every earlier prompt
-of the same tool, >= 1,024 shared tokens in 128-token steps), and the price at gpt-4o-mini's rates
+of the same tool, >= 1,024 shared tokens in 128-token steps) and their share under vLLM's block
+rule, and the price at gpt-4o-mini's rates
 from litellm's price list, online and with the cacheable tokens at the cached-input rate.
 
 - rt4chart: ``rt4 verify`` with its defaults (judge decomposer, global stage) and with
@@ -204,6 +205,8 @@ class Usage:
     """Tokens of the stand-in's reply contents (o200k_base)."""
     cacheable_tokens: int
     """Prompt tokens in a prefix an earlier request of the same audit shares, under OpenAI's rule."""
+    vllm_cacheable_tokens: int
+    """The same under vLLM's automatic prefix caching (whole 16-token blocks)."""
 
 
 @dataclass(frozen=True)
@@ -250,8 +253,8 @@ def audit(tool: Tool, inputs: Path, encoding: tiktoken.Encoding) -> Usage:
             raise SystemExit(f"{tool.name} failed ({done.returncode}): {done.stderr[-3000:]}")
         bodies = list(server.requests)
     prompts = [prompt_token_ids(body, encoding) for body in bodies]
-    total, openai_cached, _ = cacheable(prompts)
-    return Usage(len(bodies), total, sum(completions), openai_cached)
+    total, openai_cached, vllm_cached = cacheable(prompts)
+    return Usage(len(bodies), total, sum(completions), openai_cached, vllm_cached)
 
 
 def peer_versions(python: str) -> str:
@@ -279,6 +282,7 @@ def main() -> None:
             rows.append(
                 f"| {tool.name} | {usage.calls:,} | {usage.prompt_tokens:,} | {usage.completion_tokens:,} "
                 f"| {usage.cacheable_tokens:,} ({usage.cacheable_tokens / usage.prompt_tokens:.0%}) "
+                f"| {usage.vllm_cacheable_tokens / usage.prompt_tokens:.0%} "
                 f"| ${rates.online(usage):.4f} | ${rates.with_cache(usage):.4f} "
                 f"| ${rates.online(usage) / len(items):.5f} |"
             )
@@ -291,13 +295,14 @@ def main() -> None:
             "its own shape (see the script's docstring: completion tokens are the stand-in's wording, calls and "
             "prompt tokens the tools' own); tokens by o200k_base. Cacheable: prompt tokens in a prefix an earlier "
             f"call of the same audit shares, OpenAI's rule (>= {OPENAI_MINIMUM:,} tokens, {OPENAI_STEP}-token "
-            f"steps). Prices: {PRICED_MODEL} from litellm's list, ${rates.prompt * per_million:.3f}/M input, "
+            f"steps; vLLM's: whole 16-token blocks, no price). "
+            f"Prices: {PRICED_MODEL} from litellm's list, ${rates.prompt * per_million:.3f}/M input, "
             f"${rates.cached_prompt * per_million:.3f}/M cached input, ${rates.completion * per_million:.2f}/M "
             "output. Batch rows: to come with `rt4 verify --batch`.",
             "",
-            "| tool | calls | prompt tokens | completion tokens | cacheable prompt tokens | $ online "
-            "| $ online, cacheable at cached rate | $ / sample online |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| tool | calls | prompt tokens | completion tokens | cacheable prompt tokens (OpenAI) "
+            "| cacheable share (vLLM) | $ online | $ online, cacheable at cached rate | $ / sample online |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
         ],
     )

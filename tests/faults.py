@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import socket
 import struct
 import sys
@@ -150,6 +151,10 @@ class FaultServer:
     completion_tokens: int | Callable[[str], int] = 20
     """The completion tokens a reply reports (at most the request's ``max_tokens``), or a function
     of the reply's content that counts them."""
+    token_logprobs: Callable[[dict[str, Any]], dict[str, float]] | None = None
+    """The first token's candidates (token -> log probability) that a request asking for ``logprobs``
+    gets, as a function of its body, in OpenAI's ``choices[0].logprobs`` shape (the content is then the
+    likeliest token); ``None``: no log probabilities in any reply, as from a server that offers none."""
     refused_formats: frozenset[str | None] = frozenset()
     """``response_format`` types (``json_schema``, ``json_object``; ``None``: a request without one)
     answered with 400, as by a server that does not offer that structured-output mode."""
@@ -192,9 +197,26 @@ class FaultServer:
             return f"<think>At first I thought {DECOY} but no.</think>\n{reply}"
         return reply
 
+    def usage(self, body: dict[str, Any], content: str) -> tuple[int, int]:
+        """The prompt and completion tokens a reply of ``content`` to ``body`` reports."""
+        counted = self.completion_tokens
+        tokens = counted(content) if callable(counted) else counted
+        return self.prompt_tokens(body), min(tokens, int(body.get("max_tokens") or tokens))
+
+    def completion(self, body: dict[str, Any], behaviour: Behaviour = "ok") -> dict[str, Any]:
+        """The chat completion a request ``body`` gets when it is answered (``behaviour``: a
+        content variant such as ``ok``, ``prose`` or ``invalid_json``): what the server sends online,
+        and what the Batch API stand-in (tests/batch_server.py) writes into its output file."""
+        content = self.content_for(behaviour, body)
+        usage = self.usage(body, content)
+        logprobs = self.token_logprobs
+        candidates = logprobs(body) if logprobs is not None and body.get("logprobs") is True else None
+        return _completion(str(body.get("model", "fault")), content, None, usage, self.cached_tokens(body), candidates)
+
 
 def _completion(
-    model: str, content: str, reasoning: str | None, usage: tuple[int, int] = (50, 20), cached: int = 0
+    model: str, content: str, reasoning: str | None, usage: tuple[int, int] = (50, 20), cached: int = 0,
+    candidates: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning is not None:
@@ -202,12 +224,18 @@ def _completion(
     counts: dict[str, Any] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
     if cached:
         counts["prompt_tokens_details"] = {"cached_tokens": cached}
+    choice: dict[str, Any] = {"index": 0, "finish_reason": "stop", "message": message}
+    if candidates:
+        ranked = sorted(candidates.items(), key=lambda item: -item[1])
+        message["content"] = ranked[0][0]
+        top = [{"token": token, "logprob": logprob, "bytes": list(token.encode())} for token, logprob in ranked]
+        choice["logprobs"] = {"content": [{**top[0], "top_logprobs": top}]}
     return {
         "id": "chatcmpl-fault",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+        "choices": [choice],
         "usage": counts,
     }
 
@@ -325,12 +353,10 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
             elif behaviour == "reasoning":
                 reasoning = f"Maybe {DECOY}? Let me check."
                 content = state.content_for(behaviour, body)
-                usage = self._usage(body, content)
-                self._send(200, _completion(model, content, reasoning, usage, state.cached_tokens(body)))
+                self._send(200, _completion(model, content, reasoning, state.usage(body, content),
+                                            state.cached_tokens(body)))
             else:
-                content = state.content_for(behaviour, body)
-                usage = self._usage(body, content)
-                self._send(200, _completion(model, content, None, usage, state.cached_tokens(body)))
+                self._send(200, state.completion(body, behaviour))
 
         def _stream(self, fault: Fault) -> None:
             """A reply too large, too slow or endless, until the client hangs up or the server stops."""
@@ -376,11 +402,6 @@ def _handler(state: FaultServer) -> type[BaseHTTPRequestHandler]:
             with state.lock:
                 state.bytes_streamed += sent
 
-        def _usage(self, body: dict[str, Any], content: str) -> tuple[int, int]:
-            counted = state.completion_tokens
-            tokens = counted(content) if callable(counted) else counted
-            return state.prompt_tokens(body), min(tokens, int(body.get("max_tokens") or tokens))
-
     return Handler
 
 
@@ -410,10 +431,11 @@ def _vllm_completions(target: str) -> bool:
 
 @contextmanager
 def fault_server(
-    reply: str | Callable[[dict[str, Any]], str], *faults: Fault, default: Fault | None = None
+    reply: str | Callable[[dict[str, Any]], str], *faults: Fault, default: Fault | None = None,
+    token_logprobs: Callable[[dict[str, Any]], dict[str, float]] | None = None,
 ) -> Iterator[FaultServer]:
     """Serve on a free port of 127.0.0.1 until the block ends."""
-    state = FaultServer(reply=reply, script=deque(faults), default=default or Fault())
+    state = FaultServer(reply=reply, script=deque(faults), default=default or Fault(), token_logprobs=token_logprobs)
     state.gate.set()
     server = _Server(("127.0.0.1", 0), _handler(state))
     state.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
@@ -461,3 +483,16 @@ def grounded(body: dict[str, Any]) -> str:
         for n, claim in enumerate(claims_in(body))
     ]
     return json.dumps({"judgements": judgements})
+
+
+def sentences_as_claims_grounded(body: dict[str, Any]) -> str:
+    """A reply function for the whole method: a decomposition request gets each answer sentence as
+    its one claim, a verification request :func:`grounded`'s verdicts."""
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    if "Claims:\n" in user:
+        return grounded(body)
+    listing = user.rsplit("Answer sentences:\n", 1)[-1]
+    sentences = re.findall(r"^\[(\d+)\] (.*)$", listing, flags=re.MULTILINE)
+    if '{"sentences": [' not in user:  # one sentence asked alone
+        return json.dumps({"claims": [sentences[0][1]] if sentences else []})
+    return json.dumps({"sentences": [{"sentence": int(n), "claims": [text]} for n, text in sentences]})

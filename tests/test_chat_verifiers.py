@@ -1,14 +1,18 @@
 """Chat verifiers over the OpenAI-compatible transport, against the fault-injecting server: Lynx asked
-each claim in its own prompt, its PASS/FAIL JSON read back as verdicts, alone and as a cascade stage."""
+each claim in its own prompt, its PASS/FAIL JSON read back as verdicts, and Bespoke-MiniCheck's one-token
+Yes/No read from its log probabilities (over aiohttp and litellm), alone and as cascade stages."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.faults import Fault, fault_server
 
@@ -81,3 +85,90 @@ def test_lynx_as_a_cascade_stage_and_its_failures_as_errors(tmp_path: Path) -> N
     assert run.returncode == 4, run.stderr
     record = json.loads((tmp_path / "failed.jsonl").read_text())
     assert all(claim["label"] is None for claim in record["claims"])
+
+
+MINICHECK_SYSTEM = "Determine whether the provided claim is consistent with the corresponding document."
+
+
+def minicheck_claim(body: dict[str, Any]) -> str:
+    """The claim of a Bespoke-MiniCheck request (its user message is ``Document: ...\\nClaim: ...``)."""
+    return str(body["messages"][-1]["content"].split("\nClaim: ", 1)[1])
+
+
+def minicheck_logprobs(body: dict[str, Any]) -> dict[str, float]:
+    """Bespoke-MiniCheck's first token: sure Yes on the 330 claim, "yes" variants at 0.4 on the Paris
+    claim (unsure), sure No on the rest."""
+    claim = minicheck_claim(body)
+    if "330" in claim:
+        return {"Yes": math.log(0.9), "No": math.log(0.05), " yes": math.log(0.03)}
+    if "Paris" in claim:
+        return {"No": math.log(0.55), "Yes": math.log(0.3), " yes": math.log(0.1)}
+    return {"No": math.log(0.95), "Yes": math.log(0.04)}
+
+
+MINICHECK_SAMPLE = {**SAMPLE, "answer": "The tower is 330 metres tall. It stands in Paris. It was built in 1850."}
+
+
+def _minicheck_setup(tmp_path: Path, api: str) -> None:
+    (tmp_path / "in.jsonl").write_text(json.dumps(MINICHECK_SAMPLE) + "\n")
+    (tmp_path / "minicheck.toml").write_text(
+        f'name = "minicheck"\nmodel = "openai/minicheck"\nadapter = "bespoke-minicheck"\napi = "{api}"\n')
+
+
+def _judged(path: Path) -> dict[str, dict[str, Any]]:
+    (record,) = [json.loads(line) for line in path.read_text().splitlines()]
+    return {claim["text"]: claim for claim in record["claims"]}
+
+
+@pytest.mark.parametrize("api", ["openai-compatible", "litellm"])
+def test_bespoke_minicheck_reads_p_yes_from_the_first_tokens_logprobs(tmp_path: Path, api: str) -> None:
+    _minicheck_setup(tmp_path, api)
+    with fault_server("unused", token_logprobs=minicheck_logprobs) as server:
+        run = rt4(tmp_path, "verify", "in.jsonl", "--judge", "minicheck.toml", "--api-base", server.base_url,
+                  "--decomposer", "rules", "--no-cache", "--out", "out.jsonl")
+    assert run.returncode == 1, run.stderr
+    claims = _judged(tmp_path / "out.jsonl")
+    tall, paris, built = (claims[text] for text in ("The tower is 330 metres tall.", "It stands in Paris.",
+                                                    "It was built in 1850."))
+    assert (tall["label"], paris["label"], built["label"]) == ("entailed", "baseless", "baseless")
+    # P(Yes) sums the candidates that read "yes": 0.93, 0.4 and 0.04; confidence is that of the label given.
+    assert tall["confidence"] == pytest.approx(0.93)
+    assert paris["confidence"] == pytest.approx(0.6)
+    assert built["confidence"] == pytest.approx(0.96)
+    assert {minicheck_claim(body) for body in server.requests} == set(claims)
+    for body in server.requests:
+        # MiniCheck's own request: one token, its top 5 candidates, no structured output, its two messages.
+        assert body["max_tokens"] == 1 and body["logprobs"] is True and body["top_logprobs"] == 5
+        assert "response_format" not in body
+        system, user = body["messages"]
+        assert system["role"] == "system" and system["content"].startswith(MINICHECK_SYSTEM)
+        assert user["content"].startswith("Document: The tower is 330 metres tall. It stands in Paris.\nClaim: ")
+
+
+def test_bespoke_minicheck_as_a_cascade_stage_settles_only_what_it_is_sure_of(tmp_path: Path) -> None:
+    _minicheck_setup(tmp_path, "openai-compatible")
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps({"verify": [{"claim": "", "label": "baseless", "confidence": 1.0}]}))
+    with fault_server("unused", token_logprobs=minicheck_logprobs) as server:
+        run = rt4(tmp_path, "verify", "in.jsonl", "--judge", f"cascade:minicheck.toml@0.9,scripted:{rules}",
+                  "--api-base", server.base_url, "--decomposer", "rules", "--no-cache", "--out", "out.jsonl")
+    assert run.returncode == 1, run.stderr
+    decided = {text: (claim["label"], claim["judge"].split("@")[0].split(":")[0]) for text, claim in
+               _judged(tmp_path / "out.jsonl").items()}
+    # Sure (0.93, 0.96): MiniCheck's verdicts stand; unsure (0.6): the next stage decides.
+    assert decided == {"The tower is 330 metres tall.": ("entailed", "minicheck"),
+                       "It stands in Paris.": ("baseless", "scripted"),
+                       "It was built in 1850.": ("baseless", "minicheck")}
+
+
+def test_a_server_without_logprobs_leaves_minicheck_claims_unjudged(tmp_path: Path) -> None:
+    _minicheck_setup(tmp_path, "openai-compatible")
+    with fault_server("Yes") as server:  # a one-token reply, but no log probabilities
+        run = rt4(tmp_path, "verify", "in.jsonl", "--judge", "minicheck.toml", "--api-base", server.base_url,
+                  "--decomposer", "rules", "--no-cache", "--out", "out.jsonl")
+    assert run.returncode == 4, run.stderr
+    (record,) = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert all(claim["label"] is None for claim in record["claims"])
+    assert "log probabilities" in json.dumps(record)
+    # Never re-asked for JSON (asking again in the same call cannot bring log probabilities).
+    assert server.requests and all(len(body["messages"]) == 2 for body in server.requests)

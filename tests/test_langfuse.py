@@ -47,7 +47,7 @@ def test_each_trace_becomes_one_item_with_documents_answer_question_and_ids() ->
     assert langchain.sample.trace is not None and langchain.sample.trace.question_span_id is None
     assert no_documents.sample is None and no_documents.trace is not None
     assert no_documents.error == f"trace {raw[2]['id']}: no retrieved documents (no RETRIEVER observation or " \
-        "retriever SPAN with documents in its output)"
+        "retriever SPAN with documents in its output, no TOOL observation with an output)"
     assert [item.line for item in (langchain, plain, no_documents)] == [1, 2, 3]
 
 

@@ -53,7 +53,7 @@ def test_a_real_sdk_trace_becomes_a_sample_with_named_documents_and_its_ids() ->
     assert "parentSpanId" not in spans[trace.root_span_id] or not spans[trace.root_span_id]["parentSpanId"]
     assert no_documents.sample is None and no_documents.trace is not None
     assert no_documents.error == f"trace {no_documents.trace.trace_id}: no retrieved documents (no RETRIEVER span " \
-        "with retrieval.documents.N.document.content)"
+        "with retrieval.documents.N.document.content, no TOOL span with a result)"
     assert [item.line for item in (faithful, wrong, no_documents)] == [1, 2, 3]
 
 

@@ -84,6 +84,13 @@ def test_phoenix_annotations_one_per_answer_updated_on_rerun_and_scrubbed(tmp_pa
             contradicted["result"]["explanation"]
         assert [[e["text"] for e in c["evidence"]] for c in contradicted["metadata"]["claims"]] == \
             [[e["text"] for e in c["evidence"]] for c in wrong["claims"]]
+        # Each evidence names the retrieved document it quotes (its id in the trace) and where in it.
+        sent = [e for c in contradicted["metadata"]["claims"] for e in c["evidence"]]
+        sources = [e["source"] for c in wrong["claims"] for e in c["evidence"]]
+        assert sent and [(e["document"], e["document_span"]) for e in sent] == \
+            [(s["document"], [s["start"], s["end"]]) for s in sources]
+        assert f"{refuted['evidence'][0]['text']} [{refuted['evidence'][0]['source']['document']}]" in \
+            contradicted["result"]["explanation"]
         # Scrubbed: the key an answer quoted never leaves; the key went to this server, as its bearer token.
         assert PHOENIX_KEY not in json.dumps(annotations)
         rt4_requests = [r for r in server.requests if r[0] == "POST" or "/spans/otlpv1" in r[1]]  # not the test's
@@ -136,6 +143,10 @@ def test_langfuse_scores_one_per_trace_updated_on_rerun(tmp_path: Path) -> None:
         assert sorted((s["traceId"], s["observationId"], s["value"]) for s in scores) == \
             sorted((r["id"], r["trace"]["answer_span_id"], r["label"]) for r in records)
         assert all(s["name"] == "rt4chart" and s["dataType"] == "CATEGORICAL" for s in scores)
+        # The evidence names the retrieved documents by the ids the trace gave them.
+        documents = {e["document"] for s in scores for c in s["metadata"]["claims"] for e in c["evidence"]}
+        assert documents == {e["source"]["document"] for r in records for c in r["claims"] for e in c["evidence"]}
+        assert documents and documents <= {"policy-1", "policy-2", "kb-1", "kb-2"}
         token = base64.b64encode(f"pk-lf-test:{LANGFUSE_SECRET}".encode()).decode()
         assert {auth for method, _, auth in server.requests if method == "POST"} == {f"Basic {token}"}
         again = _rt4(*args, "-o", str(tmp_path / "again.jsonl"), env=env)

@@ -162,3 +162,29 @@ def tiny_hhem(directory: Path, profile: str) -> tuple[PullRecord, T5ForTokenClas
         "model.safetensors": weights_path.read_bytes(), "config.json": json.dumps(HHEM_CONFIG).encode()})
     foundation = _store(directory, "google/flan-t5-base", config=config, tokenizer=tokenizer)
     return write_record(directory, profile, [weights, foundation]), head
+
+
+def tiny_lettucedetect(directory: Path, profile: str) -> PullRecord:
+    """LettuceDetect's classes at toy size: a ``ModernBertForTokenClassification`` and a fast tokenizer
+    that encodes a pair as ``[CLS] prompt [SEP] answer [SEP]`` with character offsets, as ModernBERT's does."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import ModernBertConfig, ModernBertForTokenClassification, PreTrainedTokenizerFast
+
+    torch.manual_seed(0)
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words = sorted({word for word in CORPUS} | set("abcdefghijklmnopqrstuvwxyz0123456789:?.,"))
+    vocab = {token: index for index, token in enumerate([*specials, *words])}
+    backbone = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backbone.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backbone.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backbone, unk_token="[UNK]", pad_token="[PAD]",
+                                        cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    config = ModernBertConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                              num_attention_heads=2, max_position_embeddings=512, num_labels=2,
+                              pad_token_id=vocab["[PAD]"], cls_token_id=vocab["[CLS]"], sep_token_id=vocab["[SEP]"],
+                              bos_token_id=vocab["[CLS]"], eos_token_id=vocab["[SEP]"])
+    model = ModernBertForTokenClassification(config)
+    return write_record(directory, profile, [_store(directory, "KRLabsOrg/lettucedect-base-modernbert-en-v1",
+                                                    model=model, tokenizer=tokenizer)])

@@ -22,6 +22,11 @@ Datasets and their gold:
   input becomes the question. A context-grounded verifier therefore finds every claim baseless;
   the adapter exists for the IoU scoring semantics and for users who attach their own context.
   ``task_type`` is the language code, so per-task metrics are per language.
+- ``conversations``: rt4chart input JSONL whose lines carry ``messages`` (no gold): each line becomes
+  one line per assistant turn with text, holding the messages up to that turn (so each turn is audited
+  on what came before it, the earlier turns still never grounding a claim), its id ``ID#message-N``
+  (N the turn's 0-based index in the messages, the line's id ``line-L`` when it has none). ``rt4
+  verify`` keeps one record per input line; this is how to audit every turn.
 - ``generic``: rt4chart input JSONL (``id``, ``context``, ``question``, ``answer``) with gold either
   as a ``gold`` object (what ``rt4 convert`` writes) or as top-level ``spans`` / ``label``.
 
@@ -47,8 +52,9 @@ from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
 
+from rt4chart.conversations import assistant_turns, message_document_id
 from rt4chart.records.io import read_json_lines
-from rt4chart.types import Gold, GoldAnnotation, GoldKind, Label, Sample, Span, merge_spans
+from rt4chart.types import Gold, GoldAnnotation, GoldKind, Label, Sample, Span, describe_validation_error, merge_spans
 
 DATA_DIR_ENV = "RT4_DATA_DIR"
 """Environment variable naming the folder that holds ``ragtruth-qa/``, ``faithbench/``, ..."""
@@ -451,6 +457,26 @@ def _generic_spans(value: Any, answer: str, where: str) -> list[Span]:
     return merge_spans(spans)
 
 
+def _conversation_turns(files: list[Path], _split: str | None) -> list[Sample]:
+    return [turn for file in files for record, where in _jsonl(file) for turn in _turns(record, where)]
+
+
+def _turns(record: dict[str, Any], where: str) -> list[Sample]:
+    """A conversation line as one sample per assistant turn (see the module's docstring)."""
+    for key in ("answer_message", "gold"):
+        if key in record:
+            raise DatasetError(f"{where}: {key}: every assistant turn becomes a line of its own: drop {key}")
+    if not isinstance(record.get("messages"), list):
+        raise DatasetError(f"{where}: messages: a list of OpenAI-style chat messages (a conversation per line)")
+    line_id = record.get("id", f"line-{where.rsplit(':', 1)[-1]}")
+    try:
+        turns = assistant_turns(Sample.model_validate({**record, "id": str(line_id)}).messages or [])
+        return [Sample.model_validate({**record, "id": f"{line_id}#{message_document_id(turn)}",
+                                       "messages": record["messages"][: turn + 1]}) for turn in turns]
+    except ValidationError as error:
+        raise DatasetError(f"{where}: {describe_validation_error(error)}") from None
+
+
 def _generic(record: dict[str, Any], where: str) -> Sample:
     answer = _field(record, "answer", where)
     if not isinstance(answer, str):
@@ -538,11 +564,15 @@ _ADAPTERS: dict[str, _Adapter] = {
     ),
     "faithbench": _Adapter("faithbench", ("dev", "test"), lambda root, _split: _faithbench_files(root), _faithbench),
     "mu-shroom": _Adapter("mu-shroom", ("dev", "test"), _mu_shroom_files, _records(_mu_shroom)),
+    "conversations": _Adapter(None, (), lambda root, _split: [_existing(root)], _conversation_turns),
     "generic": _Adapter(None, (), lambda root, _split: [_existing(root)], _records(_generic)),
 }
 
 DATASET_NAMES: tuple[str, ...] = tuple(_ADAPTERS)
-"""Every dataset name ``rt4 eval`` / ``rt4 convert`` accept."""
+"""Every dataset name ``rt4 convert`` accepts."""
+
+UNLABELLED_DATASETS: tuple[str, ...] = ("conversations",)
+"""The names among them with no gold labels: ``rt4 eval`` has nothing to score them against."""
 
 
 def _adapter(name: str) -> _Adapter:

@@ -168,7 +168,7 @@ def verify(
 
 
 @commands.command()
-@run_spec("judge", "api_base", "cache.cache_dir", "cache.cache_url", *AUDIT_FLAGS)
+@run_spec("judge", "api_base", "limits.batch", "cache.cache_dir", "cache.cache_url", *AUDIT_FLAGS)
 def estimate(
     input_path: InputArgument,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON on stdout.")] = False,

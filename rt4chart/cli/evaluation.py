@@ -39,7 +39,7 @@ LimitOption = Annotated[int | None, typer.Option(help="Only the first N samples 
 
 # Not the per-user cache by default: rt4 eval runs are independent unless asked otherwise.
 @commands.command("eval")
-@run_spec("cache.cache_dir", "judge", "api_base", "limits.concurrency", "cache.cache_url", *AUDIT_FLAGS,
+@run_spec("cache.cache_dir", "judge", "api_base", "limits.concurrency", "limits.batch", "limits.batch_poll_s", "cache.cache_url", *AUDIT_FLAGS,
           per_user_cache=False,
           help_texts={"cache.cache_dir": "Cache judge calls here (default: no cache, so runs are independent)."})
 def eval_command(
@@ -114,12 +114,13 @@ def score(
 @commands.command()
 def convert(
     dataset: DatasetArgument,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output JSONL: id, context, question, answer, gold.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output JSONL: rt4 verify input lines (gold kept under \"gold\").")],
     path: DatasetPathOption = None,
     split: SplitOption = None,
     limit: LimitOption = None,
 ) -> None:
-    """Convert a labelled dataset to rt4chart input JSONL (gold labels kept under "gold")."""
+    """Convert a labelled dataset to rt4chart input JSONL (gold labels kept under "gold"), or conversations to one
+    line per assistant turn."""
     from rt4chart.analysis.datasets import DatasetError, load_dataset
     from rt4chart.runs.evaluation import write_converted
 
@@ -246,7 +247,7 @@ def agree(
 
 
 @commands.command()
-@run_spec("api_base", "limits.concurrency", *CACHE_FLAGS, *AUDIT_FLAGS)
+@run_spec("api_base", "limits.concurrency", "limits.batch", "limits.batch_poll_s", *CACHE_FLAGS, *AUDIT_FLAGS)
 def compare(
     input_path: InputArgument,
     judges_spec: Annotated[str, typer.Option("--judges", help="Judges to compare, comma-separated (profile, litellm model, scripted:RULES.json).", rich_help_panel=HelpPanel.JUDGE)],

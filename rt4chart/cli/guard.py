@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 
@@ -61,6 +61,13 @@ def guard(
     ] = None,
     budget: Annotated[float | None, typer.Option(min=0.0, help="USD spend cap shared by all requests.")] = None,
     audit_log: Annotated[Path | None, typer.Option(help="Append every answer's record to this JSONL file.")] = None,
+    decomposer: Annotated[
+        str,
+        typer.Option(
+            help="How answers become claims: auto, rules, judge or holistic, as rt4 verify --decomposer (auto: "
+            "rules under --latency-budget-ms)."
+        ),
+    ] = "auto",
 ) -> None:
     """Serve the audit over HTTP: POST /v1/verify (and /v1/chat/completions with --upstream), /health, /metrics."""
     import asyncio
@@ -69,10 +76,13 @@ def guard(
     from pydantic import ValidationError
 
     from rt4chart.judges.registry import JudgeConfigError
+    from rt4chart.options import AuditOptions, DecomposerKind
     from rt4chart.runs.guard import UPSTREAM_KEY_ENV, GuardConfig, GuardConfigError, GuardLimits, GuardPolicy, serve
 
     if on_incomplete not in {"flag", "block"}:
         raise fail(f"--on-incomplete must be flag or block (got {on_incomplete!r})")
+    if decomposer not in get_args(DecomposerKind):
+        raise fail(f"--decomposer must be {', '.join(get_args(DecomposerKind))} (got {decomposer!r})")
     try:
         policy = GuardPolicy(
             block_on=frozenset(block_on or [Label.CONTRADICTED]),
@@ -101,6 +111,7 @@ def guard(
             audit_log=audit_log,
             policy=policy,
             limits=limits,
+            options=AuditOptions(decomposer=decomposer),  # type: ignore[arg-type]  # checked above
         )
         config.check()
     except (ValidationError, GuardConfigError) as error:

@@ -56,7 +56,7 @@ def _print_repair_summary(summary: RepairSummary, verify_judge: str | None) -> N
 
 
 @commands.command()
-@run_spec("api_base", "limits.concurrency", *CACHE_FLAGS, *AUDIT_FLAGS)
+@run_spec("api_base", "limits.concurrency", "limits.batch", "limits.batch_poll_s", *CACHE_FLAGS, *AUDIT_FLAGS)
 def repair(
     verified: Annotated[Path, typer.Argument(metavar="VERIFIED.jsonl", help="Output records of rt4 verify.")],
     strategy: Annotated[str, typer.Option(help="remove, extract or rewrite (rewrite needs --judge).")] = "remove",

@@ -19,6 +19,7 @@ ones.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 from collections.abc import Iterator
@@ -28,7 +29,14 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from rt4chart.options import HelpPanel
-from rt4chart.protocol import Backend, BackendWrapper, BudgetExhausted, JudgeRequest, JudgeResponse
+from rt4chart.protocol import (
+    Backend,
+    BackendWrapper,
+    BudgetExhausted,
+    JudgeRequest,
+    JudgeResponse,
+    cut_call_usage,
+)
 from rt4chart.types import Usage
 
 _ROUNDING = 1e-9
@@ -53,6 +61,15 @@ class RunLimits(BaseModel):
         default=None, gt=0.0, json_schema_extra={"flag": "--timeout", "panel": HelpPanel.JUDGE}
     )
     """Seconds one judge HTTP attempt may take (default: the judge profile's)."""
+    batch: bool = Field(default=False, json_schema_extra={"panel": HelpPanel.JUDGE})
+    """Send the judge's calls through its provider's Batch API at batch prices (half the online rate;
+    OpenAI, or an OpenAI-compatible server with /v1/batches): the calls of all samples in flight go
+    out together, stage by stage; submitted requests are journaled beside --out (--resume polls them,
+    never resubmits them)."""
+    batch_poll_s: float | None = Field(
+        default=None, gt=0.0, json_schema_extra={"flag": "--batch-poll", "panel": HelpPanel.JUDGE}
+    )
+    """Seconds between two polls of a submitted batch (default: $RT4_BATCH_POLL_S, else 30)."""
 
 
 @dataclass
@@ -193,6 +210,10 @@ class MeteredBackend(BackendWrapper):
                     "error": f"the judge reported {problem}; the call is booked at its worst case "
                              f"(${reservation:.6f})",
                 })
+        except asyncio.CancelledError:
+            # Cut before its reply (a cascade's latency budget, a shutdown): the prompt was sent, and is paid.
+            usage = cut_call_usage(self.inner, request)
+            raise
         finally:
             _CALL_LEDGER.reset(call)
             self.ledger.in_flight -= 1

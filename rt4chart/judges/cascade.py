@@ -31,7 +31,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput, narrow_verify_request
-from rt4chart.protocol import Backend, Capabilities, CostEstimator, JudgeRequest, JudgeResponse, reply_cost_usd
+from rt4chart.protocol import (
+    Backend,
+    Capabilities,
+    CostEstimator,
+    JudgeRequest,
+    JudgeResponse,
+    cut_call_usage,
+    reply_cost_usd,
+)
 from rt4chart.types import Usage
 
 
@@ -115,13 +123,17 @@ class CascadeBackend:
             narrowed, originals = narrow_verify_request(request, pending)
             if number == 0 or budget is None:
                 response = await stage.backend.complete(narrowed)
+            elif budget.remaining() <= 0:
+                self._keep_unsure(budget, request, stage, pending, unsure, settled, settled_by)
+                break
             else:
                 try:
-                    if budget.remaining() <= 0:
-                        raise TimeoutError
                     async with asyncio.timeout(budget.remaining()):
                         response = await stage.backend.complete(narrowed)
                 except TimeoutError:
+                    # The call was sent and is paid, reply or not: its cost is the record's too.
+                    spent = usage_by_judge.get(stage.backend.name, Usage())
+                    usage_by_judge[stage.backend.name] = spent + cut_call_usage(stage.backend, narrowed)
                     self._keep_unsure(budget, request, stage, pending, unsure, settled, settled_by)
                     break
             judge = response.judge or stage.backend.name

@@ -58,13 +58,15 @@ class VerifierModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    family: Literal["sequence-classification", "minicheck-t5", "hhem"]
+    family: Literal["sequence-classification", "minicheck-t5", "hhem", "lettucedetect"]
     """How the checkpoint is run. ``sequence-classification``: ``AutoModelForSequenceClassification``
     over ``window + eos + claim`` (MiniCheck's RoBERTa and DeBERTa; label 1 = supported);
     ``minicheck-t5``: a seq2seq model fed ``predict: window + eos + claim``, one decoder step from the
     start token, softmax over the tokens ``▁`` (id 3, unsupported) and ``▁1`` (id 209, supported), as
     MiniCheck's Flan-T5 is run; ``hhem``: HHEM-2.1-open's head, a ``T5ForTokenClassification`` built from
-    its foundation's config, fed HHEM's prompt, class 1 of the first token = consistent."""
+    its foundation's config, fed HHEM's prompt, class 1 of the first token = consistent; ``lettucedetect``:
+    an ``AutoModelForTokenClassification`` (ModernBERT) fed LettuceDetect's prompt and the claims as the
+    answer, class 1 of an answer token = hallucinated (:mod:`rt4chart.judges.token_classifier`)."""
     weights: HubFile
     """The checkpoint's repository and revision."""
     tokenizer: HubFile | None = None

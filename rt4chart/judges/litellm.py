@@ -25,7 +25,7 @@ from rt4chart.judges.bounded_http import ReplyLimits, reply_limits
 from rt4chart.judges.bounded_httpx import bound_litellm_transports
 from rt4chart.judges.pacing import rate_signal
 from rt4chart.judges.policy import EndpointSender, EndpointSettings, PolicyBackend, Reply, reply_body_cap_bytes
-from rt4chart.judges.replies import parse_reply
+from rt4chart.judges.replies import FirstTokenChoices, first_token_candidates, parse_reply, reads_logprobs
 from rt4chart.judges.scrubbing import scrub, scrub_value, secrets_in_environment
 from rt4chart.protocol import JudgeRequest, output_json_schema
 
@@ -174,7 +174,11 @@ class LiteLLMSender(EndpointSender):
             arguments["api_key"] = self._api_key
         schema = request.output_schema
         mode = self.structured_output
-        if mode == "json_schema":
+        if reads_logprobs(schema):
+            # A one-token reply read from its log probabilities: no structured output to ask for.
+            arguments["logprobs"] = True
+            arguments["top_logprobs"] = FirstTokenChoices.TOP_LOGPROBS
+        elif mode == "json_schema":
             arguments["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": schema.__name__, "schema": output_json_schema(schema)},
@@ -209,6 +213,7 @@ class LiteLLMSender(EndpointSender):
             cost_usd=float(reported) if isinstance(reported, int | float) else None,
             deployment=self.deployment(response),
             rate=rate_signal(hidden.get("additional_headers")),
+            top_logprobs=first_token_candidates(getattr(response.choices[0], "logprobs", None), request.output_schema),
         )
 
     # litellm keeps its HTTP clients in a process-wide cache shared by every backend: nothing to close.

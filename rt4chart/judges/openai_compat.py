@@ -33,8 +33,9 @@ import pydantic_core
 from pydantic import BaseModel
 
 from rt4chart.judges.bounded_http import ACCEPTED_ENCODINGS, DecodedBody, redirect_target
-from rt4chart.judges.pacing import rate_signal
+from rt4chart.judges.pacing import RateSignal, rate_signal
 from rt4chart.judges.policy import EndpointSender, EndpointSettings, PolicyBackend, Reply, reply_body_cap_bytes
+from rt4chart.judges.replies import FirstTokenChoices, first_token_candidates, reads_logprobs
 from rt4chart.protocol import JudgeRequest, output_json_schema
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -77,6 +78,28 @@ def served_model(model: str) -> str:
         if model.startswith(prefix):
             return model.removeprefix(prefix)
     return model
+
+
+def completion_reply(
+    answer: dict[str, Any],
+    message: dict[str, Any],
+    rate: RateSignal,
+    top_logprobs: list[dict[str, object]] | None = None,
+) -> Reply:
+    """What the policy reads of a chat completion ``answer`` (its first choice's ``message``): the
+    content and the token counts, cached prompt tokens apart (online, and a batch's output line), and
+    the first token's candidates when the request asked for them."""
+    counts = answer.get("usage") or {}
+    details = counts.get("prompt_tokens_details")
+    return Reply(
+        # The content only: a reasoning model's separate reasoning is never read as the verdict.
+        text=str(message.get("content") or ""),
+        prompt_tokens=int(counts.get("prompt_tokens") or 0),
+        completion_tokens=int(counts.get("completion_tokens") or 0),
+        cached_prompt_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
+        rate=rate,
+        top_logprobs=top_logprobs,
+    )
 
 
 class OpenAICompatSettings(EndpointSettings):
@@ -181,6 +204,11 @@ class OpenAICompatSender(EndpointSender):
         }
         if request.params.seed is not None:
             fields["seed"] = request.params.seed
+        if reads_logprobs(request.output_schema):
+            # A one-token reply read from its log probabilities: no structured output to ask for.
+            fields["logprobs"] = True
+            fields["top_logprobs"] = FirstTokenChoices.TOP_LOGPROBS
+            return pydantic_core.to_json(fields)
         # pydantic_core's encoder (Rust) is several times the standard library's speed on prompts;
         # the object is closed after the response_format member, encoded once per reply model.
         return pydantic_core.to_json(fields)[:-1] + _response_format_member(request.output_schema, mode) + b"}"
@@ -230,18 +258,12 @@ class OpenAICompatSender(EndpointSender):
             raise EndpointError(self._error_message(status, data), ErrorResponse(status, headers))
         try:
             answer = pydantic_core.from_json(data)
-            message = answer["choices"][0]["message"]
+            choice = answer["choices"][0]
+            message = choice["message"]
         except (ValueError, KeyError, IndexError, TypeError) as error:
             raise MalformedResponse(f"HTTP {status} without a chat completion: {data[:200]!r}") from error
-        counts = answer.get("usage") or {}
-        details = counts.get("prompt_tokens_details")
-        return Reply(
-            # The content only: a reasoning model's separate reasoning is never read as the verdict.
-            text=str(message.get("content") or ""),
-            prompt_tokens=int(counts.get("prompt_tokens") or 0),
-            completion_tokens=int(counts.get("completion_tokens") or 0),
-            cached_prompt_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
-            rate=rate_signal(headers),
+        return completion_reply(
+            answer, message, rate_signal(headers), first_token_candidates(choice.get("logprobs"), request.output_schema)
         )
 
     def _error_message(self, status: int, data: bytes) -> str:

@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from rt4chart.judges.hub import PullRecord, VerifierModel, pull_command, snapshot_dir
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput
@@ -61,6 +61,12 @@ class Window:
 
     sentences: tuple[int, ...]
     text: str
+
+
+def cut_to_tokens(tokenizer: Any, text: str, tokens: int) -> str:
+    """``text`` up to its first ``tokens`` tokens of ``tokenizer``, cut at a token boundary."""
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    return text if len(offsets) <= tokens else text[: offsets[tokens - 1][1]]
 
 
 class PairClassifier:
@@ -102,8 +108,7 @@ class PairClassifier:
 
     def cut(self, text: str, tokens: int) -> str:
         """``text`` up to its first ``tokens`` tokens, cut at a token boundary."""
-        offsets = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-        return text if len(offsets) <= tokens else text[: offsets[tokens - 1][1]]
+        return cut_to_tokens(self.tokenizer, text, tokens)
 
     def windows(self, sentences: list[str], claim: str) -> list[Window]:
         """The sentences packed into windows that keep every input for ``claim`` within ``max_tokens``."""
@@ -181,12 +186,21 @@ def _load_hhem(weights: Path, tokenizer_dir: Path) -> Any:
 _LOADERS = {"sequence-classification": _load_sequence_classifier, "minicheck-t5": _load_seq2seq, "hhem": _load_hhem}
 
 
+Loaded = TypeVar("Loaded")
+"""A loaded checkpoint (:class:`PairClassifier`, or a token classifier)."""
+
+
+class Unjudgeable(ValueError):
+    """A request the checkpoint cannot judge within its limits (its claims alone fill the token limit)."""
+
+
 class CheckpointUnreadable(RuntimeError):
     """The pulled files cannot be loaded as the profile's checkpoint (damaged, or another model's)."""
 
 
-class PairClassifierBackend:
-    """A pair-classifier verifier as a judge (see the module docstring)."""
+class HubVerifierBackend(Generic[Loaded]):
+    """A pulled hub checkpoint as a judge: loaded on the first request (:meth:`load`), each verify request
+    judged in a worker thread (:meth:`judge`). The pair and token classifiers differ only in those two."""
 
     capabilities = Capabilities(can_write_text=False, languages=frozenset({"en"}))
     """It verifies claims and writes no text; the published checkpoints are English."""
@@ -196,7 +210,7 @@ class PairClassifierBackend:
         self._record = record
         self._directory = directory
         self._profile = profile
-        self._classifier: PairClassifier | None = None
+        self._classifier: Loaded | None = None
         self._load_lock = threading.Lock()
 
     @property
@@ -204,8 +218,12 @@ class PairClassifierBackend:
         # The pulled commit is in the name: records and cached replies say which weights judged.
         return f"{self._profile}#{self._record.repos[0].commit[:8]}"
 
+    def load(self) -> Loaded:
+        """The checkpoint read from its pulled files."""
+        raise NotImplementedError
+
     @property
-    def classifier(self) -> PairClassifier:
+    def classifier(self) -> Loaded:
         """The checkpoint, loaded on first use."""
         with self._load_lock:
             if self._classifier is None:
@@ -213,7 +231,7 @@ class PairClassifierBackend:
 
                 with loading(f"{self._profile} ({self._record.repos[0].repo})"):
                     try:
-                        self._classifier = PairClassifier(self.model, self._record, self._directory)
+                        self._classifier = self.load()
                     except (OSError, ValueError, RuntimeError, SafetensorError) as error:
                         # A damaged or foreign checkpoint: every request would fail alike, each saying why.
                         raise CheckpointUnreadable(
@@ -231,11 +249,31 @@ class PairClassifierBackend:
                                  judge=self.name)
         try:
             parsed = await asyncio.to_thread(self.judge, payload)
-        except CheckpointUnreadable as error:
+        except (CheckpointUnreadable, Unjudgeable) as error:
             return JudgeResponse(error=str(error), usage=Usage(calls=1), latency_s=time.perf_counter() - started,
                                  judge=self.name)
         return JudgeResponse(parsed=parsed, raw=parsed.model_dump_json(), usage=Usage(calls=1),
                              latency_s=time.perf_counter() - started, judge=self.name)
+
+    def judge(self, payload: VerifyInput) -> VerifyOutput:
+        """Verdicts for every claim of one request."""
+        raise NotImplementedError
+
+    def max_cost_usd(self, request: JudgeRequest) -> float:
+        return 0.0
+
+    def call_cost_usd(self, request: JudgeRequest, completion_tokens: int) -> float:
+        return 0.0
+
+    async def aclose(self) -> None:
+        self._classifier = None
+
+
+class PairClassifierBackend(HubVerifierBackend[PairClassifier]):
+    """A pair-classifier verifier as a judge (see the module docstring)."""
+
+    def load(self) -> PairClassifier:
+        return PairClassifier(self.model, self._record, self._directory)
 
     def judge(self, payload: VerifyInput) -> VerifyOutput:
         """Verdicts for every claim of one request."""
@@ -259,12 +297,3 @@ class PairClassifierBackend:
                 score=JudgeScore(p_unsupported=1.0 - support, threshold=1.0 - self.model.threshold, decided_by="head"),
             ))
         return VerifyOutput(judgements=judgements)
-
-    def max_cost_usd(self, request: JudgeRequest) -> float:
-        return 0.0
-
-    def call_cost_usd(self, request: JudgeRequest, completion_tokens: int) -> float:
-        return 0.0
-
-    async def aclose(self) -> None:
-        self._classifier = None

@@ -46,7 +46,15 @@ from rt4chart.judges.circuit import (
     CircuitBreaker,
 )
 from rt4chart.judges.pacing import Pacer, RateSignal, rate_signal
-from rt4chart.judges.replies import REASK_TOKENS, REPLY_LIMIT, parse_reply, prompt_token_bound, reask_messages
+from rt4chart.judges.replies import (
+    REASK_TOKENS,
+    REPLY_LIMIT,
+    parse_first_token,
+    parse_reply,
+    prompt_token_bound,
+    reads_logprobs,
+    reask_messages,
+)
 from rt4chart.judges.scrubbing import (
     might_hold_secret,
     redact_url,
@@ -129,6 +137,9 @@ class Reply:
     """Which deployment answered (a fleet's replica), for debugging; ``None`` for one endpoint."""
     rate: RateSignal = field(default_factory=RateSignal)
     """What the answer's headers said of the server's rate limit (for pacing)."""
+    top_logprobs: list[dict[str, object]] | None = None
+    """The first completion token's candidates (``token``, ``logprob``), when the request asked for them
+    (:func:`~rt4chart.judges.replies.reads_logprobs`); ``None`` otherwise or when the server sent none."""
 
 
 def status_code(error: BaseException) -> int | None:
@@ -546,11 +557,15 @@ class PolicyBackend:
                 try:
                     reply = await self._attempt(messages, request, usage)
                     deployment, raw = reply.deployment, reply.text
-                    parsed, reason = parse_reply(raw, schema, prompt)
+                    if reads_logprobs(schema):
+                        parsed, reason = parse_first_token(raw, reply.top_logprobs, schema)
+                    else:
+                        parsed, reason = parse_reply(raw, schema, prompt)
                     if parsed is None:
                         invalid_replies += 1
                         messages = reask_messages(request.messages, raw, reason or "invalid reply")
-                        final = invalid_replies > self.settings.max_reasks
+                        # A server that sent no log probabilities sends none when asked again.
+                        final = invalid_replies > self.settings.max_reasks or reads_logprobs(schema)
                         raise InvalidReply(reason or "invalid reply", raw, final=final)
                     break
                 except Exception as failure:

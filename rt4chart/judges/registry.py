@@ -48,6 +48,7 @@ from rt4chart.protocol import TEXT_JUDGES, Backend, BackendWrapper, Capabilities
 from rt4chart.resources import resource_dir
 
 if TYPE_CHECKING:
+    from rt4chart.judges.batch import BatchSettings
     from rt4chart.judges.litellm import LiteLLMSettings
     from rt4chart.judges.openai_compat import OpenAICompatSettings
     from rt4chart.options import AuditOptions
@@ -98,12 +99,13 @@ class JudgeProfile(CallSettings):
     """One line for ``rt4 judges``."""
     kind: Literal["litellm", "embedded", "verifier", "calibrated"] = "litellm"
     """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier; ``verifier`` for a
-    pair-classifier checkpoint from the Hugging Face hub (:attr:`verifier`, pulled once with ``rt4 models
+    pair- or token-classifier checkpoint from the Hugging Face hub (:attr:`verifier`, pulled once with ``rt4 models
     pull``); ``calibrated`` for the judge named by :attr:`judge` at the operating point :attr:`claim_threshold`."""
-    adapter: Literal["lynx"] | None = None
-    """A chat model trained to verify (``litellm`` profiles): ``lynx`` asks Patronus' Lynx each claim in its
-    own prompt and reads its PASS/FAIL reply (:mod:`rt4chart.judges.chat_verifiers`); ``None``: the model
-    gets rt4chart's prompts."""
+    adapter: Literal["lynx", "bespoke-minicheck"] | None = None
+    """A chat model trained to verify (``litellm`` profiles), asked each claim in its own prompt
+    (:mod:`rt4chart.judges.chat_verifiers`): ``lynx`` reads Patronus' Lynx's PASS/FAIL reply;
+    ``bespoke-minicheck`` reads Bespoke-MiniCheck's one-token Yes/No from its log probabilities (the
+    server must return ``logprobs``); ``None``: the model gets rt4chart's prompts."""
     verifier: VerifierModel | None = None
     """Verifier profiles only: the checkpoint (hub repository, pinned revision, family, token limits)."""
     api: Literal["auto", "openai-compatible", "litellm"] = "auto"
@@ -254,11 +256,13 @@ def resolve_judge(
     concurrency: int | None = None,
     wrap: Callable[[Backend], Backend] | None = None,
     timeout_s: float | None = None,
+    batch: BatchSettings | None = None,
 ) -> Backend:
     """Build the backend named by ``spec`` (default :data:`DEFAULT_JUDGE`).
 
     ``api_base``, ``concurrency`` and ``timeout_s`` (seconds per HTTP attempt) override the judge
-    profile; ``wrap`` is applied to every
+    profile; ``batch`` sends every model call through the provider's Batch API
+    (:mod:`rt4chart.judges.batch`); ``wrap`` is applied to every
     model-calling backend (each stage of a cascade) and is how the disk cache and the budget are
     put in front of the calls. Raises :class:`JudgeConfigError` before any work when the judge
     cannot be used (unknown name, missing API key, unreadable rules file).
@@ -268,8 +272,8 @@ def resolve_judge(
         raise JudgeConfigError(f"concurrency must be at least 1 (got {concurrency})")
     calibrated = _calibrated_profile(spec)
     if calibrated is not None:
-        return _calibrated_judge(calibrated, api_base, concurrency, wrap, timeout_s)
-    settings = LeafSettings(api_base=api_base, concurrency=concurrency, timeout_s=timeout_s, wrap=wrap)
+        return _calibrated_judge(calibrated, api_base, concurrency, wrap, timeout_s, batch)
+    settings = LeafSettings(api_base=api_base, concurrency=concurrency, timeout_s=timeout_s, wrap=wrap, batch=batch)
     for scheme, build in ENSEMBLE_SCHEMES.items():
         if spec.startswith(scheme):
             return build(spec, settings)
@@ -280,14 +284,21 @@ _PRICING_ONLY: ContextVar[bool] = ContextVar("rt4chart_pricing_only", default=Fa
 """Set while :func:`resolve_judge_for_pricing` builds a judge that will never be called."""
 
 
-def resolve_judge_for_pricing(spec: str | None = None, *, api_base: str | None = None) -> Backend:
-    """The judge named by ``spec`` for pricing an audit (``rt4 estimate``): as :func:`resolve_judge`,
-    except that a missing API key is no error. The backend is never called, so no key is needed to
-    count tokens and read prices (the placeholder :data:`NO_KEY` stands in for it); every other
-    check (unknown judge, missing base URL) still applies."""
+def resolve_judge_for_pricing(
+    spec: str | None = None, *, api_base: str | None = None, batch: bool = False
+) -> Backend:
+    """The judge named by ``spec`` for pricing an audit (``rt4 estimate``): as :func:`resolve_judge`
+    (through the Batch API, at its prices, under ``batch``), except that a missing API key is no
+    error. The backend is never called, so no key is needed to count tokens and read prices (the
+    placeholder :data:`NO_KEY` stands in for it); every other check (unknown judge, missing base URL)
+    still applies."""
     token = _PRICING_ONLY.set(True)
     try:
-        return resolve_judge(spec, api_base=api_base)
+        if not batch:
+            return resolve_judge(spec, api_base=api_base)
+        from rt4chart.judges.batch import BatchSettings
+
+        return resolve_judge(spec, api_base=api_base, batch=BatchSettings())
     finally:
         _PRICING_ONLY.reset(token)
 
@@ -324,6 +335,8 @@ class LeafSettings:
     concurrency: int | None = None
     timeout_s: float | None = None
     wrap: Callable[[Backend], Backend] | None = None
+    batch: BatchSettings | None = None
+    """Send the model calls through the provider's Batch API (``--batch``); ``None``: online."""
 
 
 def _resolve_leaf(spec: str, settings: LeafSettings) -> Backend:
@@ -388,6 +401,10 @@ def _verifier(profile: JudgeProfile, settings: LeafSettings) -> Backend:
         record = require_pulled(profile.name)
     except ModelMissing as error:
         raise JudgeConfigError(str(error)) from error
+    if profile.verifier.family == "lettucedetect":
+        from rt4chart.judges.token_classifier import TokenClassifierBackend
+
+        return TokenClassifierBackend(profile.name, profile.verifier, record)
     from rt4chart.judges.pair_classifier import PairClassifierBackend
 
     return PairClassifierBackend(profile.name, profile.verifier, record)
@@ -412,7 +429,7 @@ def _calibrated_leaf(profile: JudgeProfile, settings: LeafSettings) -> Backend:
 def _model(profile: JudgeProfile, settings: LeafSettings) -> Backend:
     if settings.timeout_s is not None:
         profile = profile.model_copy(update={"timeout_s": settings.timeout_s})
-    backend = _litellm_backend(profile, settings.api_base, settings.concurrency)
+    backend = _litellm_backend(profile, settings.api_base, settings.concurrency, settings.batch)
     if profile.adapter is None:
         return backend
     from rt4chart.judges.chat_verifiers import ChatVerifierBackend
@@ -486,7 +503,7 @@ class CalibratedJudge(BackendWrapper):
 
 def _calibrated_judge(
     profile: JudgeProfile, api_base: str | None, concurrency: int | None,
-    wrap: Callable[[Backend], Backend] | None, timeout_s: float | None,
+    wrap: Callable[[Backend], Backend] | None, timeout_s: float | None, batch: BatchSettings | None,
 ) -> Backend:
     assert profile.judge is not None and profile.claim_threshold is not None, "validated by the profile"
     judge = profile.judge.strip()
@@ -499,7 +516,7 @@ def _calibrated_judge(
     if _calibrated_profile(judge) is not None:
         raise refused("it is itself a calibrated profile: name the judge it calibrates")
     inner = resolve_judge(judge, api_base=api_base or profile.api_base, concurrency=concurrency, wrap=wrap,
-                          timeout_s=timeout_s)
+                          timeout_s=timeout_s, batch=batch)
     if inner.name.startswith("embedded#"):
         raise refused("the embedded judge applies its threshold inside its head: give its profile claim_thresholds")
     return CalibratedJudge(inner, profile.claim_threshold)
@@ -601,8 +618,12 @@ def _surely_no_model(model: str) -> bool:
     return names is not None and model not in names
 
 
-def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: int | None) -> Backend:
+def _litellm_backend(
+    profile: JudgeProfile, api_base: str | None, concurrency: int | None, batch: BatchSettings | None = None
+) -> Backend:
     if profile.deployments:
+        if batch is not None:
+            raise JudgeConfigError(f"judge {profile.name!r} is a fleet: --batch needs one OpenAI-compatible endpoint")
         return _fleet_backend(profile, api_base, concurrency)
     base = api_base or profile.api_base
     if base is None and profile.api_base_env:
@@ -636,6 +657,8 @@ def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: i
             )
     elif base is not None:
         api_key = NO_KEY
+    if batch is not None:
+        return _batch_backend(profile, base, api_key, batch)
     if profile.openai_compatible_at(base):
         from rt4chart.judges.openai_compat import OpenAICompatBackend
 
@@ -643,6 +666,33 @@ def _litellm_backend(profile: JudgeProfile, api_base: str | None, concurrency: i
     from rt4chart.judges.litellm import LiteLLMBackend
 
     return LiteLLMBackend(profile.litellm_settings(concurrency), api_key=api_key, api_base=base)
+
+
+def _batch_backend(profile: JudgeProfile, base: str | None, api_key: str | None, batch: BatchSettings) -> Backend:
+    """The profile's model through an OpenAI-compatible Batch API: OpenAI's own without a base URL.
+    Its name is the online judge's (so are its cache keys); its prices the batch rate; its calls in
+    flight every request a round holds (the provider, not the client, paces a batch)."""
+    from rt4chart.judges.batch import BATCH_PRICE_FACTOR, MAX_BATCH_REQUESTS, BatchSender
+    from rt4chart.judges.policy import PolicyBackend
+
+    speaks_openai = profile.openai_compatible_at(base) or (base is None and model_speaks_openai(profile.model or ""))
+    if not speaks_openai:
+        raise JudgeConfigError(
+            f"--batch needs a judge served over OpenAI's protocol (OpenAI, or a server with /v1/batches): "
+            f"{profile.name!r} ({profile.model}) is not"
+        )
+    settings = profile.openai_compat_settings(MAX_BATCH_REQUESTS)
+    prices = {
+        field: price * BATCH_PRICE_FACTOR
+        for field in ("input_usd_per_mtok", "cached_input_usd_per_mtok", "output_usd_per_mtok")
+        if (price := getattr(settings, field)) is not None
+    }
+    # Every call of a round reaches the collector at once (no pacing: the provider paces a batch).
+    # No backoff before another attempt: a re-ask or a retry joins the next round at once, with the
+    # other samples' calls, instead of a round of its own after its jittered wait (a Retry-After
+    # the provider sends on a refused upload is still honoured).
+    settings = settings.model_copy(update={**prices, "backoff_s": 0.0, "adaptive_concurrency": False})
+    return PolicyBackend(BatchSender(settings, api_key=api_key, api_base=base, batch=batch), settings)
 
 
 def _fleet_backend(profile: JudgeProfile, api_base: str | None, concurrency: int | None) -> Backend:
@@ -707,6 +757,7 @@ def judge_stack(
     budget_usd: float | None = None,
     ledger: Ledger | None = None,
     timeout_s: float | None = None,
+    batch: BatchSettings | None = None,
 ) -> JudgeStack:
     """The judge an audit runs with: what ``rt4 verify``, :func:`rt4chart.averify`, ``rt4 eval`` and
     the benchmarks all build.
@@ -716,7 +767,8 @@ def judge_stack(
     ``cache`` is an open :class:`JudgeCache` (the caller closes it), a directory or a cache server's
     ``redis://`` URL (opened here, closed with the stack), or ``None`` for no cache. ``budget_usd`` caps
     the spend (``None``: no cap); several stacks share one spend and cap when given one ``ledger``
-    instead (``rt4 compare``). ``timeout_s`` overrides the profile's seconds per HTTP attempt.
+    instead (``rt4 compare``). ``timeout_s`` overrides the profile's seconds per HTTP attempt;
+    ``batch`` sends the model calls through the provider's Batch API (:mod:`rt4chart.judges.batch`).
     Whoever builds a stack closes it (``await stack.aclose()``); the
     pipeline and the audit runners never close a backend they were given.
     """
@@ -740,7 +792,7 @@ def judge_stack(
 
     try:
         inner = wrap(judge) if isinstance(judge, Backend) else resolve_judge(
-            judge, api_base=api_base, concurrency=concurrency, wrap=wrap, timeout_s=timeout_s
+            judge, api_base=api_base, concurrency=concurrency, wrap=wrap, timeout_s=timeout_s, batch=batch
         )
     except BaseException:
         if opened and disk is not None:

@@ -5,6 +5,10 @@ the last such object of the reply that is not copied from the prompt. Text aroun
 fences, ``<think>`` blocks) is stripped, and a model's separate reasoning is never read, so a
 verdict-shaped string that a model merely thinks about, or quotes from the answer or context under
 audit, is never taken as the verdict.
+
+One reply model is read otherwise: :class:`FirstTokenChoices`, a one-token answer (a verifier's Yes or
+No) whose verdict is the first token's log probabilities, which the senders ask for and hand over
+(:func:`first_token_candidates`) and :func:`parse_first_token` checks.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from rt4chart.protocol import Message
 
@@ -91,6 +96,63 @@ def parse_reply(
     if copied:
         return None, f"the reply only repeats {schema.__name__} objects of the prompt"
     return None, f"the reply does not match the {schema.__name__} schema: {errors[-1][:REPLY_LIMIT]}"
+
+
+class TokenLogprob(BaseModel):
+    """One candidate for a completion token, with its log probability."""
+
+    token: str
+    """The token as the server decodes it."""
+    logprob: float = Field(le=0.0)
+    """Its natural-log probability."""
+
+
+class FirstTokenChoices(BaseModel):
+    """A one-token reply read from its log probabilities, not its text: the reply model of a request
+    whose verdict is the distribution of the first completion token (a verifier that answers Yes or No,
+    such as Bespoke-MiniCheck). A request with this reply model is sent asking for ``logprobs`` and no
+    ``response_format`` (the reply is a bare token); every other request is read as JSON."""
+
+    TOP_LOGPROBS: ClassVar[int] = 5
+    """Candidates asked for the first token (``top_logprobs``; MiniCheck's authors ask 5)."""
+
+    text: str
+    """The reply's text (the sampled token)."""
+    top_logprobs: list[TokenLogprob] = Field(min_length=1)
+    """The first token's most likely candidates, most likely first."""
+
+
+def reads_logprobs(schema: type[BaseModel]) -> bool:
+    """Whether a request with reply model ``schema`` is read from the first token's log probabilities."""
+    return issubclass(schema, FirstTokenChoices)
+
+
+def first_token_candidates(logprobs: Any, schema: type[BaseModel]) -> list[dict[str, object]] | None:
+    """The first token's ``top_logprobs`` of a choice's ``logprobs`` (OpenAI's and vLLM's shape:
+    ``{"content": [{"token", "logprob", "top_logprobs": [{"token", "logprob"}, ...]}, ...]}``) when a
+    request with reply model ``schema`` asked for them; ``None`` when it did not or the choice holds
+    none (what they hold is checked where the reply is read, :func:`parse_first_token`)."""
+    if not reads_logprobs(schema):
+        return None
+    if isinstance(logprobs, BaseModel):  # litellm's response objects
+        logprobs = logprobs.model_dump()
+    try:
+        candidates = logprobs["content"][0]["top_logprobs"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return list(candidates) if isinstance(candidates, list) else None
+
+
+def parse_first_token(
+    text: str, top_logprobs: list[dict[str, object]] | None, schema: type[BaseModel]
+) -> tuple[BaseModel | None, str | None]:
+    """The first token's candidates as ``schema`` (a :class:`FirstTokenChoices`), or why there are none."""
+    if not top_logprobs:
+        return None, "the reply holds no log probabilities (does the server return logprobs?)"
+    try:
+        return schema.model_validate({"text": text, "top_logprobs": top_logprobs}), None
+    except ValidationError as error:
+        return None, f"the reply's log probabilities are not usable: {str(error)[:REPLY_LIMIT]}"
 
 
 _TEMPLATE_TOKENS_PER_MESSAGE = 16

@@ -12,8 +12,10 @@ a list of documents (strings, or objects with ``page_content`` / ``content`` / `
 also under ``metadata``), or an object holding that list under ``documents``; the answer is the output of
 the last ``GENERATION`` to end (a string, a message's ``content``, an OpenAI completion's first choice);
 the question is the trace's ``input`` (a string, an object's ``question`` / ``query`` / ``input``, or the
-last user message of a list of messages), else the generation's last user message. A TOML or JSON file of
-the mapping's fields overrides them for a run (``--trace-mapping``).
+last user message of a list of messages), else the generation's last user message; an agent's ``TOOL``
+observations with an output are tool results, documents named by their call's id, before the retrieved
+ones (:func:`rt4chart.records.traces.turn_item`). A TOML or JSON file of the mapping's fields overrides
+them for a run (``--trace-mapping``).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from rt4chart.records.io import InputLine, line_digest, parse_sample
-from rt4chart.records.traces import TraceError
+from rt4chart.conversations import tool_document
+from rt4chart.records.io import InputLine
+from rt4chart.records.traces import TraceError, turn_item
 from rt4chart.types import TraceSource
 
 
@@ -50,6 +53,12 @@ class LangfuseMapping(BaseModel):
     position)."""
     question_keys: tuple[str, ...] = ("question", "query", "input")
     """Keys of the trace's input object that may hold the question, first present wins."""
+    tool_types: tuple[str, ...] = ("TOOL",)
+    """Observation types of an agent's tool calls: each one's output is a tool result, a document named by
+    its call's id (read as a conversation's tool result is: JSON gives JSON paths and table cells)."""
+    tool_call_id_keys: tuple[str, ...] = ("metadata.tool_call_id", "metadata.tool_call.id", "input.tool_call_id")
+    """Keys (dotted: nested) of a tool observation holding its call's id, first present wins (else the
+    observation's id)."""
 
 
 def _documents_of(path: Path) -> list[Any]:
@@ -158,6 +167,20 @@ class _Turn:
                         documents.append({"id": None if document_id is None else str(document_id), "text": text})
         return documents
 
+    def tool_results(self) -> list[tuple[Mapping[str, Any], dict[str, Any]]]:
+        """Each tool observation with an output, with its output as a document."""
+        types = {t.upper() for t in self.mapping.tool_types}
+        results = []
+        for observation in self.observations:
+            output = observation.get("output")
+            if str(observation.get("type") or "").upper() not in types or output in (None, "", [], {}):
+                continue
+            ids = (_dotted(observation, key) for key in self.mapping.tool_call_id_keys)
+            call = next((str(i) for i in ids if i is not None), str(observation.get("id")))
+            result = output if isinstance(output, str) else json.dumps(output)
+            results.append((observation, tool_document(call, _text(observation.get("name")), result)))
+        return results
+
     def answer(self) -> tuple[Mapping[str, Any] | None, str | None]:
         types = {t.upper() for t in self.mapping.answer_types}
         generations = sorted((o for o in self.observations if str(o.get("type") or "").upper() in types),
@@ -191,24 +214,22 @@ def langfuse_item(trace: Any, number: int, mapping: LangfuseMapping) -> InputLin
     retrievers = turn.retrievers()
     generation, answer = turn.answer()
     question_from, question = turn.question(generation)
+    tool_results = turn.tool_results()
     source = TraceSource(
         trace_id=trace_id, answer_span_id=None if generation is None else str(generation.get("id")),
         question_span_id=question_from, retriever_span_ids=[str(o.get("id")) for o in retrievers],
+        tool_span_ids=[str(o.get("id")) for o, _ in tool_results],
     )
     documents = turn.documents(retrievers)
-    missing = [what for what, absent in (("retrieved documents", not documents), ("answer", answer is None)) if absent]
-    if missing:
+    missing = [what for what, absent in (("retrieved documents", not documents and not tool_results),
+                                         ("answer", answer is None)) if absent]
+    if missing or answer is None:
         kinds = {"retrieved documents": f"no {'/'.join(mapping.retriever_types)} observation or retriever SPAN "
-                 "with documents in its output", "answer": f"no {'/'.join(mapping.answer_types)} with an output"}
+                 f"with documents in its output, no {'/'.join(mapping.tool_types)} observation with an output",
+                 "answer": f"no {'/'.join(mapping.answer_types)} with an output"}
         reason = "; ".join(f"no {what} ({kinds[what]})" for what in missing)
         return InputLine(number, None, f"trace {trace_id}: {reason}", raw_id=trace_id, trace=source)
-    record = {"id": trace_id, "context": documents, "question": question, "answer": answer,
-              "trace": source.model_dump(mode="json")}
-    item = parse_sample(record, number)
-    if item.sample is None:
-        problem = (item.error or "invalid sample").removeprefix(f"line {number}: ")
-        return InputLine(number, None, f"trace {trace_id}: {problem}", raw_id=trace_id, trace=source)
-    return InputLine(number, item.sample, digest=line_digest(json.dumps(record, sort_keys=True)), raw_id=trace_id)
+    return turn_item(number, source, documents, [document for _, document in tool_results], question, answer)
 
 
 def read_langfuse_traces(path: Path, mapping: LangfuseMapping | None = None) -> Iterator[InputLine]:

@@ -16,6 +16,10 @@ are the context, in span start order; the last ``LLM`` span to end holds the ans
 with ``gen_ai.operation.name`` ``chat`` / ``text_completion`` / ``generate_content`` is an LLM span; its
 answer is ``gen_ai.output.messages``, the older ``gen_ai.completion.0.content`` or a ``gen_ai.choice``
 event; its question ``gen_ai.input.messages``, ``gen_ai.prompt.N.*`` or a ``gen_ai.user.message`` event).
+A trace of an agent holds tool spans (OpenInference ``TOOL``: ``tool.name``, ``tool_call.id``,
+``output.value``; GenAI ``execute_tool``: ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
+``gen_ai.tool.call.result``): each result is a document named by its call's id, read as a conversation's
+tool result is (:func:`rt4chart.conversations.tool_document`), before the retrieved documents.
 A TOML or JSON file of the mapping's fields overrides them for a run (``--trace-mapping``).
 """
 
@@ -32,6 +36,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from rt4chart.conversations import tool_document
 from rt4chart.records.io import InputLine, line_digest, parse_sample
 from rt4chart.types import TraceSource
 
@@ -67,6 +72,15 @@ class TraceMapping(BaseModel):
     input_messages: str = "llm.input_messages"
     """Prefix of the LLM span's input messages (``<input_messages>.<N>.message.role`` / ``.content``): the
     last ``user`` message is the question when no root span gives one."""
+    tool_kinds: tuple[str, ...] = ("TOOL",)
+    """Span kinds of an agent's tool calls: each one's result is a document (with the GenAI conventions, a
+    span whose ``gen_ai.operation.name`` is ``execute_tool`` is one too)."""
+    tool_result_attributes: tuple[str, ...] = ("output.value", "gen_ai.tool.call.result")
+    """Attributes of a tool span that may hold its result, first present wins."""
+    tool_call_id_attributes: tuple[str, ...] = ("tool_call.id", "gen_ai.tool.call.id")
+    """Attributes of a tool span that may hold its call's id, the result's document id (else the span id)."""
+    tool_name_attributes: tuple[str, ...] = ("tool.name", "gen_ai.tool.name")
+    """Attributes of a tool span that may hold the tool's name, the result's document title."""
     genai: bool = True
     """Also read the OpenTelemetry GenAI conventions (``gen_ai.*`` attributes and events)."""
 
@@ -76,6 +90,9 @@ MappingModel = TypeVar("MappingModel", bound=BaseModel)
 
 GENAI_LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 """``gen_ai.operation.name`` values of a span that calls a model for text."""
+
+GENAI_TOOL_OPERATION = "execute_tool"
+"""``gen_ai.operation.name`` of a span that runs a tool."""
 
 
 def load_mapping(path: Path | None, kind: type[MappingModel]) -> MappingModel:
@@ -316,6 +333,27 @@ class _Turn:
                     documents.append({"id": None if document_id is None else str(document_id), "text": text})
         return documents
 
+    def tools(self) -> list[Span]:
+        kinds = {k.upper() for k in self.mapping.tool_kinds}
+        return [s for s in self.spans if self.kind(s) in kinds or (
+            self.mapping.genai and s.attributes.get("gen_ai.operation.name") == GENAI_TOOL_OPERATION)]
+
+    def tool_results(self, tools: list[Span]) -> list[tuple[Span, dict[str, Any]]]:
+        """Each tool span that has a result, with its result as a document (as a conversation's tool
+        message is one: JSON results become structured documents, so evidence names the JSON path or cell)."""
+        results = []
+        for span in tools:
+            result = next((text for key in self.mapping.tool_result_attributes
+                           if (text := _text(span.attributes.get(key)))), None)
+            if result is None:
+                continue
+            call = next((str(value) for key in self.mapping.tool_call_id_attributes
+                         if (value := span.attributes.get(key)) is not None), span.span_id)
+            name = next((value for key in self.mapping.tool_name_attributes
+                         if isinstance(value := span.attributes.get(key), str)), None)
+            results.append((span, tool_document(call, name, result)))
+        return results
+
     def is_llm(self, span: Span) -> bool:
         if self.kind(span) in {k.upper() for k in self.mapping.llm_kinds}:
             return True
@@ -378,20 +416,37 @@ def trace_item(trace_id: str, spans: list[Span], number: int, mapping: TraceMapp
     retrievers = turn.retrievers()
     answer_span, answer = turn.answer()
     question_span, question = turn.question(answer_span)
+    tool_results = turn.tool_results(turn.tools())
     source = TraceSource(
         trace_id=trace_id, root_span_id=turn.root.span_id if turn.root else None,
         answer_span_id=answer_span.span_id if answer_span else None,
         question_span_id=question_span.span_id if question_span else None,
-        retriever_span_ids=[s.span_id for s in retrievers],
+        retriever_span_ids=[s.span_id for s in retrievers], tool_span_ids=[span.span_id for span, _ in tool_results],
     )
     documents = turn.documents(retrievers)
-    missing = [what for what, absent in (("retrieved documents", not documents), ("answer", answer is None)) if absent]
-    if missing:
+    missing = [what for what, absent in (("retrieved documents", not documents and not tool_results),
+                                         ("answer", answer is None)) if absent]
+    if missing or answer is None:
         kinds = {"retrieved documents": f"{'/'.join(mapping.retriever_kinds)} span with {mapping.documents}.N."
-                 f"{mapping.document_text}", "answer": f"{'/'.join(mapping.llm_kinds)} span with an output"}
+                 f"{mapping.document_text}, no {'/'.join(mapping.tool_kinds)} span with a result",
+                 "answer": f"{'/'.join(mapping.llm_kinds)} span with an output"}
         reason = "; ".join(f"no {what} (no {kinds[what]})" for what in missing)
         return InputLine(number, None, f"trace {trace_id}: {reason}", raw_id=trace_id, trace=source)
-    record = {"id": trace_id, "context": documents, "question": question, "answer": answer,
+    return turn_item(number, source, documents, [document for _, document in tool_results], question, answer)
+
+
+def turn_item(number: int, source: TraceSource, retrieved: list[dict[str, Any]], tool_results: list[dict[str, Any]],
+              question: str | None, answer: str) -> InputLine:
+    """A trace's turn as one input item (``number``: its position), its sample checked as an input line's:
+    the retrieved documents (``{"id" | None, "text"}``) are the context's named passages; a trace of an
+    agent has its tool results (documents) first, then the retrieved documents, one without an id named
+    by its position among them (as a named passage is)."""
+    context: dict[str, Any] = {"context": retrieved}
+    if tool_results:
+        named = [{"id": d["id"] or str(position), "text": d["text"]} for position, d in enumerate(retrieved, 1)]
+        context = {"documents": [*tool_results, *named]}
+    trace_id = source.trace_id
+    record = {"id": trace_id, **context, "question": question, "answer": answer,
               "trace": source.model_dump(mode="json")}
     item = parse_sample(record, number)
     if item.sample is None:  # e.g. two documents with one id: the sample's own checks, named by trace

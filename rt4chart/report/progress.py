@@ -24,7 +24,7 @@ from rt4chart.judges.budget import Ledger
 from rt4chart.method.citations import add_record as add_citations
 from rt4chart.method.citations import describe_run
 from rt4chart.options import FailOn
-from rt4chart.protocol import loading_now
+from rt4chart.protocol import loading_now, provider_wait_now
 from rt4chart.records.manifest import RunCounts
 from rt4chart.report.audited import AuditedSample
 from rt4chart.types import AuditRecord, Label, RunCitations, Usage
@@ -343,9 +343,10 @@ class AuditProgress:
         budget = f" of ${self.ledger.limit_usd:.4f}" if self.ledger.limit_usd is not None else ""
         queued = self.ledger.queued
         in_flight = f"{self.ledger.in_flight - queued} calls in flight, {queued} queued | " if self.calls_seen else ""
-        loading = loading_now()
+        loading, wait = loading_now(), provider_wait_now()
+        notes = "".join(f"{note} | " for note in (f"loading {loading}" if loading else None, wait) if note)
         return (
-            f"{f'loading {loading} | ' if loading else ''}{in_flight}{self._done / elapsed:.2f} samples/s | "
+            f"{notes}{in_flight}{self._done / elapsed:.2f} samples/s | "
             f"${self.ledger.spent_usd:.4f}{budget} | cache hits {hit_rate:.0%}"
         )
 

@@ -186,7 +186,8 @@ async def acompare(
     stacks: list[JudgeStack] = []
     try:
         for name in [*judges, *([decompose_with] if decompose_with else [])]:
-            stacks.append(build_stack(name, api_base=spec.api_base, limits=spec.limits, cache=cache, ledger=ledger))
+            stacks.append(build_stack(name, api_base=spec.api_base, limits=spec.limits, cache=cache, ledger=ledger,
+                                      out=out_dir / "compare"))
         judging = stacks[: len(judges)]
         decomposer = _decomposer(spec.options, stacks[len(judges)] if decompose_with else None, judging[0])
         try:

@@ -49,6 +49,7 @@ from rt4chart.records.io import (
     resolve_output,
     write_reports_atomically,
 )
+from rt4chart.runs.telemetry import RunTracing
 from rt4chart.types import (
     AuditRecord,
     Label,
@@ -208,6 +209,8 @@ class Pipeline:
     backend: Backend
     options: AuditOptions = field(default_factory=AuditOptions)
     prompts: dict[str, PromptTemplate] = field(default_factory=load_prompts)
+    tracing: RunTracing | None = None
+    """The run's OpenTelemetry tracing, when configured: a span per sample (:mod:`rt4chart.runs.telemetry`)."""
 
     @property
     def prompt_version(self) -> str:
@@ -374,6 +377,11 @@ class Pipeline:
             yield stop_of(error)
 
     async def _report(self, item: InputLine) -> AuditRecord:
+        if self.tracing is not None:
+            return await self.tracing.sample(item, self._audit_line)
+        return await self._audit_line(item)
+
+    async def _audit_line(self, item: InputLine) -> AuditRecord:
         if item.sample is None:
             return error_report(item)
         return await self.verify_sample(item.sample, item.line)

@@ -21,6 +21,8 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from rt4chart.analysis.datasets import (
+    UNLABELLED_DATASETS,
+    DatasetError,
     dataset_files,
     dataset_path,
     load_dataset,
@@ -182,6 +184,8 @@ def _package_version() -> str:
 
 def load_samples(config: EvalConfig) -> list[Sample]:
     """The samples ``config`` evaluates; raises :class:`rt4chart.analysis.datasets.DatasetError`."""
+    if config.dataset in UNLABELLED_DATASETS:
+        raise DatasetError(f"{config.dataset} has no gold labels to score against: rt4 convert it, then rt4 verify")
     return load_dataset(config.dataset, _path(config), config.split, config.limit)
 
 

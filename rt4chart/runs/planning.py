@@ -278,7 +278,8 @@ def _longest_reask(max_tokens: int) -> list[Message]:
 
 def estimate(spec: RunSpec, samples: Iterable[Sample | Mapping[str, Any] | InputLine]) -> AuditEstimate:
     """``rt4 estimate``: the calls, tokens and USD a run of ``spec`` would need (expected and worst
-    case), from the real pipeline against a judge that answers nothing; calls no judge."""
+    case), from the real pipeline against a judge that answers nothing; calls no judge. Under
+    ``spec.limits.batch`` priced at the batch rate."""
     from rt4chart.judges.cache import CacheError, open_cache
     from rt4chart.judges.registry import resolve_judge_for_pricing
 
@@ -288,7 +289,7 @@ def estimate(spec: RunSpec, samples: Iterable[Sample | Mapping[str, Any] | Input
         backend = (
             spec.judge
             if isinstance(spec.judge, Backend)
-            else resolve_judge_for_pricing(spec.judge, api_base=spec.api_base)
+            else resolve_judge_for_pricing(spec.judge, api_base=spec.api_base, batch=spec.limits.batch)
         )
     except JudgeConfigError as error:
         raise RunUsageError(str(error)) from error

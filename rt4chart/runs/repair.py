@@ -178,7 +178,9 @@ async def arepair(
         raise RunUsageError("--resume needs --out FILE")
     items, verified = repair_items(records, input_lines(samples), input_name)
     repairing = (
-        build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache) if spec.judge else None
+        build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache, out=spec.out,
+                    resume=spec.resume)
+        if spec.judge else None
     )
     finished: list[RepairRecord] = []
     try:

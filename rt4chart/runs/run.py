@@ -67,7 +67,8 @@ from rt4chart.runs.engine import (
 )
 from rt4chart.runs.ray_engine import RayUnavailable
 from rt4chart.runs.spec import RunSpec, SignalSpec
-from rt4chart.types import AuditRecord, Sample
+from rt4chart.runs.telemetry import RunTracing, TelemetryUnavailable, start_tracing
+from rt4chart.types import AuditRecord, Sample, Usage
 
 if TYPE_CHECKING:
     from typing import TextIO
@@ -222,27 +223,46 @@ def build_stack(
     limits: RunLimits | None = None,
     cache: JudgeCache | Path | str | None = None,
     ledger: Ledger | None = None,
+    out: Path | None = None,
+    resume: bool = False,
 ) -> JudgeStack:
-    """The run's judge stack (:func:`rt4chart.judges.registry.judge_stack`), or a :class:`RunUsageError`."""
+    """The run's judge stack (:func:`rt4chart.judges.registry.judge_stack`), or a :class:`RunUsageError`.
+    Under ``limits.batch`` its calls go through the Batch API, journaled beside ``out`` (:func:`batch_journal`;
+    ``resume``: what the journal holds is polled, not submitted again)."""
     from rt4chart.judges.cache import CacheError
     from rt4chart.judges.registry import JudgeConfigError, judge_stack
 
     limits = limits or RunLimits()
+    batch = None
+    if limits.batch:
+        from rt4chart.judges.batch import BatchSettings
+
+        poll = {"poll_s": limits.batch_poll_s} if limits.batch_poll_s is not None else {}
+        batch = BatchSettings(journal=batch_journal(out), resume=resume, **poll)
     try:
         return judge_stack(
             judge, api_base=api_base, concurrency=limits.concurrency, cache=cache,
             budget_usd=None if ledger is not None else limits.budget_usd, ledger=ledger, timeout_s=limits.timeout_s,
+            batch=batch,
         )
     except (JudgeConfigError, CacheError) as error:
         raise RunUsageError(str(error)) from error  # the library API re-raises the cause
 
 
-def _engine(spec: RunSpec, stack: JudgeStack) -> AuditEngine[AuditRecord]:
+def batch_journal(out: Path | None) -> Path | None:
+    """Where a batch run journals what it submitted: ``OUT.batches.jsonl`` beside ``--out`` (none
+    without a file to resume: stdout, the null device)."""
+    if out is None or discards(out):
+        return None
+    return out.with_name(out.name + ".batches.jsonl")
+
+
+def _engine(spec: RunSpec, stack: JudgeStack, tracing: RunTracing | None) -> AuditEngine[AuditRecord]:
     try:
         check_judge_serves(stack, spec.options)  # a method the judge cannot serve is a usage error
     except JudgeConfigError as error:
         raise RunUsageError(str(error)) from None
-    pipeline = Pipeline(stack, spec.options)
+    pipeline = Pipeline(stack, spec.options, tracing=tracing)
     if spec.engine.engine != "ray":
         return pipeline
     if not isinstance(spec.judge, str | None):
@@ -502,8 +522,34 @@ async def aexecute(
     record at once, and records to stdout with such an output).
 
     Raises :class:`RunUsageError` (before any judge call) when the run cannot start. A stop (budget,
-    judge unavailable) is the outcome's status, not an exception.
+    judge unavailable) is the outcome's status, not an exception. With an OTLP endpoint in the
+    environment the run is traced (:mod:`rt4chart.runs.telemetry`).
     """
+    try:
+        tracing = start_tracing()
+    except TelemetryUnavailable as error:
+        raise RunUsageError(str(error)) from None
+    if tracing is None:
+        return await _audit(spec, samples, observer, stdout, console, keep_records, None)
+    try:
+        with tracing.run_span() as span:
+            outcome = await _audit(spec, samples, observer, stdout, console, keep_records, tracing)
+            usage = outcome.summary.run_usage or Usage()
+            tracing.end_run(span, outcome.judge, outcome.counts, usage, outcome.status.value, outcome.reason)
+            return outcome
+    finally:
+        await tracing.shutdown()
+
+
+async def _audit(
+    spec: RunSpec,
+    samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    observer: RunObserver | None,
+    stdout: TextIO | None,
+    console: Console | None,
+    keep_records: bool,
+    tracing: RunTracing | None,
+) -> RunOutcome[None]:
     items = samples if isinstance(samples, InputFile) else input_lines(samples)
     if spec.resume and spec.out is None:
         raise RunUsageError("--resume needs --out FILE")
@@ -521,13 +567,16 @@ async def aexecute(
     check_engine(spec.engine)
     out = spec.out
     enrich = _signal_step(spec.signals, items) if spec.signals is not None else None
-    stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache)
+    stack = build_stack(spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache, out=out,
+                        resume=spec.resume)
+    if tracing is not None:
+        stack.inner = tracing.traced(stack.inner)  # in front of cache and budget: every call the pipeline makes
     summary = RunSummary(fail_on=spec.outputs.fail_on, max_rate=spec.outputs.max_rate)
     reports: list[AuditRecord] = []
     # Outputs that need every record read them back from out (the null device gives none back).
     rereads = out is not None and not keep_records and not discards(out)
     try:
-        engine = _engine(spec, stack)
+        engine = _engine(spec, stack, tracing)
         if observer is not None:
             # Ray workers make the calls, out of the driver's sight.
             observer.start(len(items), stack.ledger, calls_seen=spec.engine.engine != "ray")

@@ -148,6 +148,7 @@ CACHE_FLAGS = ("cache.cache_dir", "cache.cache_url", "cache.no_cache")
 
 RUN_FLAGS = (
     "out", "resume", "judge", "api_base", "limits.concurrency", "limits.budget_usd", "limits.timeout_s",
+    "limits.batch", "limits.batch_poll_s",
     *CACHE_FLAGS, "engine.engine", "engine.address", "engine.workers",
     "engine.worker_cpus", "signals.kind", "signals.model", "signals.probe", "signals.server", "signals.delta",
 )

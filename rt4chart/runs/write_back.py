@@ -34,7 +34,7 @@ from rt4chart.records.io import read_records
 from rt4chart.records.phoenix import PhoenixSource, phoenix_headers
 from rt4chart.report.tables import support_score
 from rt4chart.runs.run import RunStatus, exit_code
-from rt4chart.types import AuditRecord, Label
+from rt4chart.types import AuditRecord, Evidence, Label
 
 VERDICT_NAME = "rt4chart"
 """The annotation's (score's) name, and Phoenix's identifier of it."""
@@ -91,18 +91,27 @@ class WriteBackResult(BaseModel):
     """Why it was skipped or failed."""
 
 
+def _evidence(evidence: Evidence) -> dict[str, Any]:
+    """One evidence as sent: its text and context sentences, and the retrieved document it quotes (its
+    id and the quote's offsets in it, so a trace viewer can point at the document the retriever returned)."""
+    sent: dict[str, Any] = {"text": evidence.text, "sentence_ids": evidence.sentence_ids}
+    if evidence.source is not None:
+        sent |= {"document": evidence.source.document, "document_span": [evidence.source.start, evidence.source.end]}
+    return sent
+
+
 def verdict(record: AuditRecord) -> dict[str, Any]:
     """The verdict of one answer as sent: label, score, explanation, metadata (not scrubbed yet)."""
     unsupported = [claim for claim in record.claims if claim.label is not Label.ENTAILED]
     lines = [f"{len(record.claims) - len(unsupported)} of {len(record.claims)} claims entailed by the context."]
     for claim in unsupported:
-        evidence = "; ".join(e.text for e in claim.evidence)
+        evidence = "; ".join(e.text + (f" [{e.source.document}]" if e.source else "") for e in claim.evidence)
         label = claim.label.value if claim.label else "open"
         lines.append(f"{label}: {claim.text}" + (f" (context: {evidence})" if evidence else ""))
     claims = [{
         "text": claim.text, "label": claim.label.value if claim.label else None,
         "answer_span": [claim.answer_span.start, claim.answer_span.end] if claim.answer_span else None,
-        "evidence": [{"text": e.text, "sentence_ids": e.sentence_ids} for e in claim.evidence],
+        "evidence": [_evidence(e) for e in claim.evidence],
     } for claim in record.claims]
     return {
         "label": record.label.value if record.label else None, "score": round(support_score(record), 4),

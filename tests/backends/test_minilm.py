@@ -8,6 +8,8 @@ implementations sum in different orders in float32, measured 3e-7 apart at most 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
@@ -71,9 +73,9 @@ def test_concurrent_requests_embed_each_text_once() -> None:
     passes: list[list[str]] = []
     forward = encoder.model.encode
 
-    def counting(texts: list[str]) -> np.ndarray:
+    def counting(texts: list[str], *args: Any, **kwargs: Any) -> np.ndarray:
         passes.append(texts)
-        return forward(texts)
+        return forward(texts, *args, **kwargs)
 
     encoder.model.encode = counting  # type: ignore[method-assign]
     shared = SENTENCES[:2]
@@ -92,3 +94,27 @@ def test_concurrent_requests_embed_each_text_once() -> None:
     expected = MiniLM(model_dir()).encode(shared)
     for number in range(6):
         np.testing.assert_allclose(results[number][:2], expected, rtol=0, atol=TOLERANCE)
+
+
+def test_token_rows_cut_across_threads_give_the_same_numbers_bit_for_bit() -> None:
+    model = MiniLM(model_dir())
+    texts = SENTENCES * 6  # rows enough for three pieces
+    with ThreadPoolExecutor(2) as helpers:
+        cut = model.encode(texts, helpers, pieces=3)
+    np.testing.assert_array_equal(cut, model.encode(texts))
+
+
+def test_a_lone_pass_uses_the_idle_threads_and_a_busy_encoder_does_not() -> None:
+    encoder = SentenceEncoder(model_dir(), threads=2)
+    pieces_asked: list[int] = []
+    forward = encoder.model.encode
+
+    def counting(texts: list[str], helpers: Any = None, pieces: int = 1) -> np.ndarray:
+        pieces_asked.append(pieces)
+        return forward(texts, helpers, pieces=pieces)
+
+    encoder.model.encode = counting  # type: ignore[method-assign]
+    encoder.encode(["A lone request has both threads."])
+    with encoder._passes:  # another pass holds the other thread
+        encoder.encode(["A request beside another one has its own thread only."])
+    assert pieces_asked == [2, 1]

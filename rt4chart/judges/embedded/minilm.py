@@ -13,7 +13,10 @@ the embeddings against transformers' ``BertModel`` and against the torch impleme
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +77,38 @@ class Checkpoint:
         return ids, attention
 
 
+RowMap = Callable[..., Matrix]
+"""Runs a token-wise step (``step(*matrices) -> rows``) over row-aligned matrices: whole, or in pieces."""
+
+MIN_PIECE_ROWS = 32
+"""Fewest token rows given a piece of their own on another thread (a guess, not tuned: a piece of a few rows
+would cost more in hand-over than it saves)."""
+
+
+def in_one_piece(step: Callable[..., Matrix], *matrices: Matrix) -> Matrix:
+    """The step on all rows at once, on this thread."""
+    return step(*matrices)
+
+
+def in_pieces(pool: Executor, pieces: int) -> RowMap:
+    """A :data:`RowMap` that cuts the rows into up to ``pieces`` pieces, the first run on this thread and the
+    others on ``pool`` (numpy releases the GIL in them). Every step is row-wise (a row's result never
+    depends on the other rows: matrix products, layer norms, GELU), so the numbers are those of
+    :func:`in_one_piece`, bit for bit (``tests/backends/test_minilm.py`` checks it)."""
+
+    def run(step: Callable[..., Matrix], *matrices: Matrix) -> Matrix:
+        count = min(pieces, len(matrices[0]) // MIN_PIECE_ROWS)
+        if count < 2:
+            return step(*matrices)
+        bounds = np.linspace(0, len(matrices[0]), count + 1).astype(int).tolist()
+        cuts = [[m[start:end] for m in matrices] for start, end in itertools.pairwise(bounds)]
+        others = [pool.submit(step, *cut) for cut in cuts[1:]]
+        first = step(*cuts[0])
+        return np.concatenate([first, *(future.result() for future in others)])
+
+    return run
+
+
 @dataclass(frozen=True)
 class _Dense:
     """A linear map, its matrix stored transposed and contiguous (``x @ matrix + bias``)."""
@@ -118,18 +153,38 @@ class _Layer:
         batch, length, width = states.shape
         return states.reshape(batch, length, self.heads, width // self.heads).transpose(0, 2, 1, 3)
 
-    def __call__(self, states: Matrix, additive_mask: Matrix) -> Matrix:
-        batch, length, width = states.shape
-        query, key, value = (self._split(part(states)) for part in (self.query, self.key, self.value))
-        scores = query @ key.transpose(0, 1, 3, 2) * np.float32(1.0 / np.sqrt(width // self.heads))
-        scores = scores + additive_mask
-        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        scores /= scores.sum(axis=-1, keepdims=True)
-        merged = (scores @ value).transpose(0, 2, 1, 3).reshape(batch, length, width)
+    def _projections(self, states: Matrix) -> Matrix:
+        """Query, key and value of some token rows, side by side."""
+        return np.hstack([self.query(states), self.key(states), self.value(states)])
+
+    def _feed_forward(self, states: Matrix, merged: Matrix) -> Matrix:
+        """Everything after attention, for some token rows (``merged``: their attention output)."""
         states = self.attention_norm(states + self.attention_out(merged))
         inner = self.intermediate(states)
         inner = inner * np.float32(0.5) * (np.float32(1.0) + erf(inner * np.float32(1.0 / np.sqrt(2.0))))
         return self.output_norm(states + self.output(inner))
+
+    def __call__(self, states: Matrix, real: NDArray[np.bool_], additive_mask: Matrix, rows: RowMap) -> Matrix:
+        """``states``: one row per real token of the batch (padding left out); ``real``: the batch's
+        (sentence, position) grid, true where a real token is; attention runs on that grid, the
+        token-wise parts through ``rows``."""
+        batch, length = real.shape
+        width = states.shape[1]
+
+        def on_grid(token_rows: Matrix) -> Matrix:
+            # Padding positions hold zeros: the mask gives them no weight, as it gave BertModel's padding.
+            grid = np.zeros((batch, length, width), dtype=np.float32)
+            grid[real] = token_rows
+            return self._split(grid)
+
+        projected = rows(self._projections, states)
+        query, key, value = (on_grid(projected[:, at : at + width]) for at in (0, width, 2 * width))
+        scores = query @ key.transpose(0, 1, 3, 2) * np.float32(1.0 / np.sqrt(width // self.heads))
+        scores = scores + additive_mask
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        scores /= scores.sum(axis=-1, keepdims=True)
+        merged = (scores @ value).transpose(0, 2, 1, 3)[real].reshape(-1, width)
+        return rows(self._feed_forward, states, merged)
 
 
 class MiniLM:
@@ -169,21 +224,33 @@ class MiniLM:
         ]
         self.width = int(config["hidden_size"])
 
-    def forward(self, ids: NDArray[np.int64], attention: NDArray[np.int64]) -> Matrix:
-        """Unit-length mean-pooled embeddings of a padded batch of token ids."""
+    def forward(self, ids: NDArray[np.int64], attention: NDArray[np.int64], rows: RowMap = in_one_piece) -> Matrix:
+        """Unit-length mean-pooled embeddings of a padded batch of token ids.
+
+        Why padding is left out: everything but attention works token by token, so the dense maps,
+        layer norms and GELU run on the real tokens only, as one matrix (a batch of sentences sorted
+        by length still pads a quarter of its tokens, and the GELU's ``erf`` costs as much as a dense
+        map); attention alone runs on the padded grid, as before. ``rows`` runs the token-wise work
+        (:func:`in_one_piece`, or :func:`in_pieces` on more threads: the same numbers either way)."""
         length = ids.shape[1]
-        states = self.embedding_norm(self.words[ids] + self.positions[:length] + self.token_type)
+        real = attention.astype(bool)
+        positions = np.broadcast_to(np.arange(length), ids.shape)[real]
+        states = self.embedding_norm(self.words[ids[real]] + self.positions[positions] + self.token_type)
         # Padding is masked out of attention with a large negative bias (BertModel's convention).
         mask = attention[:, None, None, :].astype(np.float32)
         additive = (np.float32(1.0) - mask) * np.finfo(np.float32).min
         for layer in self.layers:
-            states = layer(states, additive)
+            states = layer(states, real, additive, rows)
+        grid = np.zeros((*ids.shape, self.width), dtype=np.float32)
+        grid[real] = states
         weights = attention[:, :, None].astype(np.float32)
-        pooled = (states * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), np.float32(1e-9))
+        pooled = (grid * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), np.float32(1e-9))
         norms = np.sqrt((pooled * pooled).sum(axis=1, keepdims=True))
         result: Matrix = pooled / np.maximum(norms, np.float32(1e-12))
         return result
 
-    def encode(self, texts: list[str]) -> Matrix:
-        """Embeddings of ``texts`` in one forward pass (padded to the longest)."""
-        return self.forward(*self.checkpoint.token_arrays(texts))
+    def encode(self, texts: list[str], helpers: Executor | None = None, pieces: int = 1) -> Matrix:
+        """Embeddings of ``texts`` in one forward pass (padded to the longest), its token-wise work cut in
+        up to ``pieces`` pieces run on this thread and on ``helpers`` (see :func:`in_pieces`)."""
+        rows = in_pieces(helpers, pieces) if helpers is not None and pieces > 1 else in_one_piece
+        return self.forward(*self.checkpoint.token_arrays(texts), rows=rows)

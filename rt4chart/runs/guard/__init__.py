@@ -2,13 +2,15 @@
 
 Endpoints (JSON in, JSON out; errors are ``{"error": "..."}`` with a 4xx status):
 
-- ``POST /v1/verify``: ``{"context", "question"?, "answer", "id"?, "language"?, "latency_budget_ms"?}`` ->
-  ``{"decision", "record"}``, the record ``rt4 verify`` writes. With ``"stream": true`` the verdicts
-  stream back as NDJSON events, one per answer sentence then the answer's. With ``Content-Type:
-  application/x-ndjson`` the answer itself streams in: the first line is the request without the
-  answer, each later line ``{"delta": "text"}``; a sentence is audited as soon as the next one has
-  started (or the body ended).
-- ``POST /v1/chat/completions`` (with an upstream): an OpenAI-compatible proxy that audits the reply.
+- ``POST /v1/verify``: an ``rt4 verify`` input line (``context`` or ``documents`` or ``messages``,
+  ``question``?, ``answer``, ``id``?, ``language``?, ...; validated as ``rt4 verify`` validates a line) and
+  ``latency_budget_ms``? -> ``{"decision", "record"}``, the record ``rt4 verify`` writes. With
+  ``"stream": true`` the verdicts stream back as NDJSON events, one per answer sentence then the
+  answer's. With ``Content-Type: application/x-ndjson`` the answer itself streams in: the first line
+  is the request without the answer, each later line ``{"delta": "text"}``; a sentence is audited as
+  soon as the next one has started (or the body ended).
+- ``POST /v1/chat/completions`` (with an upstream): an OpenAI-compatible proxy that audits the reply
+  (against the request's tool results, read as a conversation, when it carries any).
 - ``GET /health``; ``GET /metrics`` (Prometheus text format).
 
 One judge stack (one cache, one budget) serves every request. The policy turns a record's labels

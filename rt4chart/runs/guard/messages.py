@@ -8,9 +8,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from rt4chart.runs.guard.policy import RequestError
+from rt4chart.types import Sample, describe_validation_error
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 NDJSON = "application/x-ndjson"
@@ -20,24 +21,45 @@ ABORT_KEY: web.RequestKey[Callable[[int, str], Awaitable[web.StreamResponse]]] =
 
 
 class VerifyRequest(BaseModel):
-    """The body of ``POST /v1/verify`` (the first line of a streamed body, without ``answer``)."""
+    """The body of ``POST /v1/verify`` (the first line of a streamed body, without ``answer``): the
+    fields of an ``rt4 verify`` input line, read by the same validation (:meth:`sample`), and how to
+    answer."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    id: str | None = None
-    """Caller's id, copied to the record (default: a fresh one)."""
-    context: str | list[str] = Field(min_length=1)
-    """The retrieved context: one string or a list of passages."""
-    question: str | None = None
+    id: str | int | None = None
+    """Caller's id, copied to the record as text (default: a fresh one)."""
+    context: JsonValue = None
+    """The retrieved context: one string or a list of passages (strings or ``{"id", "text"}``)."""
+    documents: JsonValue = None
+    """Instead of ``context``: documents ``{"id", "text" | "data" | "table", ...}`` (prose, JSON, tables)."""
+    messages: JsonValue = None
+    """Instead of ``context``, ``question`` and ``answer``: an OpenAI-style conversation to audit."""
+    user_statements: JsonValue = None
+    """In a conversation: ``evidence`` (default) or ``ignore`` the user's own messages."""
+    answer_message: JsonValue = None
+    """In a conversation: the 0-based index of the assistant message to audit (default: the last)."""
+    question: JsonValue = None
     """The user question, if any."""
     answer: str = ""
-    """The answer to audit (required unless the answer streams in)."""
-    language: str | None = None
+    """The answer to audit (required unless the answer streams in or comes from ``messages``)."""
+    language: JsonValue = None
     """ISO 639-1 code of the answer (default: detected)."""
     stream: bool = False
     """Stream the verdicts back as NDJSON events."""
     latency_budget_ms: float | None = Field(default=None, gt=0)
     """This request's cascade latency budget (default: the service's ``--latency-budget-ms``)."""
+
+    def sample(self, request_id: str) -> Sample:
+        """The request's sample, validated as ``rt4 verify`` validates an input line (a 422 with the same
+        message when it is not one)."""
+        fields = self.model_dump(exclude={"id", "stream", "latency_budget_ms"}, exclude_unset=True)
+        if "messages" not in fields:
+            fields.setdefault("answer", "")  # a streamed answer's first line has none yet
+        try:
+            return Sample.model_validate({**fields, "id": request_id})
+        except ValidationError as error:
+            raise RequestError(422, describe_validation_error(error)) from None
 
 
 class Delta(BaseModel):

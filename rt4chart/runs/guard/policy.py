@@ -122,6 +122,11 @@ class GuardConfig(BaseModel):
             return self.options.model_copy(update={"decomposer": "rules"})
         return self.options
 
+    def check_request_budget(self, field: str, latency_budget_ms: float | None) -> None:
+        """Refuse (422) a latency budget a request asks for in ``field`` when the judge is no cascade."""
+        if latency_budget_ms is not None and not self.cascades:
+            raise RequestError(422, f"{field}: bounds a cascade's later stages, and this judge is no cascade")
+
     @property
     def cascades(self) -> bool:
         """Whether the judge is a cascade (what a latency budget acts on)."""

@@ -12,11 +12,16 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from pydantic import ValidationError
 
 from rt4chart.runs.guard.messages import ABORT_KEY, read_json
 from rt4chart.runs.guard.policy import RequestError
-from rt4chart.runs.guard.streaming import Auditor, SentenceVerdict, StreamingAudit
-from rt4chart.types import Sample
+from rt4chart.runs.guard.streaming import Auditor, SentenceVerdict, StreamingAudit, with_answer
+from rt4chart.types import Sample, describe_validation_error
+
+LATENCY_BUDGET_FIELD = "rt4_latency_budget_ms"
+EXTENSION_FIELDS = frozenset({"rt4_context", LATENCY_BUDGET_FIELD})
+"""Fields of a chat request the proxy reads and never forwards upstream."""
 
 
 class ChatProxy:
@@ -38,9 +43,12 @@ class ChatProxy:
         body = await read_json(request)
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             raise RequestError(422, "messages: a chat completion request needs a list of messages")
-        context = chat_context(body)
-        question = last_user_message(body["messages"])
-        forwarded = {key: value for key, value in body.items() if key != "rt4_context"}
+        reply_id = uuid.uuid4().hex
+        # Checked before the request goes upstream: a body rt4chart cannot audit is refused at once.
+        pending = chat_sample(body, reply_id)
+        budget_ms = chat_latency_budget(body)
+        self.guard.config.check_request_budget(LATENCY_BUDGET_FIELD, budget_ms)
+        forwarded = {key: value for key, value in body.items() if key not in EXTENSION_FIELDS}
         headers = {"Content-Type": "application/json"}
         key = self.guard.config.upstream_key
         if key is None and self.guard.config.token is None and "Authorization" in request.headers:
@@ -59,13 +67,13 @@ class ChatProxy:
                     status=upstream.status, body=await upstream.read(), content_type=upstream.content_type
                 )
             if forwarded.get("stream"):
-                return await self._proxy_stream(request, upstream, context, question, started)
+                return await self._proxy_stream(request, upstream, pending, budget_ms, started)
             reply = await upstream.json()
         finally:
             upstream.release()
         answer = reply["choices"][0]["message"].get("content") or ""
-        sample = Sample(id=str(reply.get("id") or uuid.uuid4().hex), context=context, question=question, answer=answer)
-        record = await self.guard.audit(sample)
+        sample = with_answer(pending, str(reply.get("id") or reply_id), answer)
+        record = await self.guard.audit(sample, latency_budget_ms=budget_ms)
         decision = await self.guard.conclude(record, started)
         if decision == "block":
             reply["choices"][0]["message"]["content"] = self.guard.config.policy.block_message
@@ -79,8 +87,8 @@ class ChatProxy:
         self,
         request: web.Request,
         upstream: aiohttp.ClientResponse,
-        context: str | list[str],
-        question: str | None,
+        pending: Sample,
+        budget_ms: float | None,
         started: float,
     ) -> web.StreamResponse:
         """Pass the upstream's events through byte for byte; a verdict event follows each sentence as
@@ -94,7 +102,7 @@ class ChatProxy:
             async with writing:
                 await response.write(_sse({**envelope, "rt4chart": verdict.event()}))
 
-        audit = StreamingAudit(self.guard, uuid.uuid4().hex, context, question, None, emit, stop_on_block=True)
+        audit = StreamingAudit(self.guard, pending, emit, stop_on_block=True, latency_budget_ms=budget_ms)
 
         async def abort(status: int, message: str) -> web.StreamResponse:
             audit.cancel()
@@ -145,23 +153,48 @@ class ChatProxy:
         return response
 
 
-def chat_context(body: dict[str, Any]) -> list[str]:
-    """The context of a chat request: its ``rt4_context`` (a string or a list of passages) when it
-    has one, else the content of its system and tool messages, one passage each."""
+PENDING_ANSWER = "(the upstream's reply)"
+"""Stands for the reply before it is known: a conversation makes a sample only with an answer to audit."""
+
+
+def chat_sample(body: dict[str, Any], sample_id: str) -> Sample:
+    """The sample of a chat request, its answer a placeholder that the reply replaces
+    (:func:`~rt4chart.runs.guard.streaming.with_answer`). Its context: the request's
+    ``rt4_context`` (a string or a list of passages) when it has one; else, when its messages carry tool
+    results, the conversation with the reply as its last assistant message (:mod:`rt4chart.conversations`:
+    evidence names the tool call, JSON path or table cell; the user's statements may ground a claim, the
+    assistant's earlier turns never do); else the content of its system messages, one passage each."""
+    messages = body["messages"]
+    question = last_user_message(messages)
     explicit = body.get("rt4_context")
     if explicit is not None:
         if isinstance(explicit, str) and explicit.strip():
-            return [explicit]
+            return Sample(id=sample_id, context=[explicit], question=question, answer=PENDING_ANSWER)
         if isinstance(explicit, list) and explicit and all(isinstance(p, str) for p in explicit):
-            return list(explicit)
+            return Sample(id=sample_id, context=list(explicit), question=question, answer=PENDING_ANSWER)
         raise RequestError(422, "rt4_context: a non-empty string or list of strings")
-    passages = [
-        _text(m.get("content")) for m in body["messages"] if isinstance(m, dict) and m.get("role") in {"system", "tool"}
-    ]
+    if any(isinstance(m, dict) and m.get("role") == "tool" for m in messages):
+        conversation = [*messages, {"role": "assistant", "content": PENDING_ANSWER}]
+        try:
+            return Sample.model_validate({"id": sample_id, "messages": conversation})
+        except ValidationError as error:
+            raise RequestError(422, describe_validation_error(error)) from None
+    passages = [_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "system"]
     passages = [p for p in passages if p.strip()]
     if not passages:
-        raise RequestError(422, "no context to audit against: give rt4_context or system/tool messages")
-    return passages
+        raise RequestError(422, "no context to audit against: give rt4_context, tool results or system messages")
+    return Sample(id=sample_id, context=passages, question=question, answer=PENDING_ANSWER)
+
+
+def chat_latency_budget(body: dict[str, Any]) -> float | None:
+    """The cascade latency budget a chat request asks for in milliseconds (its ``rt4_latency_budget_ms``),
+    ``None`` when it asks for none (the service's ``--latency-budget-ms`` then applies)."""
+    asked = body.get(LATENCY_BUDGET_FIELD)
+    if asked is None:
+        return None
+    if isinstance(asked, bool) or not isinstance(asked, int | float) or not asked > 0:
+        raise RequestError(422, f"{LATENCY_BUDGET_FIELD}: a number of milliseconds above 0 (got {asked!r})")
+    return float(asked)
 
 
 def last_user_message(messages: list[Any]) -> str | None:

@@ -204,43 +204,40 @@ class Guard:
         started = time.perf_counter()
         if request.content_type == NDJSON:
             return await self._verify_ndjson(request, started)
-        first = self._verify_request(await read_json(request))
-        if not first.answer.strip():
+        first, sample = self._verify_request(await read_json(request))
+        if not sample.answer.strip():
             raise RequestError(422, "answer: give a non-empty answer (or stream it as NDJSON deltas)")
-        request_id = first.id or uuid.uuid4().hex
         if first.stream:
-            response, audit = await self._open_ndjson(request, first)
-            return await self._stream_ndjson(request, response, audit, answer_deltas(first.answer, None), started)
-        sentences = split_sentences(first.answer, language=first.language or "en")
+            response, audit = await self._open_ndjson(request, first, sample)
+            return await self._stream_ndjson(request, response, audit, answer_deltas(sample.answer, None), started)
+        sentences = split_sentences(sample.answer, language=sample.language or "en")
         if len(sentences) > self.config.limits.max_sentences:
             raise RequestError(
                 413,
                 f"the answer has {len(sentences)} sentences, over --max-sentences {self.config.limits.max_sentences}",
             )
-        sample = Sample(
-            id=request_id, context=first.context, question=first.question, answer=first.answer, language=first.language
-        )
         record = await self.audit(sample, latency_budget_ms=first.latency_budget_ms)
         decision = await self.conclude(record, started)
         return web.json_response({"decision": decision, "record": record.model_dump(mode="json")})
 
-    def _verify_request(self, data: Any) -> VerifyRequest:
+    def _verify_request(self, data: Any) -> tuple[VerifyRequest, Sample]:
         first = parse_body(VerifyRequest, data)
-        if first.latency_budget_ms is not None and not self.config.cascades:
-            raise RequestError(422, "latency_budget_ms: bounds a cascade's later stages, and this judge is no cascade")
-        return first
+        self.config.check_request_budget("latency_budget_ms", first.latency_budget_ms)
+        return first, first.sample(uuid.uuid4().hex if first.id is None else str(first.id))
 
     async def _verify_ndjson(self, request: web.Request, started: float) -> web.StreamResponse:
         lines = body_lines(request, self.config.limits.max_body_bytes)
         head = await anext(lines, None)
         if head is None:
             raise RequestError(422, "an NDJSON body starts with the request line (context, question, ...)")
-        first = self._verify_request(loads_line(head, 1))
-        response, audit = await self._open_ndjson(request, first)
-        return await self._stream_ndjson(request, response, audit, answer_deltas(first.answer, lines), started)
+        first, sample = self._verify_request(loads_line(head, 1))
+        if sample.messages is not None:
+            raise RequestError(422, "messages: a conversation's answer is its assistant message, it does not stream in")
+        response, audit = await self._open_ndjson(request, first, sample)
+        return await self._stream_ndjson(request, response, audit, answer_deltas(sample.answer, lines), started)
 
     async def _open_ndjson(
-        self, request: web.Request, first: VerifyRequest
+        self, request: web.Request, first: VerifyRequest, sample: Sample
     ) -> tuple[web.StreamResponse, StreamingAudit]:
         """Send the status of a streamed verify and start its audit, verdicts written as they come."""
         response = web.StreamResponse(headers={"Content-Type": NDJSON})
@@ -249,16 +246,7 @@ class Guard:
         async def emit(verdict: SentenceVerdict) -> None:
             await write_event(response, verdict.event())
 
-        request_id = first.id or uuid.uuid4().hex
-        audit = StreamingAudit(
-            self,
-            request_id,
-            first.context,
-            first.question,
-            first.language,
-            emit,
-            latency_budget_ms=first.latency_budget_ms,
-        )
+        audit = StreamingAudit(self, sample, emit, latency_budget_ms=first.latency_budget_ms)
 
         async def abort(status: int, message: str) -> web.StreamResponse:
             audit.cancel()

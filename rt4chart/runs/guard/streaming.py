@@ -26,6 +26,13 @@ class Auditor(Protocol):
     async def conclude(self, record: AuditRecord, started: float) -> Decision: ...
 
 
+def with_answer(sample: Sample, sample_id: str, answer: str) -> Sample:
+    """``sample`` (its context or documents, question, language) with another id and answer. A
+    conversation's sample keeps the documents and earlier turns its messages gave; without its messages
+    the new answer, not the last assistant message, is the one audited."""
+    return sample.model_copy(update={"id": sample_id, "answer": answer, "messages": None})
+
+
 def merge_sentence_records(request_id: str, answer: str, parts: list[tuple[int, AuditRecord]]) -> AuditRecord:
     """One answer record from the records of its sentences audited one by one (``parts``: each
     sentence's start offset in ``answer`` and its record): claims renumbered, spans moved to the
@@ -81,6 +88,10 @@ class SentenceVerdict:
     decision: Decision
 
     def event(self) -> dict[str, Any]:
+        """The sentence's verdict as a stream event: what a client acts on while the answer streams
+        (its claims' labels, confidence, evidence quotes with their context offsets, and what went
+        wrong), not the whole record: the answer event that ends the stream carries the answer's
+        record, every claim in full."""
         return {
             "event": "sentence",
             "index": self.index,
@@ -89,7 +100,18 @@ class SentenceVerdict:
             "text": self.text,
             "label": self.record.label,
             "decision": self.decision,
-            "record": self.record.model_dump(mode="json"),
+            "claims": [
+                {
+                    "text": claim.text,
+                    "label": claim.label,
+                    "confidence": claim.confidence,
+                    "evidence": [{"start": e.start, "end": e.end, "text": e.text} for e in claim.evidence],
+                    "errors": claim.errors,
+                }
+                for claim in self.record.claims
+            ],
+            "errors": self.record.errors,
+            "incomplete": self.record.incomplete,
         }
 
 
@@ -97,15 +119,13 @@ class StreamingAudit:
     """Audits an answer while it arrives: ``feed`` text, each sentence is handed to the judge as soon
     as the next one has started (or ``finish`` ends the answer), the sentences are audited
     concurrently, and ``emit`` gets each verdict in answer order as soon as it and those before it
-    are in. With ``stop_on_block``, nothing is emitted after a blocked sentence."""
+    are in. With ``stop_on_block``, nothing is emitted after a blocked sentence. Each sentence is
+    audited as ``sample`` (its context or documents, question, language) with that sentence as answer."""
 
     def __init__(
         self,
         guard: Auditor,
-        request_id: str,
-        context: str | list[str],
-        question: str | None,
-        language: str | None,
+        sample: Sample,
         emit: Callable[[SentenceVerdict], Awaitable[None]],
         *,
         stop_on_block: bool = False,
@@ -114,10 +134,9 @@ class StreamingAudit:
         self.guard = guard
         self.latency_budget_ms = latency_budget_ms
         self.allowance = ClaimAllowance(guard.config.limits.max_claims)
-        self.request_id = request_id
-        self.context = context
-        self.question = question
-        self.language = language
+        self.sample = sample
+        self.request_id = sample.id
+        self.language = sample.language
         self.answer = ""
         self.verdicts: list[SentenceVerdict] = []
         """The verdicts emitted, in answer order."""
@@ -151,13 +170,7 @@ class StreamingAudit:
         for sentence in complete:
             if len(self._tasks) >= limit:
                 raise RequestError(413, f"the answer has more than {limit} sentences (--max-sentences)")
-            sample = Sample(
-                id=f"{self.request_id}#{len(self._tasks)}",
-                context=self.context,
-                question=self.question,
-                answer=sentence.text,
-                language=self.language,
-            )
+            sample = with_answer(self.sample, f"{self.request_id}#{len(self._tasks)}", sentence.text)
             task = asyncio.create_task(self.guard.audit(sample, self.allowance, self.latency_budget_ms))
             self._tasks.append(task)
             self._queue.put_nowait((self._settled + sentence.start, sentence.text, task))

@@ -1,0 +1,481 @@
+"""A judge on OpenAI's Batch API (``/v1/files`` + ``/v1/batches``, half the online price): the same
+requests, sent in rounds instead of one by one.
+
+:class:`BatchSender` is the OpenAI-compatible sender with another way to send: each attempt's body
+(the very body the online sender would POST) becomes a line of a batch input file. The method code
+does not change: its calls wait on the :class:`BatchRounds` collector, which submits every request
+held when the event loop has nothing else to run (every sample in flight is waiting on a reply),
+polls the batch, and answers each waiting call from the output file. The stages therefore run
+round by round across all samples in flight: decomposition, then the local windows, then the
+global stage, then the re-asks; N samples in flight take as many rounds as the deepest sample has
+stages, whatever N is.
+
+Nothing is paid twice. A request's ``custom_id`` is a hash of its body, so a rerun asks for the
+same ids. Before a round is uploaded, its ids are appended to the journal beside ``--out``
+(:class:`BatchJournal`), and the batch id once it is created; the batch carries the submission's
+id in its metadata, so a batch whose creation the journal missed (a kill between the two) is found
+again by listing the provider's batches. A later run reads the journal and polls what was submitted
+instead of submitting it again. A request whose batch failed, expired or was cancelled, or whose
+line failed, is submitted once more; then its call fails as an online call that got no reply does
+(the record is incomplete, the run exits 4).
+
+Every reply goes through the transport policy as an online reply does (parsing, re-asks, the cache
+under the online key), priced at the batch rate (:data:`BATCH_PRICE_FACTOR` of the profile's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, Field
+
+from rt4chart.judges.bounded_http import DecodedBody
+from rt4chart.judges.openai_compat import (
+    EndpointError,
+    ErrorResponse,
+    MalformedResponse,
+    OpenAICompatSender,
+    completion_reply,
+)
+from rt4chart.judges.pacing import RateSignal
+from rt4chart.judges.policy import Reply, status_code
+from rt4chart.protocol import JudgeRequest, waiting_on_provider
+
+BATCH_PRICE_FACTOR = 0.5
+"""What a batched token costs as a share of the online price (OpenAI's and Anthropic's batch discount)."""
+
+POLL_ENV = "RT4_BATCH_POLL_S"
+"""Environment variable: seconds between two polls of a batch (default :data:`DEFAULT_POLL_S`)."""
+
+DEFAULT_POLL_S = 30.0
+"""Seconds between two polls of a batch when neither ``--batch-poll`` nor :data:`POLL_ENV` says."""
+
+MAX_SUBMISSIONS = 2
+"""Times one request is submitted at most: once, and once more after its batch or line failed."""
+
+MAX_BATCH_REQUESTS = 50_000
+"""Requests one OpenAI batch may hold: a round of more is split."""
+
+BATCH_FILE_CAP_BYTES = 256 << 20
+"""The most bytes read of one output or error file (above the providers' 200 MB input limit)."""
+
+SETTLE_TICKS = 20
+"""Event-loop turns with no new request before a round is submitted: a sample woken by a reply
+reaches its next call within a few turns (its futures and gathers), CPU work in between does not
+yield at all, so a round holds the calls of every sample that can make one."""
+
+SUBMISSION_KEY = "rt4chart_submission"
+"""The batch metadata key holding the journal's submission id."""
+
+FAILED_STATES = frozenset({"failed", "expired", "cancelled"})
+"""Batch states whose requests without an output line are submitted again (once)."""
+
+FINISHED_STATES = FAILED_STATES | {"completed"}
+"""Batch states after which the batch's output and error files are read."""
+
+
+def poll_interval_s() -> float:
+    """``$RT4_BATCH_POLL_S`` when it is a positive number, else :data:`DEFAULT_POLL_S`."""
+    try:
+        configured = float(os.environ.get(POLL_ENV, ""))
+    except ValueError:
+        return DEFAULT_POLL_S
+    return configured if configured > 0 else DEFAULT_POLL_S
+
+
+class BatchSettings(BaseModel):
+    """How a run sends its calls through a Batch API (``--batch``); built by the run layer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    poll_s: float = Field(default_factory=poll_interval_s, gt=0.0)
+    """Seconds between two polls of a batch."""
+    journal: Path | None = None
+    """The journal of submitted requests (beside ``--out``); ``None``: kept in memory only."""
+    resume: bool = False
+    """Poll what the journal says was submitted (``--resume``); else the journal starts afresh, as
+    ``--out`` does."""
+
+
+class BatchRequestFailed(Exception):
+    """A batched request got no reply after :data:`MAX_SUBMISSIONS` submissions."""
+
+
+def custom_id_of(body: bytes) -> str:
+    """A request's ``custom_id``: the hash of the body it sends, so the same request asked again (a
+    rerun, two samples asking the same) has the same id."""
+    return "rt4-" + hashlib.sha256(body).hexdigest()[:40]
+
+
+@dataclass
+class Submission:
+    """One batch as the journal knows it."""
+
+    custom_ids: list[str]
+    """The requests it holds."""
+    batch_id: str | None = None
+    """The provider's id once created (``None``: the journal saw no creation)."""
+
+
+class BatchJournal:
+    """An append-only JSON-lines file of submissions: ``{"submission", "custom_ids"}`` written and
+    flushed to disk before the upload, ``{"submission", "batch"}`` once the batch exists."""
+
+    def __init__(self, path: Path | None, *, resume: bool) -> None:
+        self.path = path
+        self.submissions: dict[str, Submission] = {}
+        # A fresh run replaces the file at its first submission (made under the output's lock).
+        self._replace = not resume
+        if resume and path is not None and path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                entry = json.loads(line) if line.strip() else {}
+                name = entry.get("submission")
+                if not isinstance(name, str):
+                    continue
+                if "custom_ids" in entry:
+                    self.submissions[name] = Submission([str(i) for i in entry["custom_ids"]])
+                elif name in self.submissions and isinstance(entry.get("batch"), str):
+                    self.submissions[name].batch_id = entry["batch"]
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        with self.path.open("w" if self._replace else "a", encoding="utf-8") as journal:
+            self._replace = False
+            journal.write(json.dumps(entry) + "\n")
+            journal.flush()
+            os.fsync(journal.fileno())
+
+    def intend(self, custom_ids: list[str]) -> str:
+        """Record a submission about to be uploaded; returns its id."""
+        name = uuid.uuid4().hex
+        self.submissions[name] = Submission(list(custom_ids))
+        self._append({"submission": name, "custom_ids": custom_ids})
+        return name
+
+    def created(self, name: str, batch_id: str) -> None:
+        self.submissions[name].batch_id = batch_id
+        self._append({"submission": name, "batch": batch_id})
+
+
+@dataclass
+class _Held:
+    """A request waiting for its reply."""
+
+    body: bytes
+    reply: asyncio.Future[dict[str, Any]]
+    submissions: int = 0
+    waiters: int = 0
+    """Calls awaiting the reply: a request none awaits any more (its run stopped) is not submitted."""
+
+
+@dataclass
+class BatchRounds:
+    """The collector: requests held until a round is submitted, the batches being polled, and what
+    the journal says was submitted before. One per sender and event loop."""
+
+    sender: BatchSender
+    journal: BatchJournal
+    pending: dict[str, _Held] = field(default_factory=dict)
+    """Requests not yet in a batch, by custom id."""
+    held: dict[str, _Held] = field(default_factory=dict)
+    """Every request waiting for a reply, by custom id."""
+    answered: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Output lines of earlier-submitted batches that no call has asked for yet."""
+    submitted_before: dict[str, list[str]] = field(default_factory=dict)
+    """Batch ids of the journal holding each custom id (resumed, not yet polled)."""
+    polled: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    """The follower of each batch being polled, by batch id."""
+    finished: dict[str, str] = field(default_factory=dict)
+    """Batches followed to their end: why a request they held without an output line got none."""
+    rounds: int = 0
+    """Rounds submitted so far (a resubmission is a round)."""
+    _arrivals: int = 0
+    _settling: asyncio.Task[None] | None = None
+    _resumed: asyncio.Task[None] | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def ask(self, body: bytes) -> dict[str, Any]:
+        """The output line's response body for the request ``body``."""
+        if self._resumed is None:
+            self._resumed = asyncio.ensure_future(self._find_submitted())
+        try:
+            await asyncio.shield(self._resumed)
+        except Exception:
+            self._resumed = None  # the provider could not list its batches: the next call asks again
+            raise
+        custom_id = custom_id_of(body)
+        if (line := self.answered.pop(custom_id, None)) is not None:
+            return line
+        held = self.held.get(custom_id)
+        if held is None:
+            held = self.held[custom_id] = _Held(body, asyncio.get_running_loop().create_future())
+            batches = self.submitted_before.pop(custom_id, [])
+            held.submissions = len(batches)
+            if batches and batches[-1] in self.finished:
+                self._retry_or_fail(custom_id, self.finished[batches[-1]])
+            elif batches:
+                self._poll(batches[-1])
+            else:
+                self._hold(custom_id, held)
+        held.waiters += 1
+        try:
+            return await asyncio.shield(held.reply)
+        except asyncio.CancelledError:
+            held.waiters -= 1
+            if not held.waiters and self.pending.pop(custom_id, None) is not None:
+                del self.held[custom_id]  # not yet submitted, and nobody waits for it: never paid
+            raise
+
+    def _hold(self, custom_id: str, held: _Held) -> None:
+        self.pending[custom_id] = held
+        self._arrivals += 1
+        if self._settling is None:
+            self._settling = self._start(self._submit_when_settled())
+
+    def _start(self, work: Any) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _find_submitted(self) -> None:
+        """Read the journal: each request a created batch holds is polled, never submitted again.
+        A submission whose batch id the journal lacks is looked up by its metadata."""
+        missing = {name for name, sub in self.journal.submissions.items() if sub.batch_id is None}
+        if missing:
+            for batch in await self.sender.list_batches():
+                name = (batch.get("metadata") or {}).get(SUBMISSION_KEY)
+                if name in missing:
+                    self.journal.created(name, str(batch["id"]))
+        for submission in self.journal.submissions.values():
+            if submission.batch_id is not None:
+                for custom_id in submission.custom_ids:
+                    self.submitted_before.setdefault(custom_id, []).append(submission.batch_id)
+
+    async def _submit_when_settled(self) -> None:
+        seen, idle = -1, 0
+        while idle < SETTLE_TICKS:
+            await asyncio.sleep(0)
+            idle = idle + 1 if self._arrivals == seen else 0
+            seen = self._arrivals
+        self._settling = None
+        pending, self.pending = self.pending, {}
+        ids = list(pending)
+        if not ids:
+            return
+        for start in range(0, len(ids), MAX_BATCH_REQUESTS):
+            self._start(self._submit(ids[start : start + MAX_BATCH_REQUESTS]))
+
+    async def _submit(self, custom_ids: list[str]) -> None:
+        self.rounds += 1
+        round_number = self.rounds
+        for custom_id in custom_ids:
+            self.held[custom_id].submissions += 1
+        try:
+            name = self.journal.intend(custom_ids)
+            lines = b"".join(
+                b'{"custom_id":"%s","method":"POST","url":"/v1/chat/completions","body":%s}\n'
+                % (custom_id.encode(), self.held[custom_id].body)
+                for custom_id in custom_ids
+            )
+            batch_id = await self.sender.create_batch(lines, name)
+            self.journal.created(name, batch_id)
+        except Exception as error:  # the provider refused the round: each call fails as online
+            for custom_id in custom_ids:
+                self._fail(custom_id, error)
+            return
+        await self._follow(batch_id, f"round {round_number}", len(custom_ids))
+
+    def _poll(self, batch_id: str) -> None:
+        if batch_id not in self.polled:
+            self.polled[batch_id] = self._start(self._follow(batch_id, "a batch submitted before", None))
+
+    async def _follow(self, batch_id: str, what: str, requests: int | None) -> None:
+        """Poll ``batch_id`` until it finishes, then answer its requests; those without an output
+        line are submitted once more or fail."""
+        try:
+            batch = await self.sender.wait_for(batch_id, what, requests)
+            outputs = await self.sender.file_lines(batch.get("output_file_id"))
+            errors = await self.sender.file_lines(batch.get("error_file_id"))
+        except Exception as error:
+            if status_code(error) == 404:  # a journaled batch the provider does not know: never ran
+                self.finished[batch_id] = f"the provider knows no batch {batch_id}"
+                for custom_id in self._waiting_on(batch_id):
+                    self._retry_or_fail(custom_id, self.finished[batch_id])
+                return
+            for custom_id in self._waiting_on(batch_id):
+                self._fail(custom_id, error)
+            return
+        reasons: dict[str, str] = {}
+        for line in errors:
+            reasons[str(line.get("custom_id"))] = _line_error(line)
+        for line in outputs:
+            custom_id = str(line.get("custom_id"))
+            response = line.get("response") or {}
+            if response.get("status_code") == 200 and isinstance(response.get("body"), dict):
+                self._answer(custom_id, response["body"])
+            else:
+                reasons[custom_id] = _line_error(line)
+        status = str(batch.get("status"))
+        self.finished[batch_id] = f"the batch {batch_id} ended {status} without its line"
+        for custom_id in self._waiting_on(batch_id):
+            reason = reasons.get(custom_id, self.finished[batch_id])
+            self._retry_or_fail(custom_id, reason)
+
+    def _waiting_on(self, batch_id: str) -> list[str]:
+        """The unanswered requests the journal puts in ``batch_id``."""
+        held_in = {
+            custom_id
+            for submission in self.journal.submissions.values()
+            if submission.batch_id == batch_id
+            for custom_id in submission.custom_ids
+        }
+        return [custom_id for custom_id in held_in if custom_id in self.held and custom_id not in self.pending]
+
+    def _answer(self, custom_id: str, body: dict[str, Any]) -> None:
+        held = self.held.pop(custom_id, None)
+        if held is None:
+            self.answered[custom_id] = body  # a resumed batch's line nobody asked for yet
+        elif not held.reply.done():
+            held.reply.set_result(body)
+
+    def _retry_or_fail(self, custom_id: str, reason: str) -> None:
+        held = self.held[custom_id]
+        if held.submissions < MAX_SUBMISSIONS:
+            self._hold(custom_id, held)
+        else:
+            self._fail(custom_id, BatchRequestFailed(f"{reason} (submitted {held.submissions} times)"))
+
+    def _fail(self, custom_id: str, error: BaseException) -> None:
+        held = self.held.pop(custom_id, None)
+        if held is not None and not held.reply.done():
+            held.reply.set_exception(error)
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def _line_error(line: dict[str, Any]) -> str:
+    """Why an output or error line holds no reply, in the provider's words."""
+    error = line.get("error")
+    if isinstance(error, dict):
+        return f"{error.get('code')}: {error.get('message')}"
+    response = line.get("response") or {}
+    body = response.get("body") or {}
+    detail = body.get("error", body) if isinstance(body, dict) else body
+    detail = detail.get("message", detail) if isinstance(detail, dict) else detail
+    return f"HTTP {response.get('status_code')}: {detail}"
+
+
+class BatchSender(OpenAICompatSender):
+    """The OpenAI-compatible sender whose attempts go through the Batch API (see the module docstring)."""
+
+    def __init__(self, *args: Any, batch: BatchSettings, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.batch = batch
+        self._base = self._url.removesuffix("/chat/completions")
+        self._rounds: dict[asyncio.AbstractEventLoop, BatchRounds] = {}
+        self.journal = BatchJournal(batch.journal, resume=batch.resume)
+
+    @property
+    def rounds(self) -> BatchRounds:
+        """This event loop's collector."""
+        loop = asyncio.get_running_loop()
+        if loop not in self._rounds:
+            self._rounds = {loop: BatchRounds(self, self.journal)}
+        return self._rounds[loop]
+
+    async def send(self, messages: list[dict[str, str]], request: JudgeRequest) -> Reply:
+        answer = await self.rounds.ask(self.body(messages, request, self.structured_output))
+        try:
+            message = answer["choices"][0]["message"]
+        except (KeyError, IndexError, TypeError) as error:
+            raise MalformedResponse(f"a batch output line without a chat completion: {str(answer)[:200]}") from error
+        return completion_reply(answer, message, RateSignal())
+
+    def is_transient(self, error: BaseException) -> bool:
+        # A request already submitted twice is not retried by the policy's backoff as well.
+        return not isinstance(error, BatchRequestFailed) and super().is_transient(error)
+
+    async def _call(
+        self, method: str, path: str, *, data: Any = None, json_body: Any = None, headers: dict[str, str] | None = None
+    ) -> bytes:
+        client = await self._client()
+        async with asyncio.timeout(self.settings.timeout_s):
+            async with client.request(
+                method, f"{self._base}{path}", data=data, json=json_body, headers=headers, allow_redirects=False
+            ) as response:
+                reader = DecodedBody(response.headers.get("Content-Encoding"), BATCH_FILE_CAP_BYTES)
+                async for chunk in response.content.iter_any():
+                    reader.feed(chunk)
+                status, answered = response.status, response.headers
+        body = reader.finish()
+        if status >= 400:
+            raise EndpointError(self._error_message(status, body), ErrorResponse(status, answered))
+        return body
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        answer = pydantic_core.from_json(await self._call(method, path, **kwargs))
+        if not isinstance(answer, dict):
+            raise MalformedResponse(f"{path} answered {str(answer)[:200]}")
+        return answer
+
+    async def create_batch(self, lines: bytes, submission: str) -> str:
+        """Upload ``lines`` as a batch input file and create its batch; returns the batch id."""
+        form = aiohttp.MultipartWriter("form-data")
+        form.append("batch").set_content_disposition("form-data", name="purpose")
+        form.append(lines, {"Content-Type": "application/jsonl"}).set_content_disposition(
+            "form-data", name="file", filename="rt4chart-batch.jsonl"
+        )
+        # The session's JSON content type would otherwise label the upload.
+        uploaded = await self._json("POST", "/files", data=form, headers={"Content-Type": form.headers["Content-Type"]})
+        created = await self._json("POST", "/batches", json_body={
+            "input_file_id": uploaded["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h",
+            "metadata": {SUBMISSION_KEY: submission},
+        })
+        return str(created["id"])
+
+    async def list_batches(self) -> list[dict[str, Any]]:
+        """The provider's most recent batches (where a submission the journal lost is found)."""
+        listed = await self._json("GET", "/batches?limit=100")
+        return [batch for batch in listed.get("data") or [] if isinstance(batch, dict)]
+
+    async def wait_for(self, batch_id: str, what: str, requests: int | None) -> dict[str, Any]:
+        """The batch once it has finished, polled every ``poll_s`` seconds."""
+        since = time.monotonic()
+        held = f"{requests} requests, " if requests is not None else ""
+
+        def note() -> str:
+            return f"{what} waiting on the provider: {batch_id}, {held}{time.monotonic() - since:.0f} s"
+
+        with waiting_on_provider(note):
+            while True:
+                batch = await self._json("GET", f"/batches/{batch_id}")
+                if batch.get("status") in FINISHED_STATES:
+                    return batch
+                await asyncio.sleep(self.batch.poll_s)
+
+    async def file_lines(self, file_id: Any) -> list[dict[str, Any]]:
+        """The JSON lines of an output or error file (none without a file)."""
+        if not isinstance(file_id, str):
+            return []
+        content = await self._call("GET", f"/files/{file_id}/content")
+        return [json.loads(line) for line in content.splitlines() if line.strip()]
+
+    async def aclose(self) -> None:
+        rounds = self._rounds.pop(asyncio.get_running_loop(), None)
+        if rounds is not None:
+            await rounds.aclose()
+        await super().aclose()

@@ -1,0 +1,198 @@
+"""rt4chart's own runs as OpenTelemetry traces (the ``otel`` extra).
+
+When the standard ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` variable
+is set (``OTEL_EXPORTER_OTLP_HEADERS`` and the other ``OTEL_EXPORTER_OTLP_*`` variables are read by
+the exporter itself), an audit sends its spans over OTLP/HTTP: ``rt4chart.run`` for the run, a
+``rt4chart.sample`` child per input line with the verdict as attributes, and a child of that per
+judge call named and attributed after the OpenTelemetry GenAI semantic conventions. Unset, nothing
+of OpenTelemetry is imported and nothing is added to a call. Every string attribute is scrubbed of
+API keys (:func:`rt4chart.judges.scrubbing.scrub`); the exporter's headers never become attributes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from rt4chart.judges.scrubbing import scrub
+from rt4chart.protocol import Backend, BackendWrapper, JudgeRequest, JudgeResponse
+from rt4chart.records.io import InputLine
+from rt4chart.records.manifest import RunCounts, rt4chart_version
+from rt4chart.types import AuditRecord, Usage
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Span, Tracer
+
+
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+"""The variables that turn tracing on (either names where the OTLP/HTTP exporter sends spans)."""
+
+AttributeValue = str | bool | int | float
+
+
+class TelemetryUnavailable(RuntimeError):
+    """An OTLP endpoint is configured but the ``otel`` extra is not installed."""
+
+
+def tracing_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the environment asks for traces: an endpoint variable is set and the SDK is not
+    disabled (``OTEL_SDK_DISABLED=true``, the standard off switch)."""
+    environ = os.environ if environ is None else environ
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    return any(environ.get(name, "").strip() for name in ENDPOINT_VARIABLES)
+
+
+def _scrubbed(attributes: Mapping[str, AttributeValue | None]) -> dict[str, AttributeValue]:
+    # Traces leave the machine: a judge name, a sample id or an error may hold a key.
+    return {
+        key: scrub(value) if isinstance(value, str) else value
+        for key, value in attributes.items()
+        if value is not None
+    }
+
+
+def _usage_attributes(usage: Usage) -> dict[str, AttributeValue | None]:
+    return {
+        "gen_ai.usage.input_tokens": usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": usage.completion_tokens,
+        "rt4chart.cost_usd": usage.cost_usd,
+        "rt4chart.calls": usage.calls,
+        "rt4chart.cache_hits": usage.cache_hits,
+    }
+
+
+class RunTracing:
+    """One run's tracer: its spans go to the configured OTLP endpoint through a batch processor
+    (exported off the event loop), flushed by :meth:`shutdown`."""
+
+    def __init__(self, provider: TracerProvider, tracer: Tracer) -> None:
+        self._provider = provider
+        self._tracer = tracer
+
+    @contextmanager
+    def run_span(self) -> Iterator[Span]:
+        """The run's span, current while the run audits (sample spans become its children); a run that
+        cannot start (a usage error) ends it as an error span."""
+        with self._tracer.start_as_current_span("rt4chart.run", record_exception=False) as span:
+            yield span
+
+    def end_run(self, span: Span, judge: str, counts: RunCounts, usage: Usage, status: str, reason: str) -> None:
+        """The run's tally on its span; a run that could not audit everything (stopped, invalid input,
+        verdicts left open, a crash) is an error span. Hallucinated answers are findings, not errors."""
+        from opentelemetry.trace import Status, StatusCode
+
+        attributes: dict[str, AttributeValue | None] = {
+            "rt4chart.judge": judge,
+            "gen_ai.request.model": judge,
+            "rt4chart.run.status": status,
+            "rt4chart.run.records": counts.records,
+            "rt4chart.run.hallucinated": counts.hallucinated,
+            "rt4chart.run.incomplete": counts.incomplete,
+            "rt4chart.run.invalid": counts.invalid,
+            **{f"rt4chart.run.labels.{label}": count for label, count in counts.labels.items()},
+            **_usage_attributes(usage),
+        }
+        span.set_attributes(_scrubbed(attributes))
+        if status not in ("passed", "failed"):
+            span.set_status(Status(StatusCode.ERROR, scrub(reason or status)))
+
+    async def sample(self, item: InputLine, audit: Callable[[InputLine], Awaitable[AuditRecord]]) -> AuditRecord:
+        """``audit(item)`` inside the line's span (its judge calls become the span's children), the
+        verdict on the span: label, claims, hallucinated, usage, and the production trace it came from."""
+        from opentelemetry.trace import Status, StatusCode
+
+        sample = item.sample
+        source = sample.trace if sample is not None else None
+        attributes = _scrubbed({
+            "rt4chart.sample.line": item.line,
+            "rt4chart.sample.id": sample.id if sample is not None else None,
+            "rt4chart.source.trace_id": source.trace_id if source is not None else None,
+            "rt4chart.source.span_id": source.answer_span_id if source is not None else None,
+        })
+        with self._tracer.start_as_current_span(
+            "rt4chart.sample", attributes=attributes, record_exception=False
+        ) as span:
+            record = await audit(item)
+            span.set_attributes(_scrubbed({
+                "rt4chart.verdict.label": record.label.value if record.label is not None else None,
+                "rt4chart.verdict.claims": len(record.claims),
+                "rt4chart.verdict.hallucinated": record.hallucinated,
+                "rt4chart.verdict.incomplete": record.incomplete,
+                **_usage_attributes(record.usage),
+            }))
+            if record.errors or record.incomplete:
+                why = record.errors[0] if record.errors else "judge errors left the verdict open"
+                span.set_status(Status(StatusCode.ERROR, scrub(why)))
+            return record
+
+    def traced(self, backend: Backend) -> Backend:
+        """``backend`` with a span per call (:class:`TracedBackend`)."""
+        return TracedBackend(backend, self._tracer)
+
+    async def shutdown(self) -> None:
+        """Export what is still queued and stop (a blocking flush, run off the event loop)."""
+        await asyncio.to_thread(self._provider.shutdown)
+
+
+class TracedBackend(BackendWrapper):
+    """A judge whose every call is a span after the GenAI conventions: ``chat MODEL``, the model,
+    tokens, cost, whether the cache answered, and the error of a failed call."""
+
+    def __init__(self, inner: Backend, tracer: Tracer) -> None:
+        super().__init__(inner)
+        self._tracer = tracer
+
+    async def complete(self, request: JudgeRequest) -> JudgeResponse:
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        attributes = _scrubbed({
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": self.name,
+            "rt4chart.task": request.task,
+        })
+        with self._tracer.start_as_current_span(
+            scrub(f"chat {self.name}"), kind=SpanKind.CLIENT, attributes=attributes,
+            record_exception=False, set_status_on_exception=False,
+        ) as span:
+            try:
+                response = await self.inner.complete(request)
+            except BaseException as error:  # a budget stop, an unreachable judge: the span says which
+                span.set_attributes({"error.type": type(error).__name__})
+                span.set_status(Status(StatusCode.ERROR, scrub(str(error))))
+                raise
+            span.set_attributes(_scrubbed({
+                "gen_ai.response.model": response.judge or self.name,
+                "rt4chart.cached": response.cached,
+                **_usage_attributes(response.usage),
+            }))
+            if response.error is not None:
+                span.set_attributes({"error.type": "judge_reply"})
+                span.set_status(Status(StatusCode.ERROR, scrub(response.error)))
+            return response
+
+
+def start_tracing() -> RunTracing | None:
+    """The run's tracing when the environment configures an endpoint, else ``None`` (nothing
+    imported). Raises :class:`TelemetryUnavailable` when it does but the ``otel`` extra is missing."""
+    if not tracing_configured():
+        return None
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        raise TelemetryUnavailable(
+            "an OTLP endpoint is set (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) but "
+            "OpenTelemetry is not installed: pip install 'rt4chart[otel]', or set OTEL_SDK_DISABLED=true"
+        ) from None
+    # A provider of the run's own, not the process's global one: a host application's tracing stays its own.
+    service = os.environ.get("OTEL_SERVICE_NAME", "").strip() or "rt4chart"
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    return RunTracing(provider, provider.get_tracer("rt4chart", rt4chart_version()))

@@ -59,5 +59,6 @@ def test_deepeval_answers_each_schema_in_its_shape(bench: ModuleType) -> None:
 def test_cacheable_tokens_are_priced_at_the_cached_rate(bench: ModuleType) -> None:
     rates = bench.Rates(prompt=4.0, cached_prompt=1.0, completion=10.0)
     usage = bench.Usage(calls=2, prompt_tokens=100, completion_tokens=5, cacheable_tokens=40, vllm_cacheable_tokens=48)
-    assert rates.online(usage) == 100 * 4.0 + 5 * 10.0
+    assert rates.uncached(usage) == 100 * 4.0 + 5 * 10.0
     assert rates.with_cache(usage) == 60 * 4.0 + 40 * 1.0 + 5 * 10.0
+    assert rates.halved().with_cache(usage) == rates.with_cache(usage) / 2

@@ -7,12 +7,15 @@ recording OpenAI-compatible stand-in on 127.0.0.1 (the fault server of tests/fau
 and reports, per tool: calls, prompt tokens, completion tokens, the prompt tokens that sit in a
 cacheable prefix under OpenAI's rule (evals/prefix_cache.py: an ideal cache of every earlier prompt
 of the same tool, >= 1,024 shared tokens in 128-token steps) and their share under vLLM's block
-rule, and the price at gpt-4o-mini's rates
-from litellm's price list, online and with the cacheable tokens at the cached-input rate.
+rule, and the price at gpt-4o-mini's rates from litellm's price list, as sent and with the
+cacheable tokens at the cached-input rate.
 
 - rt4chart: ``rt4 verify`` with its defaults (judge decomposer, global stage) and with
   ``--decomposer rules``, ``--no-cache --concurrency 1 --samples-in-flight 1`` so calls arrive in
   one order every run;
+- rt4chart ``--batch`` (default decomposer, every sample in flight) through the Batch API stand-in
+  of tests/batch_server.py, which answers each line as the online server would; its lines are
+  counted in submission order and priced at half of each rate (the Batch API's discount);
 - RAGAS ``Faithfulness`` and DeepEval ``FaithfulnessMetric`` by evals/bench/peer_faithfulness.py
   in the peers' own virtual environment (``--peers-python``; RAGAS and DeepEval are no rt4chart
   dependency), samples one after another. That environment, once:
@@ -22,13 +25,14 @@ from litellm's price list, online and with the cacheable tokens at the cached-in
 The stand-in answers each tool's prompts with JSON of that tool's own shape, sized by the sample as
 a model would size it, not written by a model: rt4chart's decomposition one claim per answer
 sentence, its verification entailed-with-a-quote where the claim stands word for word in the
-context (else baseless, so no re-asks); RAGAS one statement per answer sentence and a verdict with a
-reason per statement; DeepEval one truth per context sentence, one claim per answer sentence, a
-verdict per claim (a reason where not ``yes``) and a one-sentence score reason. Prompt tokens are
-the exact messages sent, tokenised with o200k_base (gpt-4o-mini's encoding, the file litellm ships)
-with one token per role marker and message end; completion tokens are the replies' contents so
-tokenised. Completion figures are therefore of the stand-in's wording: a model writes more (the
-reasons) or less; the calls and prompt tokens are the tools' own.
+context, else baseless, so no re-asks (tests/faults.py's ``sentences_as_claims_grounded``); RAGAS
+one statement per answer sentence and a verdict with a reason per statement; DeepEval one truth
+per context sentence, one claim per answer sentence, a verdict per claim (a reason where not
+``yes``) and a one-sentence score reason. Prompt tokens are the exact messages sent, tokenised
+with o200k_base (gpt-4o-mini's encoding, the file litellm ships) with one token per role marker
+and message end; completion tokens are the replies' contents so tokenised. Completion figures are
+therefore of the stand-in's wording: a model writes more (the reasons) or less; the calls and
+prompt tokens are the tools' own.
 """
 
 from __future__ import annotations
@@ -54,7 +58,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from faults import fault_server, grounded
+from batch_server import BatchServer, batch_server
+from faults import fault_server
+from faults import sentences_as_claims_grounded as rt4chart_reply
 from prefix_cache import OPENAI_MINIMUM, OPENAI_STEP, cacheable, litellm_tiktoken_dir
 from results import record
 from workload import bench_inputs
@@ -99,16 +105,6 @@ def last_user_text(body: dict[str, Any]) -> str:
 def between(text: str, start: str, end: str) -> str:
     """The text after the last ``start`` and before the next ``end`` (or the text's end)."""
     return text.rsplit(start, 1)[-1].split(end, 1)[0].strip()
-
-
-def rt4chart_reply(body: dict[str, Any]) -> str:
-    """Decomposition: one claim per answer sentence; verification: as tests/faults.py's ``grounded``."""
-    user = last_user_text(body)
-    if "Answer sentences:" not in user:
-        return grounded(body)
-    listing = user.rsplit("Answer sentences:", 1)[-1].splitlines()
-    numbered = [line.split("] ", 1) for line in listing if line.startswith("[") and "] " in line]
-    return json.dumps({"sentences": [{"sentence": int(number[1:]), "claims": [text]} for number, text in numbered]})
 
 
 def ragas_reply(body: dict[str, Any]) -> str:
@@ -159,6 +155,8 @@ class Tool:
     """The audit's command line, given the input JSONL and the stand-in's base URL."""
     finished: frozenset[int] = frozenset({0})
     """Exit codes of a finished audit (``rt4 verify``: 1 when it found unsupported claims)."""
+    batch: bool = False
+    """Sent through the Batch API stand-in (tests/batch_server.py) and priced at batch rates."""
 
 
 RT4_FINISHED = frozenset({0, 1})
@@ -185,9 +183,9 @@ def tools(peers_python: str) -> list[Tool]:
         Tool("rt4chart online (judge decomposer, default)", rt4chart_reply, rt4_verify(), RT4_FINISHED),
         Tool("rt4chart online (`--decomposer rules`)", rt4chart_reply, rt4_verify("--decomposer", "rules"),
              RT4_FINISHED),
-        # BATCH ROWS GO HERE once `rt4 verify --batch` (h41batch: judges/batch.py and the Batch API
-        # stand-in tests/batch_server.py) is on main: rt4chart batch, and batch + cache layout, each
-        # priced at the batch rates (litellm's `*_cost_per_token_batches`).
+        # Every sample in flight: a batch audit's calls go in a few rounds (README: Batch audits).
+        Tool("rt4chart `--batch` (judge decomposer)", rt4chart_reply,
+             rt4_verify("--batch", "--batch-poll", "0.05", "--samples-in-flight", "1000"), RT4_FINISHED, batch=True),
         Tool("RAGAS faithfulness", ragas_reply, peer(peers_python, "ragas")),
         Tool("DeepEval faithfulness", deepeval_reply, peer(peers_python, "deepeval")),
     ]
@@ -220,7 +218,11 @@ class Rates:
     completion: float
     """Output tokens."""
 
-    def online(self, usage: Usage) -> float:
+    def halved(self) -> Rates:
+        """Batch rates: half of each (the Batch API's discount, cached prompt tokens included)."""
+        return Rates(self.prompt / 2, self.cached_prompt / 2, self.completion / 2)
+
+    def uncached(self, usage: Usage) -> float:
         return usage.prompt_tokens * self.prompt + usage.completion_tokens * self.completion
 
     def with_cache(self, usage: Usage) -> float:
@@ -244,14 +246,18 @@ def audit(tool: Tool, inputs: Path, encoding: tiktoken.Encoding) -> Usage:
         completions.append(len(encoding.encode(content, disallowed_special=())))
         return completions[-1]
 
-    with fault_server(tool.reply) as server:
-        server.prompt_tokens = lambda body: len(prompt_token_ids(body, encoding))
-        server.completion_tokens = completion_tokens
+    with (batch_server if tool.batch else fault_server)(tool.reply) as server:
+        answers = server.answers if isinstance(server, BatchServer) else server
+        answers.prompt_tokens = lambda body: len(prompt_token_ids(body, encoding))
+        answers.completion_tokens = completion_tokens
         done = subprocess.run(tool.command(inputs, server.base_url), capture_output=True, text=True, check=False,
                               env={**os.environ, "OPENAI_API_KEY": "no-key"})
         if done.returncode not in tool.finished:
             raise SystemExit(f"{tool.name} failed ({done.returncode}): {done.stderr[-3000:]}")
-        bodies = list(server.requests)
+        if isinstance(server, BatchServer):  # the lines of every batch, in submission order; no call went online
+            bodies = [line["body"] for batch in server.created_batches for line in batch["_lines"]] + server.online
+        else:
+            bodies = list(server.requests)
     prompts = [prompt_token_ids(body, encoding) for body in bodies]
     total, openai_cached, vllm_cached = cacheable(prompts)
     return Usage(len(bodies), total, sum(completions), openai_cached, vllm_cached)
@@ -279,12 +285,13 @@ def main() -> None:
         inputs.write_text("".join(item.sample.model_dump_json() + "\n" for item in items if item.sample), "utf-8")
         for tool in tools(args.peers_python):
             usage = audit(tool, inputs, encoding)
+            priced = rates.halved() if tool.batch else rates
             rows.append(
                 f"| {tool.name} | {usage.calls:,} | {usage.prompt_tokens:,} | {usage.completion_tokens:,} "
                 f"| {usage.cacheable_tokens:,} ({usage.cacheable_tokens / usage.prompt_tokens:.0%}) "
                 f"| {usage.vllm_cacheable_tokens / usage.prompt_tokens:.0%} "
-                f"| ${rates.online(usage):.4f} | ${rates.with_cache(usage):.4f} "
-                f"| ${rates.online(usage) / len(items):.5f} |"
+                f"| ${priced.uncached(usage):.4f} | ${priced.with_cache(usage):.4f} "
+                f"| ${priced.uncached(usage) / len(items):.5f} |"
             )
     per_million = 1_000_000
     record(
@@ -298,10 +305,11 @@ def main() -> None:
             f"steps; vLLM's: whole 16-token blocks, no price). "
             f"Prices: {PRICED_MODEL} from litellm's list, ${rates.prompt * per_million:.3f}/M input, "
             f"${rates.cached_prompt * per_million:.3f}/M cached input, ${rates.completion * per_million:.2f}/M "
-            "output. Batch rows: to come with `rt4 verify --batch`.",
+            "output; the batch row at half of each (the Batch API's discount), its lines through tests/batch_server.py "
+            "in submission order.",
             "",
             "| tool | calls | prompt tokens | completion tokens | cacheable prompt tokens (OpenAI) "
-            "| cacheable share (vLLM) | $ online | $ online, cacheable at cached rate | $ / sample online |",
+            "| cacheable share (vLLM) | $ | $, cacheable at cached rate | $ / sample |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
         ],

@@ -13,6 +13,7 @@ No) whose verdict is the first token's log probabilities, which the senders ask 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -55,6 +56,13 @@ def _canonical(candidate: str) -> str:
     return json.dumps(json.loads(candidate), sort_keys=True, ensure_ascii=False)
 
 
+@functools.lru_cache(maxsize=32)
+def _quoted_objects(part: str) -> frozenset[str]:
+    """The canonical forms of every JSON object in one prompt text. Cached: the calls of a run share
+    their instructions (and a sample's calls its context), and the search decodes every brace."""
+    return frozenset(_canonical(found) for found in _json_objects(part, nested=True))
+
+
 def _json_candidates(text: str) -> list[str]:
     """Complete top-level JSON objects in ``text``, outside ``<think>`` blocks, in order.
 
@@ -80,22 +88,26 @@ def parse_reply(
     candidates = _json_candidates(text)
     if not candidates:
         return None, "the reply holds no JSON object"
-    quoted = {_canonical(found) for part in prompt for found in _json_objects(part, nested=True)}
-    errors: list[str] = []
+    # The prompt is searched only once a candidate validates: a reply with none needs no search.
+    quoted: frozenset[str] | None = None
+    first_error: ValidationError | None = None  # the earliest candidate's, the one the reason quotes
     copied = 0
     for candidate in reversed(candidates):
         try:
             parsed = schema.model_validate_json(candidate)
         except ValidationError as error:
-            errors.append(str(error))
+            first_error = error
             continue
+        if quoted is None:
+            quoted = frozenset().union(*(_quoted_objects(part) for part in prompt))
         if quoted and _canonical(candidate) in quoted:
             copied += 1
             continue
         return parsed, None
     if copied:
         return None, f"the reply only repeats {schema.__name__} objects of the prompt"
-    return None, f"the reply does not match the {schema.__name__} schema: {errors[-1][:REPLY_LIMIT]}"
+    assert first_error is not None  # every candidate failed validation
+    return None, f"the reply does not match the {schema.__name__} schema: {str(first_error)[:REPLY_LIMIT]}"
 
 
 class TokenLogprob(BaseModel):

@@ -76,7 +76,8 @@ def test_a_failing_assertion_names_the_claim_and_its_evidence_in_the_terminal_an
     output = result.stdout.str()
     claim = "[0] contradicted  You can return a laptop within 60 days of delivery."
     quote = "«Laptops bought from our online store can be returned within 30 days of delivery.»"
-    assert claim in output and quote in output and "[context 0-80, sentence 0, 1 \u00b7 characters 0\u201380]" in output  # passage 1 of the two
+    where = "[context 0-80, sentence 0, 1 \u00b7 characters 0\u201380]"  # passage 1 of the two
+    assert claim in output and quote in output and where in output
     assert "2 answers audited, 1 with failing claims (1 claims)" in output
     assert "test_refund.py::test_wrong_number: contradicted, 1 claims, 1 failing, " in output
     assert "test_refund.py::test_grounded:" not in output, "without -v only answers with failing claims are listed"

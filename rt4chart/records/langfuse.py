@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 
 from rt4chart.conversations import tool_document
 from rt4chart.records.io import InputLine
-from rt4chart.records.traces import TraceError, turn_item
+from rt4chart.records.traces import TraceError, json_documents, turn_item
 from rt4chart.types import TraceSource
 
 
@@ -61,31 +61,11 @@ class LangfuseMapping(BaseModel):
     observation's id)."""
 
 
-def _documents_of(path: Path) -> list[Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise TraceError(f"cannot read the trace file {path}: {error}") from None
-    try:
-        documents = [json.loads(text)]
-    except json.JSONDecodeError:
-        documents = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                try:
-                    documents.append(json.loads(line))
-                except json.JSONDecodeError as error:
-                    raise TraceError(f"{path}: line {number} is not valid JSON ({error.msg})") from None
-    except RecursionError:
-        raise TraceError(f"{path}: nested too deeply to be a trace export") from None
-    return documents
-
-
 def read_traces_file(path: Path) -> list[Any]:
     """The traces of a Langfuse export file (see the module's docstring); :class:`TraceError` when it is
     none."""
     traces: list[Any] = []
-    for document in _documents_of(path):
+    for document in json_documents(path):
         if isinstance(document, Mapping) and isinstance(document.get("data"), list):
             traces.extend(document["data"])
         elif isinstance(document, list):

@@ -182,8 +182,10 @@ def _nanos(value: Any) -> int:
         return 0
 
 
-def _requests(path: Path) -> list[Any]:
-    """The export requests of a file: one JSON document, or one per line."""
+def json_documents(path: Path) -> list[Any]:
+    """The JSON documents of a trace export file: one document, or one per line (the OTLP export
+    requests of a Collector's file, a Langfuse export's pages); :class:`TraceError` naming the line
+    that is not JSON."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -241,7 +243,7 @@ def read_spans(path: Path) -> tuple[dict[str, list[Span]], list[str]]:
     """The file's spans by trace id (in order of appearance), and the problems of what holds no usable
     span (a span that names no trace or no span id, an entry that is not an object): each becomes an error
     item, never dropped."""
-    return spans_of_requests(_requests(path), str(path))
+    return spans_of_requests(json_documents(path), str(path))
 
 
 def spans_of_requests(requests: list[Any], source: str) -> tuple[dict[str, list[Span]], list[str]]:

@@ -146,7 +146,7 @@ def signals_train(
     model: Annotated[Path, typer.Option(help="Model directory or GGUF file whose attention the probe reads.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Probe file to write (JSON).")],
     feature: Annotated[str, typer.Option(help="AggTruth feature: sum, cossim, entropy or jsdiv.")] = "sum",
-    selector: Annotated[str, typer.Option(help="Head selector. AggTruth's: center:R, random:N:K, random-positive:N:K, spearman. Ours: spearman:significant, spearman:R, lasso[:C], best-of-random:N:K, best-of-random-positive:N:K, layers-center:R, all.")] = "spearman:significant",
+    selector: Annotated[str, typer.Option(help="Head selector. AggTruth's: center:R, random:N:K, random-positive:N:K, spearman (the default: best on held-out RAGTruth QA dev, evals/signals/RESULTS_aggtruth.md). Ours: spearman:significant, spearman:R, lasso[:C], best-of-random:N:K, best-of-random-positive:N:K, layers-center:R, all.")] = "spearman",
     seed: Annotated[int, typer.Option(help="Seed of the random selectors.")] = 0,
     cache_dir: SignalCacheDirOption = None,
     no_cache: NoSignalCacheOption = False,

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 
 from rt4chart.conversations import tool_document
 from rt4chart.records.io import InputLine
-from rt4chart.records.traces import TraceError, json_documents, turn_item
+from rt4chart.records.traces import TraceError, TurnParts, json_documents, turn_item
 from rt4chart.types import TraceSource
 
 
@@ -200,16 +200,13 @@ def langfuse_item(trace: Any, number: int, mapping: LangfuseMapping) -> InputLin
         question_span_id=question_from, retriever_span_ids=[str(o.get("id")) for o in retrievers],
         tool_span_ids=[str(o.get("id")) for o, _ in tool_results],
     )
-    documents = turn.documents(retrievers)
-    missing = [what for what, absent in (("retrieved documents", not documents and not tool_results),
-                                         ("answer", answer is None)) if absent]
-    if missing or answer is None:
-        kinds = {"retrieved documents": f"no {'/'.join(mapping.retriever_types)} observation or retriever SPAN "
-                 f"with documents in its output, no {'/'.join(mapping.tool_types)} observation with an output",
-                 "answer": f"no {'/'.join(mapping.answer_types)} with an output"}
-        reason = "; ".join(f"no {what} ({kinds[what]})" for what in missing)
-        return InputLine(number, None, f"trace {trace_id}: {reason}", raw_id=trace_id, trace=source)
-    return turn_item(number, source, documents, [document for _, document in tool_results], question, answer)
+    looked_for = TurnParts(
+        documents=f"no {'/'.join(mapping.retriever_types)} observation or retriever SPAN with documents in its "
+        f"output, no {'/'.join(mapping.tool_types)} observation with an output",
+        answer=f"no {'/'.join(mapping.answer_types)} with an output",
+    )
+    tool_documents = [document for _, document in tool_results]
+    return turn_item(number, source, turn.documents(retrievers), tool_documents, question, answer, looked_for)
 
 
 def read_langfuse_traces(path: Path, mapping: LangfuseMapping | None = None) -> Iterator[InputLine]:

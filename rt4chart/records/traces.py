@@ -32,7 +32,7 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -425,29 +425,40 @@ def trace_item(trace_id: str, spans: list[Span], number: int, mapping: TraceMapp
         question_span_id=question_span.span_id if question_span else None,
         retriever_span_ids=[s.span_id for s in retrievers], tool_span_ids=[span.span_id for span, _ in tool_results],
     )
-    documents = turn.documents(retrievers)
-    missing = [what for what, absent in (("retrieved documents", not documents and not tool_results),
-                                         ("answer", answer is None)) if absent]
-    if missing or answer is None:
-        kinds = {"retrieved documents": f"{'/'.join(mapping.retriever_kinds)} span with {mapping.documents}.N."
-                 f"{mapping.document_text}, no {'/'.join(mapping.tool_kinds)} span with a result",
-                 "answer": f"{'/'.join(mapping.llm_kinds)} span with an output"}
-        reason = "; ".join(f"no {what} (no {kinds[what]})" for what in missing)
-        return InputLine(number, None, f"trace {trace_id}: {reason}", raw_id=trace_id, trace=source)
-    return turn_item(number, source, documents, [document for _, document in tool_results], question, answer)
+    looked_for = TurnParts(
+        documents=f"no {'/'.join(mapping.retriever_kinds)} span with {mapping.documents}.N.{mapping.document_text}, "
+        f"no {'/'.join(mapping.tool_kinds)} span with a result",
+        answer=f"no {'/'.join(mapping.llm_kinds)} span with an output",
+    )
+    tool_documents = [document for _, document in tool_results]
+    return turn_item(number, source, turn.documents(retrievers), tool_documents, question, answer, looked_for)
+
+
+class TurnParts(NamedTuple):
+    """What a trace reader looked for, said when a turn lacks it: its documents, its answer."""
+
+    documents: str
+    answer: str
 
 
 def turn_item(number: int, source: TraceSource, retrieved: list[dict[str, Any]], tool_results: list[dict[str, Any]],
-              question: str | None, answer: str) -> InputLine:
+              question: str | None, answer: str | None, looked_for: TurnParts) -> InputLine:
     """A trace's turn as one input item (``number``: its position), its sample checked as an input line's:
     the retrieved documents (``{"id" | None, "text"}``) are the context's named passages; a trace of an
     agent has its tool results (documents) first, then the retrieved documents, one without an id named
-    by its position among them (as a named passage is)."""
+    by its position among them (as a named passage is). A turn without documents (retrieved or from
+    tools) or without an answer is an error item saying what was ``looked_for``."""
+    trace_id = source.trace_id
+    missing = [f"no {what} ({hint})" for what, hint, absent in (
+        ("retrieved documents", looked_for.documents, not retrieved and not tool_results),
+        ("answer", looked_for.answer, answer is None),
+    ) if absent]
+    if missing or answer is None:
+        return InputLine(number, None, f"trace {trace_id}: {'; '.join(missing)}", raw_id=trace_id, trace=source)
     context: dict[str, Any] = {"context": retrieved}
     if tool_results:
         named = [{"id": d["id"] or str(position), "text": d["text"]} for position, d in enumerate(retrieved, 1)]
         context = {"documents": [*tool_results, *named]}
-    trace_id = source.trace_id
     record = {"id": trace_id, **context, "question": question, "answer": answer,
               "trace": source.model_dump(mode="json")}
     item = parse_sample(record, number)

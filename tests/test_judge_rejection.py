@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rt4chart.judges.registry import _surely_no_model
+from rt4chart.judges.model_names import surely_no_model
 from rt4chart.runs.run import EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def test_the_quick_rejection_never_refuses_a_name_litellm_routes() -> None:
                   for name in value if isinstance(name, str) and "/" not in name}
     candidates |= {key for key in litellm.model_cost if "/" not in key}
     assert len(candidates) > 100, "litellm's lists were found"
-    rejected = [name for name in sorted(candidates) if _surely_no_model(name)]
+    rejected = [name for name in sorted(candidates) if surely_no_model(name)]
     routed = []
     for name in rejected:
         try:
@@ -47,5 +47,5 @@ def test_the_quick_rejection_never_refuses_a_name_litellm_routes() -> None:
             continue
         routed.append(name)
     assert routed == []
-    assert _surely_no_model("gpt4o-mini") and not _surely_no_model("gpt-4o-mini")
-    assert not _surely_no_model("openai/anything") and not _surely_no_model("anthropic.claude-v2")
+    assert surely_no_model("gpt4o-mini") and not surely_no_model("gpt-4o-mini")
+    assert not surely_no_model("openai/anything") and not surely_no_model("anthropic.claude-v2")

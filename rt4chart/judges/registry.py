@@ -23,9 +23,7 @@ their values. litellm (slow to import) is imported only when a litellm judge is 
 from __future__ import annotations
 
 import difflib
-import functools
 import importlib.util
-import json
 import os
 import tomllib
 from collections.abc import Callable
@@ -41,6 +39,7 @@ from rt4chart.judges.budget import Ledger, MeteredBackend
 from rt4chart.judges.cache import CachedBackend, JudgeCache, open_cache
 from rt4chart.judges.embedded.model import HeadName, load_model
 from rt4chart.judges.hub import ModelMissing, VerifierModel, require_pulled
+from rt4chart.judges.model_names import litellm_model_names, surely_no_model
 from rt4chart.judges.policy import CallSettings
 from rt4chart.judges.scripted import ScriptedBackend
 from rt4chart.judges.scrubbing import redact_url
@@ -561,7 +560,7 @@ def _profile_for_model(model: str, profiles: dict[str, JudgeProfile], api_base: 
         # check (its key, if any, belongs in a profile), so litellm is never imported. (A bare
         # name still goes through litellm's routing, which tells a model from a mistyped profile.)
         return JudgeProfile(name=model, model=model)
-    if _surely_no_model(model):
+    if surely_no_model(model):
         raise _unknown_judge(model, profiles)  # without importing litellm (seconds)
     from rt4chart.judges.litellm import litellm_provider, missing_key_variables
 
@@ -580,42 +579,12 @@ def _profile_for_model(model: str, profiles: dict[str, JudgeProfile], api_base: 
 def _unknown_judge(name: str, profiles: dict[str, JudgeProfile]) -> JudgeConfigError:
     """The error for a ``--judge`` that names nothing, with the closest profile or model name."""
     known = ", ".join(sorted(profiles))
-    close = difflib.get_close_matches(name, [*profiles, *(_litellm_model_names() or ())], n=1)
+    close = difflib.get_close_matches(name, [*profiles, *(litellm_model_names() or ())], n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return JudgeConfigError(
         f"unknown judge {name!r}: not a profile ({known}), not a litellm model string "
         f"(e.g. openai/<model>, hosted_vllm/<model>), not scripted:RULES.json, cascade:A,B or vote:A,B,C{hint}"
     )
-
-
-LITELLM_MODEL_TABLE = "model_prices_and_context_window_backup.json"
-"""litellm's shipped table of models (the one it reads: rt4chart sets ``LITELLM_LOCAL_MODEL_COST_MAP``)."""
-
-
-@functools.cache
-def _litellm_model_names() -> frozenset[str] | None:
-    """Every model name of litellm's table, each also without its provider path (``vertex_ai/veo-3``
-    gives ``veo-3`` too), read as data: importing litellm takes seconds. ``None`` when the table cannot
-    be read (no litellm, or a release without it): then litellm itself decides."""
-    found = importlib.util.find_spec("litellm")
-    if found is None or found.origin is None:
-        return None
-    try:
-        table = json.loads((Path(found.origin).parent / LITELLM_MODEL_TABLE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return frozenset(name for key in table for name in (key, key.rsplit("/", 1)[-1]))
-
-
-def _surely_no_model(model: str) -> bool:
-    """Whether litellm routes no model named ``model``, decided without importing it: a bare name (no
-    provider prefix) in no form of litellm's table. Names litellm also knows from lists of its own
-    (Bedrock's dotted ids ``anthropic.claude-v2``, versions ``...-v1:0``, ``amazon_nova...``, ``*``) and
-    every provider prefix are left to litellm (tests/test_judge_rejection.py checks this against it)."""
-    if "/" in model or any(mark in model for mark in ".:*") or model.startswith("amazon_nova"):
-        return False
-    names = _litellm_model_names()
-    return names is not None and model not in names
 
 
 def _litellm_backend(

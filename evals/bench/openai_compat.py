@@ -14,13 +14,18 @@ pair by pair and the median counts):
   ``--cpu-runs`` interleaved runs, contention only ever adding CPU time), beside the scripted judge
   (no server: the audit's own CPU per call, what no transport can go below); with
   ``--decomposer rules``, and over the OpenAI-compatible transport also with the default judge
-  decomposer (the server's decomposition replies hold no claims, so each sentence is re-asked and
-  then split by the rules: the decomposition path's replies, claim checks and re-asks);
+  decomposer against a second server that decomposes as a model does (each answer sentence its one
+  claim; verdicts entailed with a quote where the context holds the claim word for word, else
+  baseless: tests/faults.py ``sentences_as_claims_grounded``), so the row measures the default path's
+  replies, claim checks and grounding, not re-asks (until stop 50 the first server answered the
+  decomposition requests too, with no claims, so that row measured every sentence re-asked);
 - worker set-up: a fresh process building what a Ray worker builds (``ray_engine.AuditShard``: the
   judge stack and the pipeline) and auditing one sample, over each transport (Ray's own start is
   not in it).
 
-The server is the fault server of tests/faults.py in a child process (its CPU is not the client's).
+The servers are the fault server of tests/faults.py in child processes (their CPU is not the client's).
+``--cpu-only`` measures the client CPU of the OpenAI-compatible transport (both decomposers) and of the
+scripted judge only: no start-up, no litellm, no worker set-up.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from conftest import judge_over
+from faults import fault_server, sentences_as_claims_grounded
 from litellm_throughput import serve
 from results import record
 from workload import bench_inputs
@@ -107,30 +113,48 @@ def record_calls(out: Path) -> int:
     return sum(int(json.loads(line)["usage"]["calls"]) for line in out.read_text(encoding="utf-8").splitlines())
 
 
+def serve_decompositions(address: multiprocessing.Queue[str], stop: multiprocessing.Event) -> None:  # type: ignore[type-arg]
+    """A server answering at once as a model that decomposes (the judge decomposer's row)."""
+    with fault_server(sentences_as_claims_grounded) as server:
+        server.latency_s = 0.0
+        address.put(server.base_url)
+        stop.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=7)
     parser.add_argument("--small", type=int, default=40)
     parser.add_argument("--large", type=int, default=200)
     parser.add_argument("--cpu-runs", type=int, default=5, help="runs of each command for the CPU figure")
+    parser.add_argument("--cpu-only", action="store_true",
+                        help="client CPU of the OpenAI-compatible transport and the scripted judge only")
     args = parser.parse_args()
     address: multiprocessing.Queue[str] = multiprocessing.Queue()
+    decomposing_address: multiprocessing.Queue[str] = multiprocessing.Queue()
     stop = multiprocessing.Event()
-    server = multiprocessing.Process(target=serve, args=(0.0, address, stop), daemon=True)
-    server.start()
+    servers = [
+        multiprocessing.Process(target=serve, args=(0.0, address, stop), daemon=True),
+        multiprocessing.Process(target=serve_decompositions, args=(decomposing_address, stop), daemon=True),
+    ]
+    for server in servers:
+        server.start()
     load_before = os.getloadavg()[0]
+    startup: dict[str, list[float]] = {}
+    workers: dict[str, list[float]] = {}
     try:
-        base_url = address.get(timeout=60)
+        base_url, decomposing_url = address.get(timeout=60), decomposing_address.get(timeout=60)
         with tempfile.TemporaryDirectory() as scratch:
             folder = Path(scratch)
-            judges = {transport: judge_over(transport, "openai/bench", folder)
-                      for transport in ("openai-compatible", "litellm")}
+            transports = ("openai-compatible",) if args.cpu_only else ("openai-compatible", "litellm")
+            judges = {transport: judge_over(transport, "openai/bench", folder) for transport in transports}
             out = folder / "out.jsonl"
-            startup = paired({
-                "openai-compatible": verify(SAMPLE, judges["openai-compatible"], base_url, out),
-                "litellm": verify(SAMPLE, judges["litellm"], base_url, out),
-                "scripted": verify(SAMPLE, f"scripted:{RULES}", None, out),
-            }, args.pairs)
+            if not args.cpu_only:
+                startup = paired({
+                    "openai-compatible": verify(SAMPLE, judges["openai-compatible"], base_url, out),
+                    "litellm": verify(SAMPLE, judges["litellm"], base_url, out),
+                    "scripted": verify(SAMPLE, f"scripted:{RULES}", None, out),
+                }, args.pairs)
             cpu: dict[str, list[float]] = {}
             calls: dict[str, int] = {}
             inputs: dict[int, Path] = {}
@@ -142,7 +166,7 @@ def main() -> None:
                 )
             # The scripted judge calls no server: its marginal CPU is the audit's own, the floor.
             measured = {**{transport: (judge, base_url, "rules") for transport, judge in judges.items()},
-                        JUDGE_DECOMPOSER: (judges["openai-compatible"], base_url, "judge"),
+                        JUDGE_DECOMPOSER: (judges["openai-compatible"], decomposing_url, "judge"),
                         "scripted": (f"scripted:{EMPTY_RULES}", None, "rules")}
             # Interleaved rounds: a slow spell of the machine falls on every command alike.
             for _ in range(args.cpu_runs):
@@ -159,28 +183,35 @@ def main() -> None:
                 - timed([sys.executable, "-c", DETECTOR_IMPORT], ok=(0,))[1]
                 for _ in range(3)
             )
-            workers = paired({
-                transport: [sys.executable, "-c", WORKER, judge, base_url, str(SAMPLE)]
-                for transport, judge in judges.items()
-            }, args.pairs, ok=(0,))
+            if not args.cpu_only:
+                workers = paired({
+                    transport: [sys.executable, "-c", WORKER, judge, base_url, str(SAMPLE)]
+                    for transport, judge in judges.items()
+                }, args.pairs, ok=(0,))
     finally:
         stop.set()
-        server.join(timeout=10)
-    medians = {name: statistics.median(walls) for name, walls in startup.items()}
+        for server in servers:
+            server.join(timeout=10)
     lines = [
         f"Machine shared with other work (load average {load_before:.1f} at the start, "
         f"{os.getloadavg()[0]:.1f} at the end): absolute seconds are inflated alike, the ratios, each "
         f"taken pair by pair over {args.pairs} rounds (after one warm-up round), are the figures.",
         "",
-        "| `rt4 verify` of 1 sample, fresh process | median wall s | / scripted (median of pairs) |",
-        "|---|---:|---:|",
-        *(f"| `--judge {name}` | {medians[name]:.2f} | {ratio(startup, name, 'scripted'):.2f}x |"
-          for name in ("openai-compatible", "litellm", "scripted")),
-        "",
-        f"**Start-up, OpenAI-compatible vs scripted: {ratio(startup, 'openai-compatible', 'scripted'):.2f}x** "
-        f"(target <= 1.5x: {'met' if ratio(startup, 'openai-compatible', 'scripted') <= 1.5 else 'NOT met'}); "
-        f"litellm vs scripted {ratio(startup, 'litellm', 'scripted'):.2f}x.",
-        "",
+    ]
+    if startup:
+        medians = {name: statistics.median(walls) for name, walls in startup.items()}
+        lines += [
+            "| `rt4 verify` of 1 sample, fresh process | median wall s | / scripted (median of pairs) |",
+            "|---|---:|---:|",
+            *(f"| `--judge {name}` | {medians[name]:.2f} | {ratio(startup, name, 'scripted'):.2f}x |"
+              for name in ("openai-compatible", "litellm", "scripted")),
+            "",
+            f"**Start-up, OpenAI-compatible vs scripted: {ratio(startup, 'openai-compatible', 'scripted'):.2f}x** "
+            f"(target <= 1.5x: {'met' if ratio(startup, 'openai-compatible', 'scripted') <= 1.5 else 'NOT met'}); "
+            f"litellm vs scripted {ratio(startup, 'litellm', 'scripted'):.2f}x.",
+            "",
+        ]
+    lines += [
         f"Client CPU per judge call, marginal ({args.large} vs {args.small} samples of {source.split(' of ')[-1]}, "
         f"`--decomposer rules` unless the row says otherwise, a server answering at once; {args.cpu_runs} "
         "interleaved runs of each command). "
@@ -200,28 +231,33 @@ def main() -> None:
         from_medians = (statistics.median(cpu[large]) - statistics.median(cpu[small])) / more_calls * 1000
         lines.append(f"| {transport} | {calls[small]} / {calls[large]} | {cpu_small:.2f} / {cpu_large:.2f} | "
                      f"{marginal[transport]:.2f} | {from_medians:.2f} |")
+    litellm = (f"; litellm {marginal['litellm']:.2f} ms" if "litellm" in marginal else "")
+    transport_share = f"{marginal['openai-compatible'] - marginal['scripted']:.2f} ms over aiohttp" + (
+        f" and {marginal['litellm'] - marginal['scripted']:.2f} ms over litellm" if "litellm" in marginal else "")
     lines += [
         "",
         f"**Client CPU per call over the OpenAI-compatible transport: {marginal['openai-compatible']:.2f} ms** "
         f"(target <= 1 ms: {'met' if marginal['openai-compatible'] <= 1 else 'NOT met'}); with the judge "
         f"decomposer {marginal[JUDGE_DECOMPOSER]:.2f} ms (target <= 1 ms: "
-        f"{'met' if marginal[JUDGE_DECOMPOSER] <= 1 else 'NOT met'}); litellm "
-        f"{marginal['litellm']:.2f} ms. The marginal CPU is the whole audit's per call (segmentation, prompts, "
-        "parsing, grounding, records), not the transport's alone: the scripted judge, which sends nothing, "
-        f"costs {marginal['scripted']:.2f} ms per call of it, so the transport's own share is "
-        f"{marginal['openai-compatible'] - marginal['scripted']:.2f} ms over aiohttp and "
-        f"{marginal['litellm'] - marginal['scripted']:.2f} ms over litellm. A one-time cost can sit inside the "
+        f"{'met' if marginal[JUDGE_DECOMPOSER] <= 1 else 'NOT met'}){litellm}. The marginal CPU is the whole "
+        "audit's per call (segmentation, prompts, parsing, grounding, records), not the transport's alone: the "
+        f"scripted judge, which sends nothing, costs {marginal['scripted']:.2f} ms per call of it, so the "
+        f"transport's own share is {transport_share}. A one-time cost can sit inside the "
         f"marginal: loading the language detector's model costs {detector_cpu:.2f} CPU s once "
         f"({detector_cpu / (calls[f'scripted{args.large}'] - calls[f'scripted{args.small}']) * 1000:.2f} ms per "
         "call of this marginal) and counts in it only when the small set does not load it (the first 40 RAGTruth "
         "QA dev answers do not, the first 200 do: compare `--small 200`).",
-        "",
-        "| worker set-up (fresh process: AuditShard + 1 sample) | median wall s | / OpenAI-compatible |",
-        "|---|---:|---:|",
-        *(f"| {name} | {statistics.median(walls):.2f} | {ratio(workers, name, 'openai-compatible'):.2f}x |"
-          for name, walls in workers.items()),
     ]
-    record("OpenAI-compatible transport: start-up, CPU per call, worker set-up", lines)
+    if workers:
+        lines += [
+            "",
+            "| worker set-up (fresh process: AuditShard + 1 sample) | median wall s | / OpenAI-compatible |",
+            "|---|---:|---:|",
+            *(f"| {name} | {statistics.median(walls):.2f} | {ratio(workers, name, 'openai-compatible'):.2f}x |"
+              for name, walls in workers.items()),
+        ]
+    record("OpenAI-compatible transport: client CPU per call" if args.cpu_only
+           else "OpenAI-compatible transport: start-up, CPU per call, worker set-up", lines)
 
 
 if __name__ == "__main__":

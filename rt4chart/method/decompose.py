@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from functools import lru_cache
 
 from rt4chart.languages import ENGLISH
 from rt4chart.method.session import JudgeSession
@@ -57,8 +59,10 @@ def _stem(word: str) -> str:
     return word[:5]
 
 
-def _stems(text: str) -> set[str]:
-    return {_stem(word) for word in content_words(text) if not word[0].isdigit()}
+@lru_cache(maxsize=4096)
+def _stems(text: str) -> frozenset[str]:
+    # Cached as numbers_in is: every claim of a sentence asks for the same sentence and rest of the answer.
+    return frozenset(_stem(word) for word in content_words(text) if not word[0].isdigit())
 
 
 @dataclass(frozen=True)
@@ -75,8 +79,10 @@ class _ClaimToken:
 
 
 def _claim_tokens(claim: str, sentence: str, around: str) -> list[_ClaimToken]:
-    own_numbers, around_numbers = numbers_in(sentence), numbers_in(around)
-    own_stems, around_stems = _stems(sentence), _stems(around)
+    own_numbers, own_stems = numbers_in(sentence), _stems(sentence)
+    # What the rest of the answer holds is read only for a claim with a token its own sentence lacks: most
+    # claims are pieces of their sentence, and reading the rest once per claim made the default decomposition
+    # path's client CPU grow with the square of the answer's length.
     tokens = []
     for match in _TOKEN.finditer(claim):
         text = match.group()
@@ -84,13 +90,27 @@ def _claim_tokens(claim: str, sentence: str, around: str) -> list[_ClaimToken]:
         if text[0].isdigit():
             values = numbers_in(text)
             own = bool(values) and all(same_number(value, own_numbers) for value in values)
-            found = bool(values) and all(same_number(value, around_numbers) for value in values)
-            tokens.append(_ClaimToken(text, own, neutral=False, around=found))
+            tokens.append(_ClaimToken(text, own, neutral=False, around=False))
         else:
             neutral = lower in STOPWORDS or len(lower) < 2
-            tokens.append(_ClaimToken(text, not neutral and _stem(lower) in own_stems, neutral,
-                                      around=_stem(lower) in around_stems))
-    return tokens
+            tokens.append(_ClaimToken(text, not neutral and _stem(lower) in own_stems, neutral, around=False))
+    if all(token.own or token.neutral for token in tokens):
+        # ``around`` is read only for a token neither its own nor neutral (_referents, claim_problem).
+        return tokens
+    around_numbers, around_stems = numbers_in(around), _stems(around)
+    return [
+        token if token.own or token.neutral
+        else replace(token, around=_around(token.text, around_numbers, around_stems))
+        for token in tokens
+    ]
+
+
+def _around(text: str, around_numbers: frozenset[Decimal], around_stems: frozenset[str]) -> bool:
+    """Whether the rest of the answer or the question states the number or holds the stem ``text``."""
+    if text[0].isdigit():
+        values = numbers_in(text)
+        return bool(values) and all(same_number(value, around_numbers) for value in values)
+    return _stem(text.lower()) in around_stems
 
 
 def _referents(tokens: list[_ClaimToken], sentence: str) -> set[int]:
@@ -168,9 +188,9 @@ def claim_problem(claim: str, sentence: str, answer: str, question: str | None, 
         return f"the claim {claim!r} names {unknown}, which the answer does not"
     if names:
         return f"the claim {claim!r} names {names}, which its sentence does not"
-    elsewhere_stems = _stems(elsewhere)
-    taken = [token.text for token in loose
-             if not token.neutral and not token.text[0].isdigit() and _stem(token.text.lower()) in elsewhere_stems]
+    candidates = [token.text for token in loose if not token.neutral and not token.text[0].isdigit()]
+    elsewhere_stems = _stems(elsewhere) if candidates else frozenset()
+    taken = [text for text in candidates if _stem(text.lower()) in elsewhere_stems]
     if taken:
         return f"the claim {claim!r} takes {taken} from another sentence of the answer"
     words = [position for position, token in enumerate(tokens) if not token.neutral and not token.text[0].isdigit()]

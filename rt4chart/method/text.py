@@ -84,7 +84,7 @@ def words_of(text: str) -> list[str]:
     words: list[str] = []
     for match in _WORD.finditer(text):
         word = match.group().lower()
-        if len(word) > 2 and _HAN_OR_KANA.fullmatch(word):
+        if len(word) > 2 and not word.isascii() and _HAN_OR_KANA.fullmatch(word):
             # No spaces to find words by: overlapping pairs of characters stand for them, so a
             # quote of a few characters counts as a few words, and word overlap still measures.
             words.extend(word[i : i + 2] for i in range(len(word) - 1))
@@ -196,8 +196,12 @@ def _words_number(tokens: list[str], position: int) -> tuple[Decimal, int] | Non
     return _EXACT.add(total, current), end - position
 
 
+@lru_cache(maxsize=4096)
 def numbers_in(text: str) -> frozenset[Decimal]:
-    """The numeric values ``text`` states (see :func:`number_at`)."""
+    """The numeric values ``text`` states (see :func:`number_at`).
+
+    Cached: the decomposition's claim checks ask it for the same answer, the same rest of the answer
+    and the same sentence once per claim (four fifths of the default path's client CPU before)."""
     return frozenset(number.value for number in read_numbers(text, list(_WORD.finditer(text))))
 
 

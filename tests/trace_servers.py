@@ -103,7 +103,7 @@ def _trace_list(state: TraceServer, query: dict[str, list[str]]) -> dict[str, An
 
 def _langfuse_get(state: TraceServer, path: str, query: dict[str, list[str]]) -> tuple[int, Any]:
     if path == "/api/public/projects":
-        return 200, {"data": [{**state.langfuse_project, "metadata": {}, "organization": {"id": "org-1"}}]}
+        return 200, {"data": [{**state.langfuse_project, "metadata": {}, "organization": {"id": "org-1", "name": "org"}}]}
     if path == "/api/public/traces":
         return 200, _trace_list(state, query)
     if path.startswith("/api/public/traces/"):

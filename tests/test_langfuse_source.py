@@ -189,3 +189,14 @@ def test_an_answer_over_the_cap_and_a_bad_settle_are_refused(monkeypatch: pytest
         monkeypatch.setattr("rt4chart.records.server_reads.MAX_PAGE_BYTES", 500)
         with pytest.raises(TraceError, match="an answer for project 'rag-app' over 500 bytes"):
             read_langfuse(plain, None, None)
+
+
+def test_a_redirect_is_not_followed_so_the_keys_stay_with_the_host_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", KEYS[0])
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", KEYS[1])
+    with trace_server() as elsewhere, trace_server() as server:
+        _server_with_traces(server, _traces())
+        server.redirect_to = elsewhere.url
+        with pytest.raises(TraceError, match="answered 307 for the keys' project"):
+            read_langfuse(langfuse_server.LangfuseSource(server.url, "rag-app"), None, None)
+        assert len(server.requests) == 1 and elsewhere.requests == []

@@ -15,7 +15,7 @@ the endpoints rt4chart uses exactly as documented:
   same ``id`` updated in place) and ``GET /api/public/scores``.
 
 Every request's method, path and Authorization header is kept (``requests``), so a test can say where a
-key went; ``fail_writes`` makes every write answer 500.
+key went; ``fail_writes`` makes every write answer 500, ``redirect_to`` every read a redirect.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ class TraceServer:
     """The one project Langfuse's keys open."""
     langfuse_keys: tuple[str, str] | None = None
     """``(public, secret)``: the only keys Langfuse accepts (``None``: any basic auth)."""
+    redirect_to: str | None = None
+    """When set, every GET answers 307 to this base URL (a server that would send a key elsewhere)."""
     url: str = ""
 
     @property
@@ -103,7 +105,8 @@ def _trace_list(state: TraceServer, query: dict[str, list[str]]) -> dict[str, An
 
 def _langfuse_get(state: TraceServer, path: str, query: dict[str, list[str]]) -> tuple[int, Any]:
     if path == "/api/public/projects":
-        return 200, {"data": [{**state.langfuse_project, "metadata": {}, "organization": {"id": "org-1", "name": "org"}}]}
+        organization = {"id": "org-1", "name": "org"}
+        return 200, {"data": [{**state.langfuse_project, "metadata": {}, "organization": organization}]}
     if path == "/api/public/traces":
         return 200, _trace_list(state, query)
     if path.startswith("/api/public/traces/"):
@@ -134,6 +137,12 @@ def _handler(state: TraceServer) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             state.requests.append(("GET", self.path, self.headers.get("Authorization")))
+            if state.redirect_to is not None:
+                self.send_response(307)
+                self.send_header("Location", state.redirect_to + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             url = urlparse(self.path)
             query = parse_qs(url.query)
             parts = [unquote(p) for p in url.path.split("/")]

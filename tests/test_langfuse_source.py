@@ -175,7 +175,8 @@ def test_the_window_leaves_out_what_is_older_than_since_and_younger_than_settle(
             ["kept-2", "tie", "settling"]
 
 
-def test_an_answer_over_the_cap_and_a_bad_settle_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_answer_over_the_cap_and_a_bad_settle_are_refused_a_deleted_trace_is_one_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", KEYS[0])
     monkeypatch.setenv("LANGFUSE_SECRET_KEY", KEYS[1])
     with pytest.raises(TraceError, match="settle: 'soon' is not a duration"):
@@ -189,6 +190,15 @@ def test_an_answer_over_the_cap_and_a_bad_settle_are_refused(monkeypatch: pytest
         monkeypatch.setattr("rt4chart.records.server_reads.MAX_PAGE_BYTES", 500)
         with pytest.raises(TraceError, match="an answer for project 'rag-app' over 500 bytes"):
             read_langfuse(plain, None, None)
+        monkeypatch.undo()
+        monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", KEYS[0])
+        monkeypatch.setenv("LANGFUSE_SECRET_KEY", KEYS[1])
+        # A trace deleted between the list and its own read: one error record naming it, the others read.
+        server.langfuse_gone = {"lf-trace-2"}
+        read = read_langfuse(plain, None, None)
+        assert [(item.raw_id, item.sample is not None) for item in read.items] == \
+            [("lf-trace-1", True), ("lf-trace-2", False), ("lf-trace-3", False)]
+        assert "trace lf-trace-2: listed, then not found (Langfuse at " in (read.items[1].error or "")
 
 
 def test_a_redirect_is_not_followed_so_the_keys_stay_with_the_host_named(monkeypatch: pytest.MonkeyPatch) -> None:

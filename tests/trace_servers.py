@@ -50,6 +50,8 @@ class TraceServer:
     """The one project Langfuse's keys open."""
     langfuse_keys: tuple[str, str] | None = None
     """``(public, secret)``: the only keys Langfuse accepts (``None``: any basic auth)."""
+    langfuse_gone: set[str] = field(default_factory=set)
+    """Traces listed whose own read answers 404 (deleted between the two)."""
     redirect_to: str | None = None
     """When set, every GET answers 307 to this base URL (a server that would send a key elsewhere)."""
     url: str = ""
@@ -111,7 +113,8 @@ def _langfuse_get(state: TraceServer, path: str, query: dict[str, list[str]]) ->
         return 200, _trace_list(state, query)
     if path.startswith("/api/public/traces/"):
         trace_id = unquote(path.removeprefix("/api/public/traces/"))
-        found = next((t for t in state.langfuse_traces if t["id"] == trace_id), None)
+        found = next((t for t in state.langfuse_traces if t["id"] == trace_id and trace_id not in state.langfuse_gone),
+                     None)
         if found is None:
             return 404, {"error": "LangfuseNotFoundError", "message": "Trace not found within authorized project"}
         scores = [score for score in state.scores.values() if score["traceId"] == trace_id]

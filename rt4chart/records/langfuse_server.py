@@ -30,6 +30,7 @@ from rt4chart.records.io import InputLine
 from rt4chart.records.langfuse import LangfuseMapping, langfuse_item
 from rt4chart.records.server_reads import (
     TIMEOUT_S,
+    ServerRefusal,
     SourceRead,
     Watermark,
     advanced,
@@ -214,12 +215,21 @@ def read_langfuse(source: LangfuseSource, since: timedelta | None, watermark: Wa
             elif start < ceiling:
                 started.setdefault(trace_id, start)  # a trace listed twice (pages moved under ties) once
         in_order = sorted((start, trace_id) for trace_id, start in started.items())
-        items = [langfuse_item(_full_trace(client, source, trace_id, keys), number, mapping or LangfuseMapping())
+        items = [_item(client, source, trace_id, number, keys, mapping or LangfuseMapping())
                  for number, (_, trace_id) in enumerate(in_order, start=1)]
     items += [InputLine(number, None, problem) for number, problem in enumerate(unreadable, start=len(items) + 1)]
     return SourceRead(items, advanced(source, watermark, in_order), len(before))
 
 
-def _full_trace(client: httpx.Client, source: LangfuseSource, trace_id: str, keys: LangfuseKeys) -> Any:
-    return get_json(client, f"/api/public/traces/{quote(trace_id, safe='')}", {}, _server(source),
-                    f"trace {trace_id!r}", keys.secrets)
+def _item(client: httpx.Client, source: LangfuseSource, trace_id: str, number: int, keys: LangfuseKeys,
+          mapping: LangfuseMapping) -> InputLine:
+    """A listed trace read with its observations as one item; one deleted since it was listed (404) is an
+    error item naming it (every listed trace has its record)."""
+    try:
+        trace = get_json(client, f"/api/public/traces/{quote(trace_id, safe='')}", {}, _server(source),
+                         f"trace {trace_id!r}", keys.secrets)
+    except ServerRefusal as refusal:
+        if refusal.status != 404:
+            raise
+        return InputLine(number, None, f"trace {trace_id}: listed, then not found ({refusal})", raw_id=trace_id)
+    return langfuse_item(trace, number, mapping)

@@ -35,6 +35,15 @@ TIMEOUT_S = 60.0
 """One request's deadline."""
 
 
+class ServerRefusal(TraceError):
+    """A server answered a read with another status than 200."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+        """The HTTP status it answered."""
+
+
 class NamedSource(Protocol):
     """A live trace source: its :attr:`name` says it in messages and keys its watermark."""
 
@@ -138,9 +147,9 @@ def advanced(source: NamedSource, watermark: Watermark | None, started: Sequence
 def get_json(client: httpx.Client, path: str, params: Mapping[str, str | int] | Sequence[tuple[str, str | int]],
              server: str, asked: str, secrets: Sequence[str] = ()) -> Any:
     """The JSON a server answers to ``GET path``, its body read decoded and cut at :data:`MAX_PAGE_BYTES`
-    (a server cannot fill the memory of a run); anything else (a refusal, a body that is not JSON, a
-    transport failure) is a :class:`TraceError` naming ``server`` and what was ``asked``, with ``secrets``
-    scrubbed from what the server said."""
+    (a server cannot fill the memory of a run); anything else (a refusal: :class:`ServerRefusal`, a body
+    that is not JSON, a transport failure) is a :class:`TraceError` naming ``server`` and what was
+    ``asked``, with ``secrets`` scrubbed from what the server said."""
     import httpx
 
     try:
@@ -149,7 +158,8 @@ def get_json(client: httpx.Client, path: str, params: Mapping[str, str | int] | 
             if response.status_code != 200:
                 response.read()
                 said = scrub(response.text[:200], secrets)
-                raise TraceError(f"{server} answered {response.status_code} for {asked}: {said}")
+                raise ServerRefusal(f"{server} answered {response.status_code} for {asked}: {said}",
+                                    response.status_code)
             body = bytearray()
             for chunk in response.iter_bytes():
                 body += chunk

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rt4chart.records import phoenix
+from rt4chart.records import phoenix, server_reads
 from rt4chart.records.traces import TraceError
 from tests.trace_servers import TraceServer, trace_server
 
@@ -132,15 +132,15 @@ def test_a_page_over_the_cap_is_refused_and_the_window_cut_at_the_nanosecond(mon
     spans = _phoenix_spans()
     with trace_server({"default": spans}) as server:
         source = phoenix.PhoenixSource(server.url, "default")
-        monkeypatch.setattr(phoenix, "MAX_PAGE_BYTES", 1000)
-        with pytest.raises(TraceError, match="a page of spans over 1,000 bytes"):
+        monkeypatch.setattr(server_reads, "MAX_PAGE_BYTES", 1000)
+        with pytest.raises(TraceError, match="an answer for project 'default' over 1,000 bytes"):
             phoenix.fetch_spans(source, None)
         monkeypatch.undo()
         roots = sorted(int(s["start_time_unix_nano"]) for s in spans if not s["parent_span_id"])
         # From the second root's start on, to the nanosecond: two traces; one nanosecond later: one.
-        at = phoenix.read_phoenix(source, None, phoenix.Watermark(source=source.name, root_start_ns=roots[1],
-                                                                  trace_ids=[]))
-        after = phoenix.read_phoenix(source, None, phoenix.Watermark(source=source.name, root_start_ns=roots[1] + 1,
-                                                                     trace_ids=[]))
+        at = phoenix.read_phoenix(source, None, server_reads.Watermark(source=source.name, root_start_ns=roots[1],
+                                                                       trace_ids=[]))
+        after = phoenix.read_phoenix(source, None, server_reads.Watermark(
+            source=source.name, root_start_ns=roots[1] + 1, trace_ids=[]))
         assert (len(at.items), len(after.items)) == (2, 1)
         assert after.watermark is not None and after.watermark.root_start_ns == roots[2]

@@ -139,7 +139,7 @@ def test_langfuse_scores_one_per_trace_updated_on_rerun(tmp_path: Path) -> None:
         first = _rt4(*args, "-o", str(tmp_path / "first.jsonl"), env=env)
         assert first.returncode == EXIT_USAGE, first.stderr
         records = [r for r in _records(tmp_path / "first.jsonl") if r["label"] is not None]
-        scores = httpx.get(f"{server.url}/api/public/scores").json()["data"]
+        scores = httpx.get(f"{server.url}/api/public/scores", auth=("pk-lf-test", LANGFUSE_SECRET)).json()["data"]
         assert sorted((s["traceId"], s["observationId"], s["value"]) for s in scores) == \
             sorted((r["id"], r["trace"]["answer_span_id"], r["label"]) for r in records)
         assert all(s["name"] == "rt4chart" and s["dataType"] == "CATEGORICAL" for s in scores)

@@ -6,15 +6,21 @@ the endpoints rt4chart uses exactly as documented:
   tests/fixtures/traces/phoenix_otlpv1.json), ``POST /v1/span_annotations?sync=true`` (``{"data": [...]}``,
   an annotation with the same span, name and identifier updated in place) and
   ``GET /v1/projects/{project}/span_annotations?span_ids=...``;
-- Langfuse (public API): ``POST /api/public/scores`` (basic auth; a score with the same ``id`` updated in
-  place) and ``GET /api/public/scores``.
+- Langfuse (public API, basic auth: with ``langfuse_keys`` set, any other key answers 401):
+  ``GET /api/public/projects`` (the keys' one project), ``GET /api/public/traces`` (``page`` from 1,
+  ``limit``, ``orderBy=timestamp.asc``, ``fromTimestamp`` inclusive, ``toTimestamp`` exclusive, the
+  ``environment`` / ``name`` / ``tags`` filters; each trace with its observation ids, ``meta.totalPages``),
+  ``GET /api/public/traces/{traceId}`` (the trace with its observations and scores, as the fixture
+  tests/fixtures/traces/langfuse_rag.json holds them), ``POST /api/public/scores`` (a score with the
+  same ``id`` updated in place) and ``GET /api/public/scores``.
 
 Every request's method, path and Authorization header is kept (``requests``), so a test can say where a
-key went; ``fail_writes`` makes every write answer 500.
+key went; ``fail_writes`` makes every write answer 500, ``redirect_to`` every read a redirect.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections.abc import Iterator
@@ -38,6 +44,16 @@ class TraceServer:
     fail_writes: bool = False
     page_cap: int = 4
     """The most spans one page holds, whatever ``limit`` asks (Phoenix caps it too): a few traces page."""
+    langfuse_traces: list[dict[str, Any]] = field(default_factory=list)
+    """Langfuse traces, each with its observations as objects."""
+    langfuse_project: dict[str, Any] = field(default_factory=lambda: {"id": "cm-project-1", "name": "rag-app"})
+    """The one project Langfuse's keys open."""
+    langfuse_keys: tuple[str, str] | None = None
+    """``(public, secret)``: the only keys Langfuse accepts (``None``: any basic auth)."""
+    langfuse_gone: set[str] = field(default_factory=set)
+    """Traces listed whose own read answers 404 (deleted between the two)."""
+    redirect_to: str | None = None
+    """When set, every GET answers 307 to this base URL (a server that would send a key elsewhere)."""
     url: str = ""
 
     @property
@@ -60,6 +76,52 @@ def _span_page(state: TraceServer, project: str, query: dict[str, list[str]]) ->
     return 200, {"data": page, "next_cursor": str(offset + limit) if more else None}
 
 
+def _langfuse_authorized(state: TraceServer, header: str | None) -> bool:
+    if not (header or "").startswith("Basic "):
+        return False
+    if state.langfuse_keys is None:
+        return True
+    return base64.b64decode((header or "")[len("Basic "):]).decode() == ":".join(state.langfuse_keys)
+
+
+def _trace_list(state: TraceServer, query: dict[str, list[str]]) -> dict[str, Any]:
+    """A page of ``GET /api/public/traces``: the traces as listed (observation ids, not objects)."""
+    traces = sorted(state.langfuse_traces, key=lambda t: (datetime.fromisoformat(t["timestamp"]), t["id"]),
+                    reverse=query.get("orderBy", ["timestamp.desc"])[0] != "timestamp.asc")
+    if "fromTimestamp" in query:
+        floor = datetime.fromisoformat(query["fromTimestamp"][0])
+        traces = [t for t in traces if datetime.fromisoformat(t["timestamp"]) >= floor]
+    if "toTimestamp" in query:
+        ceiling = datetime.fromisoformat(query["toTimestamp"][0])
+        traces = [t for t in traces if datetime.fromisoformat(t["timestamp"]) < ceiling]
+    for key in ("environment", "name"):
+        if key in query:
+            traces = [t for t in traces if t.get(key, "default" if key == "environment" else None) in query[key]]
+    traces = [t for t in traces if set(query.get("tags", [])) <= set(t.get("tags") or [])]
+    page, limit = int(query.get("page", ["1"])[0]), min(int(query.get("limit", ["50"])[0]), state.page_cap)
+    listed = [{**t, "observations": [o["id"] for o in t["observations"]], "scores": []}
+              for t in traces[(page - 1) * limit:page * limit]]
+    return {"data": listed, "meta": {"page": page, "limit": limit, "totalItems": len(traces),
+                                     "totalPages": -(-len(traces) // limit)}}
+
+
+def _langfuse_get(state: TraceServer, path: str, query: dict[str, list[str]]) -> tuple[int, Any]:
+    if path == "/api/public/projects":
+        organization = {"id": "org-1", "name": "org"}
+        return 200, {"data": [{**state.langfuse_project, "metadata": {}, "organization": organization}]}
+    if path == "/api/public/traces":
+        return 200, _trace_list(state, query)
+    if path.startswith("/api/public/traces/"):
+        trace_id = unquote(path.removeprefix("/api/public/traces/"))
+        found = next((t for t in state.langfuse_traces if t["id"] == trace_id and trace_id not in state.langfuse_gone),
+                     None)
+        if found is None:
+            return 404, {"error": "LangfuseNotFoundError", "message": "Trace not found within authorized project"}
+        scores = [score for score in state.scores.values() if score["traceId"] == trace_id]
+        return 200, {**found, "scores": scores}
+    return 200, {"data": list(state.scores.values()), "meta": {"totalItems": len(state.scores)}}
+
+
 def _handler(state: TraceServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:  # quiet
@@ -78,6 +140,12 @@ def _handler(state: TraceServer) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             state.requests.append(("GET", self.path, self.headers.get("Authorization")))
+            if state.redirect_to is not None:
+                self.send_response(307)
+                self.send_header("Location", state.redirect_to + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             url = urlparse(self.path)
             query = parse_qs(url.query)
             parts = [unquote(p) for p in url.path.split("/")]
@@ -87,8 +155,11 @@ def _handler(state: TraceServer) -> type[BaseHTTPRequestHandler]:
                 wanted = set(query.get("span_ids", []))
                 found = [a for (span, _, _), a in state.annotations.items() if span in wanted]
                 self._reply(200, {"data": found, "next_cursor": None})
-            elif url.path == "/api/public/scores":
-                self._reply(200, {"data": list(state.scores.values()), "meta": {"totalItems": len(state.scores)}})
+            elif url.path.startswith("/api/public/"):
+                if not _langfuse_authorized(state, self.headers.get("Authorization")):
+                    self._reply(401, {"message": "Invalid credentials. Confirm the host and the keys."})
+                    return
+                self._reply(*_langfuse_get(state, url.path, query))
             else:
                 self._reply(404, {"detail": "Not Found"})
 
@@ -108,7 +179,7 @@ def _handler(state: TraceServer) -> type[BaseHTTPRequestHandler]:
                     ids.append({"id": annotation_id})
                 self._reply(200, {"data": ids})
             elif url.path == "/api/public/scores":
-                if not (self.headers.get("Authorization") or "").startswith("Basic "):
+                if not _langfuse_authorized(state, self.headers.get("Authorization")):
                     self._reply(401, {"message": "Unauthorized"})
                     return
                 state.scores[body["id"]] = body

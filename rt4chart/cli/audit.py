@@ -32,12 +32,13 @@ from rt4chart.runs.spec import RunSpec
 
 if TYPE_CHECKING:
     from rt4chart.records.io import InputLine
-    from rt4chart.records.phoenix import PhoenixRead, PhoenixSource
+    from rt4chart.records.live_sources import LiveSource
+    from rt4chart.records.server_reads import SourceRead
     from rt4chart.runs.run import RunOutcome
     from rt4chart.runs.write_back import Target, WriteBackResult
 
 commands = typer.Typer()
-SinceOption = Annotated[str | None, typer.Option("--since", help="With a phoenix://HOST:PORT/PROJECT input: only traces whose root span started this long ago or later (90s, 30m, 24h, 7d); the source's watermark skips those already audited.")]
+SinceOption = Annotated[str | None, typer.Option("--since", help="With a phoenix://HOST:PORT/PROJECT or langfuse://HOST:PORT/PROJECT input: only traces that started this long ago or later (90s, 30m, 24h, 7d); the source's watermark skips those already audited.")]
 
 
 def _execute(spec: RunSpec, items: Iterable[InputLine], quiet: bool) -> RunOutcome[None]:
@@ -50,11 +51,24 @@ def _execute(spec: RunSpec, items: Iterable[InputLine], quiet: bool) -> RunOutco
     return _run(aexecute(spec, items, observer=observer, stdout=sys.stdout, keep_records=False), spec.out)
 
 
-def _read_project(spec: RunSpec, source: PhoenixSource, since: str | None, mapping_path: Path | None,
-                  quiet: bool) -> PhoenixRead:
-    """The traces of a Phoenix project not audited yet; a bad window, mapping or unreadable server is a
-    usage error."""
-    from rt4chart.records.phoenix import parse_duration
+def _live_source(input_path: Path) -> LiveSource | None:
+    """The tracing server the input names, if it names one; a bad one is a usage error."""
+    from rt4chart.records.live_sources import live_source
+    from rt4chart.records.traces import TraceError
+
+    try:
+        return live_source(str(input_path))
+    except TraceError as error:
+        raise fail(str(error)) from None
+
+
+def _read_project(spec: RunSpec, source: LiveSource, since: str | None, mapping_path: Path | None,
+                  quiet: bool) -> SourceRead:
+    """The traces of a Phoenix or Langfuse project not audited yet; a bad window, mapping, missing or
+    refused keys, or an unreadable server is a usage error."""
+    from rt4chart.records.langfuse import LangfuseMapping
+    from rt4chart.records.phoenix import PhoenixSource
+    from rt4chart.records.server_reads import parse_duration
     from rt4chart.records.traces import TraceError, TraceMapping, load_mapping
     from rt4chart.runs.production import read_project
 
@@ -63,7 +77,9 @@ def _read_project(spec: RunSpec, source: PhoenixSource, since: str | None, mappi
     except ValueError as error:
         raise fail(f"--since: {error}") from None
     try:
-        read = read_project(spec, source, window, load_mapping(mapping_path, TraceMapping))
+        mapping: TraceMapping | LangfuseMapping = load_mapping(mapping_path, TraceMapping) \
+            if isinstance(source, PhoenixSource) else load_mapping(mapping_path, LangfuseMapping)
+        read = read_project(spec, source, window, mapping)
     except TraceError as error:
         raise fail(str(error)) from None
     if not quiet:
@@ -72,19 +88,21 @@ def _read_project(spec: RunSpec, source: PhoenixSource, since: str | None, mappi
     return read
 
 
-def _write_back_target(spec: RunSpec, source: PhoenixSource | None, input_format: InputFormat) -> Target:
-    """Where ``--write-back`` sends verdicts (checked before any work): the Phoenix project read, or the
-    Langfuse server of the environment."""
+def _write_back_target(spec: RunSpec, source: LiveSource | None, input_format: InputFormat) -> Target:
+    """Where ``--write-back`` sends verdicts (checked before any work): the Phoenix project read, the
+    Langfuse server read, or (a Langfuse export) the Langfuse server of the environment."""
+    from rt4chart.records.langfuse_server import LangfuseSource
+    from rt4chart.records.live_sources import LIVE_SOURCES
     from rt4chart.runs.write_back import LangfuseTarget, WriteBackError
 
     if spec.out is None:
         raise fail("--write-back needs --out (the verdicts are written back from its records)")
-    if source is not None:
+    if source is not None and not isinstance(source, LangfuseSource):
         return source
-    if input_format is not InputFormat.LANGFUSE:
-        raise fail("--write-back needs a phoenix://HOST:PORT/PROJECT input or --input-format langfuse")
+    if source is None and input_format is not InputFormat.LANGFUSE:
+        raise fail(f"--write-back needs {LIVE_SOURCES} or --input-format langfuse")
     try:
-        return LangfuseTarget.from_environment()
+        return LangfuseTarget.from_environment(source)
     except WriteBackError as error:
         raise fail(str(error)) from None
 
@@ -121,15 +139,15 @@ def verify(
     input_format: InputFormatOption = InputFormat.JSONL,
     trace_mapping: TraceMappingOption = None,
     since: SinceOption = None,
-    write_back: Annotated[bool, typer.Option("--write-back", help="Write each answer's verdict back onto its trace: a Phoenix span annotation (phoenix:// input) or a Langfuse score (--input-format langfuse; LANGFUSE_HOST, LANGFUSE_PUBLIC_KEY, LANGFUSE_SECRET_KEY); a rerun updates them. Needs --out; each record's outcome in OUT.write-back.jsonl.")] = False,
+    write_back: Annotated[bool, typer.Option("--write-back", help="Write each answer's verdict back onto its trace: a Phoenix span annotation (phoenix:// input) or a Langfuse score (langfuse:// input, or --input-format langfuse with LANGFUSE_HOST; LANGFUSE_PUBLIC_KEY, LANGFUSE_SECRET_KEY); a rerun updates them. Needs --out; each record's outcome in OUT.write-back.jsonl.")] = False,
     *,
     spec: RunSpec,
 ) -> None:
     """Verify every answer of INPUT.jsonl; one output record per input line, in input order."""
-    from rt4chart.records.phoenix import phoenix_source
+    from rt4chart.records.live_sources import LIVE_SOURCES
     from rt4chart.report.outputs import readable_stdout
 
-    source = phoenix_source(str(input_path))
+    source = _live_source(input_path)
     name = source.name if source else input_path.name
     outputs = spec.outputs.model_copy(update={
         "input_file": source.name if source else str(input_path), "title": f"rt4chart audit of {name}",
@@ -141,7 +159,7 @@ def verify(
         read = _read_project(spec, source, since, trace_mapping, quiet)
         traces: list[InputLine] | None = read.items
     elif since is not None:
-        raise fail("--since applies to a phoenix://HOST:PORT/PROJECT input only")
+        raise fail(f"--since applies to {LIVE_SOURCES} only")
     else:
         traces = _input_items(input_path, input_format, trace_mapping)
     outcome = _execute(spec, _stream_input(input_path) if traces is None else traces, quiet)
@@ -179,15 +197,15 @@ def estimate(
     spec: RunSpec,
 ) -> None:
     """Calls, tokens and USD an audit of INPUT.jsonl would need (expected and worst case); calls no judge."""
-    from rt4chart.records.phoenix import phoenix_source
+    from rt4chart.records.live_sources import LIVE_SOURCES
     from rt4chart.report.progress import print_estimate
     from rt4chart.runs.planning import estimate as estimate_run
 
-    source = phoenix_source(str(input_path))
+    source = _live_source(input_path)
     if source is not None:  # what the next rt4 verify of it would read; its watermark does not move
         traces: list[InputLine] | None = _read_project(spec, source, since, trace_mapping, quiet=True).items
     elif since is not None:
-        raise fail("--since applies to a phoenix://HOST:PORT/PROJECT input only")
+        raise fail(f"--since applies to {LIVE_SOURCES} only")
     else:
         traces = _input_items(input_path, input_format, trace_mapping)
     items = _read_input(input_path) if traces is None else traces

@@ -1,5 +1,5 @@
-"""Audits of production traces read from a tracing server: where a source's watermark lives, reading a
-Phoenix project from it, and moving it once the audit is done.
+"""Audits of production traces read from a tracing server (:mod:`rt4chart.records.live_sources`): where a
+source's watermark lives, reading the source from it, and moving it once the audit is done.
 
 The watermark of a source is a file in ``watermarks/`` under the judge cache's directory (``--cache-dir``,
 else the per-user default; with ``--cache-url`` or ``--no-cache``, the per-user default too), so an
@@ -16,14 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from rt4chart.judges.cache import default_cache_dir
-from rt4chart.records.phoenix import (
-    PhoenixRead,
-    PhoenixSource,
-    read_phoenix,
-    read_watermark,
-    watermark_path,
-    write_watermark,
-)
+from rt4chart.records.langfuse import LangfuseMapping
+from rt4chart.records.langfuse_server import read_langfuse
+from rt4chart.records.live_sources import LiveSource
+from rt4chart.records.phoenix import PhoenixSource, read_phoenix
+from rt4chart.records.server_reads import SourceRead, read_watermark, watermark_path, write_watermark
 from rt4chart.records.traces import TraceMapping
 from rt4chart.runs.run import RunOutcome
 from rt4chart.runs.spec import RunSpec
@@ -35,11 +32,15 @@ def watermark_directory(spec: RunSpec) -> Path:
     return (spec.cache if isinstance(spec.cache, Path) else default_cache_dir()) / "watermarks"
 
 
-def read_project(spec: RunSpec, source: PhoenixSource, since: timedelta | None,
-                 mapping: TraceMapping | None = None) -> PhoenixRead:
-    """The traces of ``source`` not audited yet (after its watermark, within ``since``)."""
+def read_project(spec: RunSpec, source: LiveSource, since: timedelta | None,
+                 mapping: TraceMapping | LangfuseMapping | None = None) -> SourceRead:
+    """The traces of ``source`` not audited yet (after its watermark, within ``since``), read under
+    ``mapping`` (a :class:`TraceMapping` for Phoenix, a :class:`LangfuseMapping` for Langfuse; ``None``: the
+    defaults)."""
     watermark = read_watermark(watermark_path(watermark_directory(spec), source))
-    return read_phoenix(source, since, watermark, mapping)
+    if isinstance(source, PhoenixSource):
+        return read_phoenix(source, since, watermark, mapping if isinstance(mapping, TraceMapping) else None)
+    return read_langfuse(source, since, watermark, mapping if isinstance(mapping, LangfuseMapping) else None)
 
 
 def audited_everything(outcome: RunOutcome[Any]) -> bool:
@@ -47,7 +48,7 @@ def audited_everything(outcome: RunOutcome[Any]) -> bool:
     return outcome.stop is None and outcome.counts.incomplete == 0
 
 
-def advance_watermark(spec: RunSpec, source: PhoenixSource, read: PhoenixRead, outcome: RunOutcome[Any],
+def advance_watermark(spec: RunSpec, source: LiveSource, read: SourceRead, outcome: RunOutcome[Any],
                       written_back: Sequence[WriteBackResult] | None = None) -> bool:
     """Move ``source``'s watermark past what ``read`` gave when the run audited all of it (and, under
     ``--write-back``, ``written_back`` holds no failure); whether it moved."""

@@ -1,5 +1,6 @@
 """Verdicts written back where the team reads its traces (``rt4 verify --write-back``): a Phoenix span
-annotation on each audited answer's LLM span, or a Langfuse score on its trace and generation.
+annotation on each audited answer's LLM span, or a Langfuse score on its trace and generation (on the
+server a ``langfuse://`` input was read from, else ``LANGFUSE_HOST``).
 
 One verdict per answer, named ``rt4chart``: its label (entailed / contradicted / baseless), its score (the
 share of claims the context entails), an explanation (the claims that are not entailed, with their
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from rt4chart.judges.scrubbing import scrub, scrub_value, secrets_in_environment
 from rt4chart.records.io import read_records
+from rt4chart.records.langfuse_server import LangfuseSource
 from rt4chart.records.phoenix import PhoenixSource, phoenix_headers
 from rt4chart.report.tables import support_score
 from rt4chart.runs.run import RunStatus, exit_code
@@ -58,8 +60,10 @@ class LangfuseTarget:
     secret_key: str
 
     @classmethod
-    def from_environment(cls) -> LangfuseTarget:
-        host = os.environ.get("LANGFUSE_HOST") or os.environ.get("LANGFUSE_BASE_URL")
+    def from_environment(cls, source: LangfuseSource | None = None) -> LangfuseTarget:
+        """The server ``source`` was read from (the keys go to the host they were read with), else
+        ``LANGFUSE_HOST`` / ``LANGFUSE_BASE_URL``; the keys of the environment."""
+        host = source.base_url if source else os.environ.get("LANGFUSE_HOST") or os.environ.get("LANGFUSE_BASE_URL")
         public, secret = os.environ.get("LANGFUSE_PUBLIC_KEY"), os.environ.get("LANGFUSE_SECRET_KEY")
         missing = [name for name, value in (("LANGFUSE_HOST", host), ("LANGFUSE_PUBLIC_KEY", public),
                                             ("LANGFUSE_SECRET_KEY", secret)) if not value]

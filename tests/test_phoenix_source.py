@@ -98,8 +98,11 @@ def test_a_phoenix_project_is_audited_like_its_export_and_the_watermark_reads_on
 
 def test_since_bounds_the_window_and_a_stopped_run_leaves_the_watermark(tmp_path: Path) -> None:
     spans = _phoenix_spans()
+    # The fixture's traces moved two hours back (however recently it was made), one copy a minute old.
+    old = [span for trace_id in dict.fromkeys(s["trace_id"] for s in spans)
+           for span in _copy_of_trace(spans, trace_id, trace_id, time.time_ns() - 2 * 3600 * 10**9)]
     recent = _copy_of_trace(spans, spans[-1]["trace_id"], "b" * 32, time.time_ns() - 60 * 10**9)
-    with trace_server({"default": spans + recent}) as server:
+    with trace_server({"default": old + recent}) as server:
         code, records, stderr = _audit(server, tmp_path / "recent.jsonl", tmp_path / "cache", "--since", "1h")
         assert [r["id"] for r in records] == ["b" * 32], stderr
         assert code == (0 if records[0]["label"] == "entailed" else 1), stderr

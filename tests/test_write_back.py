@@ -44,6 +44,13 @@ def _with_answer(spans: list[dict[str, Any]], answer: str) -> list[dict[str, Any
     return spans
 
 
+def _trace_asking(spans: list[dict[str, Any]], question: str) -> str:
+    """The trace whose root (CHAIN) span's input is ``question``: the fixture's traces by what they hold, not
+    by their ids (new ones each time make_real_sdk.py remakes it)."""
+    return next(span["trace_id"] for span in spans if not span["parent_span_id"] and any(
+        a["key"] == "input.value" and a["value"]["string_value"] == question for a in span["attributes"]))
+
+
 def _annotations(server: TraceServer, span_ids: list[str]) -> list[dict[str, Any]]:
     response = httpx.get(f"{server.url}/v1/projects/default/span_annotations", params={"span_ids": span_ids})
     found: list[dict[str, Any]] = response.json()["data"]
@@ -52,7 +59,7 @@ def _annotations(server: TraceServer, span_ids: list[str]) -> list[dict[str, Any
 
 def test_phoenix_annotations_one_per_answer_updated_on_rerun_and_scrubbed(tmp_path: Path) -> None:
     spans = _phoenix_spans()
-    faithful = next(s["trace_id"] for s in spans if s["trace_id"].startswith("4d43b3cb"))
+    faithful = _trace_asking(spans, "How long do I have to return a laptop?")
     start = max(int(s["start_time_unix_nano"]) for s in spans) + 1
     leaky = _with_answer(_copy_of_trace(spans, faithful, "c" * 32, start), f"Use the key {PHOENIX_KEY} to return it.")
     env = {"PHOENIX_API_KEY": PHOENIX_KEY}
@@ -121,7 +128,8 @@ def test_a_write_back_that_fails_is_recorded_exits_4_and_keeps_the_watermark(tmp
         assert all("HTTP 500: " in r["error"] for r in results if r["status"] == "failed")
         assert "write-back: 0 written, 1 skipped, 2 failed" in " ".join(completed.stderr.split())
         assert not (tmp_path / "cache" / "watermarks").exists()
-        valid = [s for s in spans if not s["trace_id"].startswith("fd86a58b")]
+        no_documents = _trace_asking(spans, "Do you ship to Mars?")
+        valid = [s for s in spans if s["trace_id"] != no_documents]
         server.spans["default"] = valid
         completed = _rt4("verify", f"phoenix://127.0.0.1:{server.port}/default", "--write-back", "--judge",
                          f"scripted:{RULES}", "--cache-dir", str(tmp_path / "cache"), "-o", str(out), "-q",

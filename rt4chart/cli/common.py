@@ -160,8 +160,8 @@ def _input_items(input_path: Path, input_format: InputFormat, mapping_path: Path
     return None
 
 
-InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin); with --input-format otlp, an OTLP/JSON trace export; with langfuse, a Langfuse trace export.")]
-InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="jsonl: one answer per line; otlp: an OTLP/JSON trace export, one answer per trace (OpenInference / GenAI spans); langfuse: Langfuse traces with their observations (its public API's JSON).")]
+InputArgument = Annotated[Path, typer.Argument(metavar="INPUT.jsonl", help="JSONL: id, context, question?, answer ('-': stdin); with --input-format otlp, an OTLP trace export (JSON, or protobuf: .pb / .binpb); with langfuse, a Langfuse trace export.")]
+InputFormatOption = Annotated[InputFormat, typer.Option("--input-format", help="jsonl: one answer per line; otlp: an OTLP trace export (JSON or protobuf), one answer per trace (OpenInference / GenAI spans); langfuse: Langfuse traces with their observations (its public API's JSON).")]
 TraceMappingOption = Annotated[Path | None, typer.Option("--trace-mapping", help="TOML or JSON file overriding which spans and attributes hold documents, answer and question (--input-format otlp).")]
 MAX_RESAMPLES = 100_000
 """Bootstrap resamples are bounded: beyond this the intervals do not move, the run only takes longer."""

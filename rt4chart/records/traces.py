@@ -1,7 +1,8 @@
-"""RAG turns read from OpenTelemetry trace exports: OTLP/JSON files in, one input item per trace out.
+"""RAG turns read from OpenTelemetry trace exports: OTLP/JSON (or protobuf) files in, one input item per trace out.
 
 A file holds one ``ExportTraceServiceRequest`` in the OTLP/JSON encoding (``resourceSpans[].scopeSpans[]
-.spans[]``), or several, one per line (what the OpenTelemetry Collector's file exporter writes); a page of
+.spans[]``), or several, one per line (what the OpenTelemetry Collector's file exporter writes), or the
+same in protobuf (:mod:`rt4chart.records.otlp_protobuf`, read into this shape); a page of
 Phoenix's ``spans/otlpv1`` REST answer (``{"data": [spans]}``) is read as one such request. Spans are
 grouped by ``traceId``; every trace becomes exactly one :class:`~rt4chart.records.io.InputLine`, numbered
 by the order its first span appears in the file: a :class:`~rt4chart.types.Sample` when the trace holds
@@ -239,11 +240,28 @@ def _objects(parent: Mapping[str, Any], key: str, where: str, problems: list[str
     return [child for child in children if isinstance(child, Mapping)]
 
 
+def export_requests(path: Path) -> list[Any]:
+    """The export requests of an OTLP file as OTLP/JSON objects: a protobuf export decoded
+    (:mod:`rt4chart.records.otlp_protobuf`), else its JSON documents; :class:`TraceError` when it is neither."""
+    from rt4chart.records.otlp_protobuf import ProtobufUnavailable, is_protobuf, protobuf_requests
+
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise TraceError(f"cannot read the trace file {path}: {error}") from None
+    if not is_protobuf(path, data):
+        return json_documents(path)
+    try:
+        return protobuf_requests(data, str(path))
+    except (ValueError, ProtobufUnavailable) as error:
+        raise TraceError(str(error)) from None
+
+
 def read_spans(path: Path) -> tuple[dict[str, list[Span]], list[str]]:
     """The file's spans by trace id (in order of appearance), and the problems of what holds no usable
     span (a span that names no trace or no span id, an entry that is not an object): each becomes an error
     item, never dropped."""
-    return spans_of_requests(json_documents(path), str(path))
+    return spans_of_requests(export_requests(path), str(path))
 
 
 def spans_of_requests(requests: list[Any], source: str) -> tuple[dict[str, list[Span]], list[str]]:

@@ -210,6 +210,8 @@ class LiteLLMSender(EndpointSender):
             prompt_tokens=int(getattr(counts, "prompt_tokens", 0) or 0),
             completion_tokens=int(getattr(counts, "completion_tokens", 0) or 0),
             cached_prompt_tokens=int(getattr(getattr(counts, "prompt_tokens_details", None), "cached_tokens", 0) or 0),
+            # litellm counts Anthropic's cache reads and writes in prompt_tokens, the writes apart here.
+            cache_write_prompt_tokens=int(getattr(counts, "cache_creation_input_tokens", 0) or 0),
             cost_usd=float(reported) if isinstance(reported, int | float) else None,
             deployment=self.deployment(response),
             rate=rate_signal(hidden.get("additional_headers")),

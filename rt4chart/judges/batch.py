@@ -66,6 +66,12 @@ MAX_SUBMISSIONS = 2
 MAX_BATCH_REQUESTS = 50_000
 """Requests one OpenAI batch may hold: a round of more is split."""
 
+MAX_BATCH_BYTES = 200_000_000
+"""Bytes one OpenAI batch input file may hold: a round of more is split."""
+
+LINE_OVERHEAD_BYTES = 200
+"""What a request's line adds to its body (custom id, method, URL, brackets), counted generously."""
+
 BATCH_FILE_CAP_BYTES = 256 << 20
 """The most bytes read of one output or error file (above the providers' 200 MB input limit)."""
 
@@ -288,11 +294,22 @@ class BatchRounds:
             seen = self._arrivals
         self._settling = None
         pending, self.pending = self.pending, {}
-        ids = list(pending)
-        if not ids:
-            return
-        for start in range(0, len(ids), MAX_BATCH_REQUESTS):
-            self._start(self._submit(ids[start : start + MAX_BATCH_REQUESTS]))
+        for chunk in self._chunks(pending):
+            self._start(self._submit(chunk))
+
+    def _chunks(self, pending: dict[str, _Held]) -> list[list[str]]:
+        """The custom ids of ``pending`` in batches within the provider's request and byte limits."""
+        chunks: list[list[str]] = []
+        size = 0
+        for custom_id, held in pending.items():
+            line = len(held.body) + LINE_OVERHEAD_BYTES
+            full = len(chunks[-1]) >= self.sender.max_batch_requests if chunks else True
+            if full or size + line > self.sender.max_batch_bytes:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(custom_id)
+            size += line
+        return chunks
 
     async def _submit(self, custom_ids: list[str]) -> None:
         self.rounds += 1
@@ -383,6 +400,11 @@ def _line_error(line: dict[str, Any]) -> str:
 
 class BatchSender(OpenAICompatSender):
     """The OpenAI-compatible sender whose attempts go through the Batch API (see the module docstring)."""
+
+    max_batch_requests = MAX_BATCH_REQUESTS
+    """Requests one batch may hold."""
+    max_batch_bytes = MAX_BATCH_BYTES
+    """Bytes of request bodies one batch may hold."""
 
     def __init__(self, *args: Any, batch: BatchSettings, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -644,6 +644,8 @@ def _batch_backend(profile: JudgeProfile, base: str | None, api_key: str | None,
     from rt4chart.judges.batch import BATCH_PRICE_FACTOR, MAX_BATCH_REQUESTS, BatchSender
     from rt4chart.judges.policy import PolicyBackend
 
+    if (profile.model or "").startswith(ANTHROPIC_PREFIX):
+        return _anthropic_batch_backend(profile, base, api_key, batch)
     speaks_openai = profile.openai_compatible_at(base) or (base is None and model_speaks_openai(profile.model or ""))
     if not speaks_openai:
         raise JudgeConfigError(
@@ -662,6 +664,69 @@ def _batch_backend(profile: JudgeProfile, base: str | None, api_key: str | None,
     # the provider sends on a refused upload is still honoured).
     settings = settings.model_copy(update={**prices, "backoff_s": 0.0, "adaptive_concurrency": False})
     return PolicyBackend(BatchSender(settings, api_key=api_key, api_base=base, batch=batch), settings)
+
+
+ANTHROPIC_PREFIX = "anthropic/"
+"""The model-string prefix of Anthropic's models (litellm's provider name): Message Batches under ``--batch``."""
+
+ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
+"""Where an Anthropic model string without a profile finds its key (litellm's variable)."""
+
+
+def _anthropic_batch_backend(
+    profile: JudgeProfile, base: str | None, api_key: str | None, batch: BatchSettings
+) -> Backend:
+    """An ``anthropic/...`` judge on Anthropic's Message Batches (:mod:`rt4chart.judges.anthropic_batch`),
+    named as the online judge (so are its cache keys), priced at the batch rate: the profile's
+    prices, else litellm's table; cache reads at 0.1x and writes at 1.25x the input price unless
+    either says otherwise; all of it halved."""
+    from rt4chart.judges.anthropic_batch import MAX_ANTHROPIC_BATCH_REQUESTS, AnthropicBatchSender
+    from rt4chart.judges.batch import BATCH_PRICE_FACTOR
+    from rt4chart.judges.policy import PolicyBackend
+    from rt4chart.judges.prompt_cache import CACHE_READ_FACTOR, CACHE_WRITE_FACTOR
+
+    if api_key is None:  # Anthropic's own endpoint, named by a model string: litellm's key variable
+        api_key = os.environ.get(ANTHROPIC_KEY_ENV) or (NO_KEY if _PRICING_ONLY.get() else None)
+        if api_key is None:
+            raise JudgeConfigError(f"judge {profile.name!r} needs the environment variable {ANTHROPIC_KEY_ENV}, "
+                                   "which is not set")
+    settings = profile.openai_compat_settings(MAX_ANTHROPIC_BATCH_REQUESTS)
+    prices = {
+        "input_usd_per_mtok": settings.input_usd_per_mtok, "output_usd_per_mtok": settings.output_usd_per_mtok,
+        "cached_input_usd_per_mtok": settings.cached_input_usd_per_mtok,
+        "cache_write_usd_per_mtok": settings.cache_write_usd_per_mtok,
+    }
+    if prices["input_usd_per_mtok"] is None and prices["output_usd_per_mtok"] is None:
+        prices.update(_litellm_table_prices(profile.model or ""))
+    if (input_price := prices["input_usd_per_mtok"]) is not None:
+        prices["cached_input_usd_per_mtok"] = _or(prices["cached_input_usd_per_mtok"], input_price * CACHE_READ_FACTOR)
+        prices["cache_write_usd_per_mtok"] = _or(prices["cache_write_usd_per_mtok"], input_price * CACHE_WRITE_FACTOR)
+    batch_prices = {field: price * BATCH_PRICE_FACTOR for field, price in prices.items() if price is not None}
+    # As for OpenAI's batches: no pacing and no backoff, every call of a round reaches the collector.
+    settings = settings.model_copy(update={**batch_prices, "backoff_s": 0.0, "adaptive_concurrency": False})
+    return PolicyBackend(AnthropicBatchSender(settings, api_key=api_key, api_base=base, batch=batch), settings)
+
+
+def _or(price: float | None, default: float) -> float:
+    return default if price is None else price
+
+
+def _litellm_table_prices(model: str) -> dict[str, float | None]:
+    """Per-million prices of ``model`` in litellm's table (prompt, completion, cache read, cache write);
+    none when it does not list the model."""
+    import litellm
+
+    try:
+        info = dict(litellm.get_model_info(model=model))
+    except Exception:  # litellm raises for a model it has no price for
+        return {}
+    fields = {
+        "input_usd_per_mtok": "input_cost_per_token", "output_usd_per_mtok": "output_cost_per_token",
+        "cached_input_usd_per_mtok": "cache_read_input_token_cost",
+        "cache_write_usd_per_mtok": "cache_creation_input_token_cost",
+    }
+    listed = {ours: info.get(theirs) for ours, theirs in fields.items()}
+    return {ours: float(price) * 1e6 for ours, price in listed.items() if isinstance(price, int | float)}
 
 
 def _fleet_backend(profile: JudgeProfile, api_base: str | None, concurrency: int | None) -> Backend:

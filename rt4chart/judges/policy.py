@@ -80,10 +80,10 @@ class CallSettings(BaseModel):
     cached_input_usd_per_mtok: float | None = Field(default=None, ge=0.0)
     """Price per million prompt tokens read from the provider's prompt cache
     (``prompt_tokens_details.cached_tokens``, Anthropic's cache reads); ``None``: the prompt price
-    (no discount), except for an Anthropic batch judge (0.1x, Anthropic's rate)."""
+    (no discount), except for an ``anthropic/...`` judge (0.1x, Anthropic's rate)."""
     cache_write_usd_per_mtok: float | None = Field(default=None, ge=0.0)
     """Price per million prompt tokens written to the provider's prompt cache (Anthropic's
-    ``cache_creation_input_tokens``); ``None``: the prompt price, except for an Anthropic batch
+    ``cache_creation_input_tokens``); ``None``: the prompt price, except for an ``anthropic/...``
     judge (1.25x, Anthropic's rate)."""
     output_usd_per_mtok: float | None = Field(default=None, ge=0.0)
     """Price per million completion tokens; ``None`` as for input."""

@@ -188,6 +188,8 @@ class JudgeProfile(CallSettings):
     def _call_settings(self, concurrency: int | None) -> dict[str, Any]:
         assert self.model is not None, "litellm judge profiles always name a model"
         call = self.model_dump(include=set(CallSettings.model_fields) - {"concurrency"})
+        if self.model.startswith(ANTHROPIC_PREFIX):
+            call.update(anthropic_cache_prices(call))
         return {"name": self.name, "model": self.model, "concurrency": concurrency or self.concurrency, **call}
 
     def openai_compatible_at(self, base: str | None) -> bool:
@@ -683,7 +685,6 @@ def _anthropic_batch_backend(
     from rt4chart.judges.anthropic_batch import MAX_ANTHROPIC_BATCH_REQUESTS, AnthropicBatchSender
     from rt4chart.judges.batch import BATCH_PRICE_FACTOR
     from rt4chart.judges.policy import PolicyBackend
-    from rt4chart.judges.prompt_cache import CACHE_READ_FACTOR, CACHE_WRITE_FACTOR
 
     if api_key is None:  # Anthropic's own endpoint, named by a model string: litellm's key variable
         api_key = os.environ.get(ANTHROPIC_KEY_ENV) or (NO_KEY if _PRICING_ONLY.get() else None)
@@ -691,27 +692,32 @@ def _anthropic_batch_backend(
             raise JudgeConfigError(f"judge {profile.name!r} needs the environment variable {ANTHROPIC_KEY_ENV}, "
                                    "which is not set")
     settings = profile.openai_compat_settings(MAX_ANTHROPIC_BATCH_REQUESTS)
-    prices = {
-        "input_usd_per_mtok": settings.input_usd_per_mtok, "output_usd_per_mtok": settings.output_usd_per_mtok,
-        "cached_input_usd_per_mtok": settings.cached_input_usd_per_mtok,
-        "cache_write_usd_per_mtok": settings.cache_write_usd_per_mtok,
-    }
-    if prices["input_usd_per_mtok"] is None and prices["output_usd_per_mtok"] is None:
-        prices.update(_litellm_table_prices(profile.model or ""))
-    if (input_price := prices["input_usd_per_mtok"]) is not None:
-        prices["cached_input_usd_per_mtok"] = _or(prices["cached_input_usd_per_mtok"], input_price * CACHE_READ_FACTOR)
-        prices["cache_write_usd_per_mtok"] = _or(prices["cache_write_usd_per_mtok"], input_price * CACHE_WRITE_FACTOR)
+    prices = settings.model_dump(include=set(PRICE_FIELDS))
+    if settings.per_token_prices() is None:  # no prices of the profile's own: litellm's table
+        prices.update(anthropic_cache_prices(_litellm_table_prices(profile.model or "")))
     batch_prices = {field: price * BATCH_PRICE_FACTOR for field, price in prices.items() if price is not None}
     # As for OpenAI's batches: no pacing and no backoff, every call of a round reaches the collector.
     settings = settings.model_copy(update={**batch_prices, "backoff_s": 0.0, "adaptive_concurrency": False})
     return PolicyBackend(AnthropicBatchSender(settings, api_key=api_key, api_base=base, batch=batch), settings)
 
 
-def _or(price: float | None, default: float) -> float:
-    return default if price is None else price
+PRICE_FIELDS = ("input_usd_per_mtok", "output_usd_per_mtok", "cached_input_usd_per_mtok", "cache_write_usd_per_mtok")
+"""The per-million prices of :class:`~rt4chart.judges.policy.CallSettings`."""
 
 
-def _litellm_table_prices(model: str) -> dict[str, float | None]:
+def anthropic_cache_prices(prices: dict[str, Any]) -> dict[str, float]:
+    """``prices`` (the fields of :data:`PRICE_FIELDS` that are set) with Anthropic's cache rates
+    where they are not: reads at 0.1x, writes at 1.25x the input price."""
+    from rt4chart.judges.prompt_cache import CACHE_READ_FACTOR, CACHE_WRITE_FACTOR
+
+    filled = {field: float(price) for field, price in prices.items() if field in PRICE_FIELDS and price is not None}
+    if (input_price := filled.get("input_usd_per_mtok")) is not None:
+        filled.setdefault("cached_input_usd_per_mtok", input_price * CACHE_READ_FACTOR)
+        filled.setdefault("cache_write_usd_per_mtok", input_price * CACHE_WRITE_FACTOR)
+    return filled
+
+
+def _litellm_table_prices(model: str) -> dict[str, float]:
     """Per-million prices of ``model`` in litellm's table (prompt, completion, cache read, cache write);
     none when it does not list the model."""
     import litellm

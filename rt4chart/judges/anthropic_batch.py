@@ -6,11 +6,13 @@ request (:meth:`AnthropicBatchSender.body`): the system prompt as the top-level 
 ``max_tokens`` (required by Anthropic), the prompt split into content blocks with ``cache_control``
 on the shared head (:mod:`rt4chart.judges.prompt_cache`), and the reply's JSON schema as the one
 tool the model must call (``json_tool_call``, forced with ``tool_choice``): what litellm sends for
-a ``response_format`` on the online path to models without Anthropic's native structured output,
-and what every Claude model takes in a batch. The tool's ``input`` is the reply's text, as litellm
-makes it online, so parsing, re-asks, the cache under the online key and the records are the
-online path's. Usage: ``input_tokens`` + ``cache_read_input_tokens`` + ``cache_creation_input_tokens``
-are the prompt tokens (litellm counts them so), the reads and writes priced at their own rates.
+a JSON-schema ``response_format`` on the online path (litellm 1.110) to models it does not know to
+take Anthropic's native ``output_format``, and what every Claude model takes in a batch without a
+beta header (JSON mode without a schema sends no tool, as litellm sends none). The tool's
+``input`` is the reply's text, as litellm makes it online, so parsing, re-asks, the cache under
+the online key and the records are the online path's. Usage: ``input_tokens``,
+``cache_read_input_tokens`` and ``cache_creation_input_tokens`` together are the prompt tokens
+(litellm counts them so), the reads and writes priced at their own rates.
 
 A batch ends (``processing_status`` ``ended``) with one result line per request at ``results_url``:
 ``succeeded`` (the message), ``errored``, ``canceled`` or ``expired``; a request without a reply is
@@ -124,11 +126,9 @@ class AnthropicBatchSender(BatchSender):
         if system:
             fields["system"] = system
         fields["messages"] = [message for message in marked if message["role"] != "system"]
-        if mode != "none" and not reads_logprobs(request.output_schema):
-            schema: dict[str, Any] = (
-                {"type": "object", **output_json_schema(request.output_schema)} if mode == "json_schema"
-                else {"type": "object", "additionalProperties": True, "properties": {}}
-            )
+        if mode == "json_schema" and not reads_logprobs(request.output_schema):
+            # JSON mode without a schema gets no tool, as from litellm: the prompt asks for the JSON.
+            schema = {"type": "object", **output_json_schema(request.output_schema)}
             fields["tools"] = [{"name": JSON_TOOL, "input_schema": schema}]
             fields["tool_choice"] = {"type": "tool", "name": JSON_TOOL}
         return json.dumps(fields, separators=(",", ":")).encode()

@@ -14,9 +14,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-# litellm fetches its model price list from the network on import unless told to use the copy it
-# ships; a user's explicit setting wins.
+# litellm fetches its model price list (on import) and its Anthropic beta-header table (at an
+# Anthropic call) from the network unless told to use the copies it ships; a user's setting wins.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
 
 import litellm
 from litellm.exceptions import APIConnectionError, Timeout

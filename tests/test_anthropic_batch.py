@@ -5,6 +5,7 @@ the key kept to the provider, --resume after kill -9, failed lines resubmitted o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -20,7 +21,11 @@ from faults import Fault, grounded
 from faults import sentences_as_claims_grounded as judge_reply
 from test_batch import EXAMPLES, REPO, records, samples_file, verdicts, wait_until
 
+from rt4chart.judges.anthropic_batch import AnthropicBatchSender
+from rt4chart.judges.batch import LINE_OVERHEAD_BYTES, BatchSettings, _Held
+from rt4chart.judges.policy import PolicyBackend
 from rt4chart.judges.prompt_cache import split_shared_head
+from rt4chart.judges.registry import JudgeConfigError, resolve_judge
 
 KEY = "sk-ant-test-" + "k3y" * 8
 """The key the profile's variable holds: sent as x-api-key, never written anywhere."""
@@ -212,3 +217,28 @@ def test_an_expired_anthropic_batch_keeps_its_answers_and_submits_the_rest_once_
     assert done.returncode == 0, done.stderr
     assert sorted(server.submitted.values()).count(2) == 2  # the two requests the expired batch left
     assert not any(row.get("incomplete") for row in records(tmp_path / "out.jsonl"))
+
+
+def test_a_round_is_split_by_the_provider_s_request_and_byte_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def chunks() -> list[list[str]]:
+        judge = resolve_judge("anthropic/claude-test", api_base="http://127.0.0.1:9", batch=BatchSettings())
+        assert isinstance(judge, PolicyBackend) and isinstance(judge.sender, AnthropicBatchSender)
+        loop = asyncio.get_running_loop()
+        bodies = {f"r{n}": _Held(b"x" * (100 * (n + 1)), loop.create_future()) for n in range(5)}
+        monkeypatch.setattr(AnthropicBatchSender, "max_batch_requests", 2)
+        by_count = judge.sender.rounds._chunks(bodies)
+        monkeypatch.setattr(AnthropicBatchSender, "max_batch_requests", 100)
+        # Room for the first two lines together; any two of the longer ones are over it.
+        lines = [len(held.body) + LINE_OVERHEAD_BYTES for held in bodies.values()]
+        monkeypatch.setattr(AnthropicBatchSender, "max_batch_bytes", lines[0] + lines[1])
+        by_bytes = judge.sender.rounds._chunks(bodies)
+        await judge.aclose()
+        return [*by_count, [], *by_bytes]
+
+    assert asyncio.run(chunks()) == [["r0", "r1"], ["r2", "r3"], ["r4"], [], ["r0", "r1"], ["r2"], ["r3"], ["r4"]]
+
+
+def test_an_anthropic_model_string_under_batch_needs_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(JudgeConfigError, match="ANTHROPIC_API_KEY"):
+        resolve_judge("anthropic/claude-3-5-haiku-20241022", batch=BatchSettings())

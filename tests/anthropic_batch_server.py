@@ -10,9 +10,10 @@ Each request is answered by the fault server's reply logic (:class:`faults.Fault
 script of :class:`~faults.Fault`), on the same text an OpenAI body of the request would carry, so a
 batched request gets exactly the reply it would get online; a forced ``json_tool_call`` tool is
 answered with a ``tool_use`` block, as Anthropic does. A scripted failure is an ``errored`` line;
-an expiring batch leaves ``expired`` lines. The prompt cache is modelled: the prefix up to a request's
-last ``cache_control`` block is written at its first sight and read afterwards (four characters a
-token). Every request received is kept (params, headers) and counted by ``custom_id``.
+an expiring batch leaves ``expired`` lines. The prompt cache is modelled: the prefix up to a
+request's last ``cache_control`` block is written at its first sight and read afterwards (four
+characters a token; none under :attr:`AnthropicBatchServer.min_cached_tokens`). Every request
+received is kept (params, headers) and counted by ``custom_id``.
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ class AnthropicBatchServer:
     """Headers of every request received (names in lower case)."""
     cached_prefixes: set[str] = field(default_factory=set)
     """Prompt prefixes written to the modelled cache."""
+    min_cached_tokens: int = 0
+    """The shortest prefix the modelled cache takes (Anthropic's: 1,024 tokens for Sonnet and Opus,
+    2,048 for Haiku; 0: any)."""
     expire: int = 0
     """The next this many batches created expire instead of completing."""
     expired_answers: int = 0
@@ -121,6 +125,8 @@ class AnthropicBatchServer:
         prefix = "".join(str(b.get("text") or "") for b in blocks[: marked[-1] + 1]) if marked else ""
         total = tokens("".join(str(b.get("text") or "") for b in blocks))
         cached = tokens(prefix)
+        if cached < self.min_cached_tokens:
+            prefix, cached = "", 0
         read = written = 0
         with self.cache_lock:
             if prefix in self.cached_prefixes:

@@ -640,9 +640,10 @@ def _litellm_backend(
 
 
 def _batch_backend(profile: JudgeProfile, base: str | None, api_key: str | None, batch: BatchSettings) -> Backend:
-    """The profile's model through an OpenAI-compatible Batch API: OpenAI's own without a base URL.
-    Its name is the online judge's (so are its cache keys); its prices the batch rate; its calls in
-    flight every request a round holds (the provider, not the client, paces a batch)."""
+    """The profile's model through an OpenAI-compatible Batch API (OpenAI's own without a base URL),
+    or Anthropic's Message Batches for an ``anthropic/...`` model. Its name is the online judge's
+    (so are its cache keys); its prices the batch rate; its calls in flight every request a round
+    holds (the provider, not the client, paces a batch)."""
     from rt4chart.judges.batch import BATCH_PRICE_FACTOR, MAX_BATCH_REQUESTS, BatchSender
     from rt4chart.judges.policy import PolicyBackend
 
@@ -651,13 +652,14 @@ def _batch_backend(profile: JudgeProfile, base: str | None, api_key: str | None,
     speaks_openai = profile.openai_compatible_at(base) or (base is None and model_speaks_openai(profile.model or ""))
     if not speaks_openai:
         raise JudgeConfigError(
-            f"--batch needs a judge served over OpenAI's protocol (OpenAI, or a server with /v1/batches): "
+            "--batch needs a judge served over OpenAI's protocol (OpenAI, or a server with /v1/batches) or an "
+            f"anthropic/ model (Message Batches): "
             f"{profile.name!r} ({profile.model}) is not"
         )
     settings = profile.openai_compat_settings(MAX_BATCH_REQUESTS)
     prices = {
         field: price * BATCH_PRICE_FACTOR
-        for field in ("input_usd_per_mtok", "cached_input_usd_per_mtok", "output_usd_per_mtok")
+        for field in PRICE_FIELDS
         if (price := getattr(settings, field)) is not None
     }
     # Every call of a round reaches the collector at once (no pacing: the provider paces a batch).

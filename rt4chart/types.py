@@ -635,7 +635,11 @@ class Usage(BaseModel):
     """Prompt tokens reported by the judge (0 for cache hits)."""
     cached_prompt_tokens: int = 0
     """Of :attr:`prompt_tokens`, those the provider read from its prompt cache
-    (``prompt_tokens_details.cached_tokens``), priced at the judge's cached-input rate."""
+    (``prompt_tokens_details.cached_tokens``, Anthropic's ``cache_read_input_tokens``), priced at
+    the judge's cached-input rate."""
+    cache_write_prompt_tokens: int = 0
+    """Of :attr:`prompt_tokens`, those written to the provider's prompt cache (Anthropic's
+    ``cache_creation_input_tokens``), priced at the judge's cache-write rate."""
     completion_tokens: int = 0
     """Completion tokens reported by the judge (0 for cache hits)."""
     cost_usd: float = 0.0
@@ -648,6 +652,7 @@ class Usage(BaseModel):
             calls=self.calls + other.calls,
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
+            cache_write_prompt_tokens=self.cache_write_prompt_tokens + other.cache_write_prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cost_usd=self.cost_usd + other.cost_usd,
             cache_hits=self.cache_hits + other.cache_hits,

@@ -66,6 +66,12 @@ MAX_SUBMISSIONS = 2
 MAX_BATCH_REQUESTS = 50_000
 """Requests one OpenAI batch may hold: a round of more is split."""
 
+MAX_BATCH_BYTES = 200_000_000
+"""Bytes one OpenAI batch input file may hold: a round of more is split."""
+
+LINE_OVERHEAD_BYTES = 200
+"""What a request's line adds to its body (custom id, method, URL, brackets), counted generously."""
+
 BATCH_FILE_CAP_BYTES = 256 << 20
 """The most bytes read of one output or error file (above the providers' 200 MB input limit)."""
 
@@ -125,6 +131,21 @@ class Submission:
     """The requests it holds."""
     batch_id: str | None = None
     """The provider's id once created (``None``: the journal saw no creation)."""
+    intended_at: float | None = None
+    """When it was journaled (Unix seconds): a batch created for it cannot be older (how a sender
+    whose batches carry no metadata finds it again)."""
+
+
+@dataclass
+class BatchResults:
+    """What a finished batch answered, whatever the provider's shapes."""
+
+    status: str
+    """How the batch ended, in the provider's words."""
+    replies: dict[str, dict[str, Any]]
+    """The response body of each request answered, by custom id."""
+    reasons: dict[str, str]
+    """Why each request that got a line but no reply has none, by custom id."""
 
 
 class BatchJournal:
@@ -143,7 +164,9 @@ class BatchJournal:
                 if not isinstance(name, str):
                     continue
                 if "custom_ids" in entry:
-                    self.submissions[name] = Submission([str(i) for i in entry["custom_ids"]])
+                    at = entry.get("at")
+                    intended_at = float(at) if isinstance(at, int | float) else None
+                    self.submissions[name] = Submission([str(i) for i in entry["custom_ids"]], intended_at=intended_at)
                 elif name in self.submissions and isinstance(entry.get("batch"), str):
                     self.submissions[name].batch_id = entry["batch"]
 
@@ -158,9 +181,9 @@ class BatchJournal:
 
     def intend(self, custom_ids: list[str]) -> str:
         """Record a submission about to be uploaded; returns its id."""
-        name = uuid.uuid4().hex
-        self.submissions[name] = Submission(list(custom_ids))
-        self._append({"submission": name, "custom_ids": custom_ids})
+        name, at = uuid.uuid4().hex, time.time()
+        self.submissions[name] = Submission(list(custom_ids), intended_at=at)
+        self._append({"submission": name, "at": at, "custom_ids": custom_ids})
         return name
 
     def created(self, name: str, batch_id: str) -> None:
@@ -251,13 +274,13 @@ class BatchRounds:
 
     async def _find_submitted(self) -> None:
         """Read the journal: each request a created batch holds is polled, never submitted again.
-        A submission whose batch id the journal lacks is looked up by its metadata."""
-        missing = {name for name, sub in self.journal.submissions.items() if sub.batch_id is None}
+        A submission whose batch id the journal lacks is looked up at the provider (the sender's
+        :meth:`~BatchSender.find_lost`)."""
+        missing = {name: sub for name, sub in self.journal.submissions.items() if sub.batch_id is None}
         if missing:
-            for batch in await self.sender.list_batches():
-                name = (batch.get("metadata") or {}).get(SUBMISSION_KEY)
-                if name in missing:
-                    self.journal.created(name, str(batch["id"]))
+            known = {sub.batch_id for sub in self.journal.submissions.values() if sub.batch_id is not None}
+            for name, batch_id in (await self.sender.find_lost(missing, known)).items():
+                self.journal.created(name, batch_id)
         for submission in self.journal.submissions.values():
             if submission.batch_id is not None:
                 for custom_id in submission.custom_ids:
@@ -271,11 +294,22 @@ class BatchRounds:
             seen = self._arrivals
         self._settling = None
         pending, self.pending = self.pending, {}
-        ids = list(pending)
-        if not ids:
-            return
-        for start in range(0, len(ids), MAX_BATCH_REQUESTS):
-            self._start(self._submit(ids[start : start + MAX_BATCH_REQUESTS]))
+        for chunk in self._chunks(pending):
+            self._start(self._submit(chunk))
+
+    def _chunks(self, pending: dict[str, _Held]) -> list[list[str]]:
+        """The custom ids of ``pending`` in batches within the provider's request and byte limits."""
+        chunks: list[list[str]] = []
+        size = 0
+        for custom_id, held in pending.items():
+            line = len(held.body) + LINE_OVERHEAD_BYTES
+            full = len(chunks[-1]) >= self.sender.max_batch_requests if chunks else True
+            if full or size + line > self.sender.max_batch_bytes:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(custom_id)
+            size += line
+        return chunks
 
     async def _submit(self, custom_ids: list[str]) -> None:
         self.rounds += 1
@@ -284,12 +318,8 @@ class BatchRounds:
             self.held[custom_id].submissions += 1
         try:
             name = self.journal.intend(custom_ids)
-            lines = b"".join(
-                b'{"custom_id":"%s","method":"POST","url":"/v1/chat/completions","body":%s}\n'
-                % (custom_id.encode(), self.held[custom_id].body)
-                for custom_id in custom_ids
-            )
-            batch_id = await self.sender.create_batch(lines, name)
+            requests = [(custom_id, self.held[custom_id].body) for custom_id in custom_ids]
+            batch_id = await self.sender.create_batch(requests, name)
             self.journal.created(name, batch_id)
         except Exception as error:  # the provider refused the round: each call fails as online
             for custom_id in custom_ids:
@@ -305,9 +335,7 @@ class BatchRounds:
         """Poll ``batch_id`` until it finishes, then answer its requests; those without an output
         line are submitted once more or fail."""
         try:
-            batch = await self.sender.wait_for(batch_id, what, requests)
-            outputs = await self.sender.file_lines(batch.get("output_file_id"))
-            errors = await self.sender.file_lines(batch.get("error_file_id"))
+            results = await self.sender.results(await self.sender.wait_for(batch_id, what, requests))
         except Exception as error:
             if status_code(error) == 404:  # a journaled batch the provider does not know: never ran
                 self.finished[batch_id] = f"the provider knows no batch {batch_id}"
@@ -317,20 +345,11 @@ class BatchRounds:
             for custom_id in self._waiting_on(batch_id):
                 self._fail(custom_id, error)
             return
-        reasons: dict[str, str] = {}
-        for line in errors:
-            reasons[str(line.get("custom_id"))] = _line_error(line)
-        for line in outputs:
-            custom_id = str(line.get("custom_id"))
-            response = line.get("response") or {}
-            if response.get("status_code") == 200 and isinstance(response.get("body"), dict):
-                self._answer(custom_id, response["body"])
-            else:
-                reasons[custom_id] = _line_error(line)
-        status = str(batch.get("status"))
-        self.finished[batch_id] = f"the batch {batch_id} ended {status} without its line"
+        for custom_id, body in results.replies.items():
+            self._answer(custom_id, body)
+        self.finished[batch_id] = f"the batch {batch_id} ended {results.status} without its line"
         for custom_id in self._waiting_on(batch_id):
-            reason = reasons.get(custom_id, self.finished[batch_id])
+            reason = results.reasons.get(custom_id, self.finished[batch_id])
             self._retry_or_fail(custom_id, reason)
 
     def _waiting_on(self, batch_id: str) -> list[str]:
@@ -382,6 +401,11 @@ def _line_error(line: dict[str, Any]) -> str:
 class BatchSender(OpenAICompatSender):
     """The OpenAI-compatible sender whose attempts go through the Batch API (see the module docstring)."""
 
+    max_batch_requests = MAX_BATCH_REQUESTS
+    """Requests one batch may hold."""
+    max_batch_bytes = MAX_BATCH_BYTES
+    """Bytes of request bodies one batch may hold."""
+
     def __init__(self, *args: Any, batch: BatchSettings, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.batch = batch
@@ -432,8 +456,13 @@ class BatchSender(OpenAICompatSender):
             raise MalformedResponse(f"{path} answered {str(answer)[:200]}")
         return answer
 
-    async def create_batch(self, lines: bytes, submission: str) -> str:
-        """Upload ``lines`` as a batch input file and create its batch; returns the batch id."""
+    async def create_batch(self, requests: list[tuple[str, bytes]], submission: str) -> str:
+        """Upload the ``(custom_id, body)`` requests as a batch input file and create its batch
+        (``submission`` in its metadata); returns the batch id."""
+        lines = b"".join(
+            b'{"custom_id":"%s","method":"POST","url":"/v1/chat/completions","body":%s}\n' % (custom_id.encode(), body)
+            for custom_id, body in requests
+        )
         form = aiohttp.MultipartWriter("form-data")
         form.append("batch").set_content_disposition("form-data", name="purpose")
         form.append(lines, {"Content-Type": "application/jsonl"}).set_content_disposition(
@@ -447,10 +476,25 @@ class BatchSender(OpenAICompatSender):
         })
         return str(created["id"])
 
-    async def list_batches(self) -> list[dict[str, Any]]:
-        """The provider's most recent batches (where a submission the journal lost is found)."""
+    async def find_lost(self, missing: dict[str, Submission], known: set[str]) -> dict[str, str]:
+        """The batch ids of ``missing`` submissions (journaled, their creation not), by submission:
+        the provider's most recent batches whose metadata holds one's id. ``known``: batch ids the
+        journal already names."""
         listed = await self._json("GET", "/batches?limit=100")
-        return [batch for batch in listed.get("data") or [] if isinstance(batch, dict)]
+        found: dict[str, str] = {}
+        for batch in listed.get("data") or []:
+            name = (batch.get("metadata") or {}).get(SUBMISSION_KEY) if isinstance(batch, dict) else None
+            if isinstance(name, str) and name in missing:
+                found[name] = str(batch["id"])
+        return found
+
+    def batch_path(self, batch_id: str) -> str:
+        """Where the batch ``batch_id`` is retrieved, below the base URL."""
+        return f"/batches/{batch_id}"
+
+    def has_ended(self, batch: dict[str, Any]) -> bool:
+        """Whether a retrieved batch has finished (its results can be read)."""
+        return batch.get("status") in FINISHED_STATES
 
     async def wait_for(self, batch_id: str, what: str, requests: int | None) -> dict[str, Any]:
         """The batch once it has finished, polled every ``poll_s`` seconds."""
@@ -462,10 +506,26 @@ class BatchSender(OpenAICompatSender):
 
         with waiting_on_provider(note):
             while True:
-                batch = await self._json("GET", f"/batches/{batch_id}")
-                if batch.get("status") in FINISHED_STATES:
+                batch = await self._json("GET", self.batch_path(batch_id))
+                if self.has_ended(batch):
                     return batch
                 await asyncio.sleep(self.batch.poll_s)
+
+    async def results(self, batch: dict[str, Any]) -> BatchResults:
+        """What a finished batch answered: its output file's replies, and why its error file's
+        lines and the output lines that are not a 200 got none."""
+        reasons: dict[str, str] = {}
+        replies: dict[str, dict[str, Any]] = {}
+        for line in await self.file_lines(batch.get("error_file_id")):
+            reasons[str(line.get("custom_id"))] = _line_error(line)
+        for line in await self.file_lines(batch.get("output_file_id")):
+            custom_id = str(line.get("custom_id"))
+            response = line.get("response") or {}
+            if response.get("status_code") == 200 and isinstance(response.get("body"), dict):
+                replies[custom_id] = response["body"]
+            else:
+                reasons[custom_id] = _line_error(line)
+        return BatchResults(str(batch.get("status")), replies, reasons)
 
     async def file_lines(self, file_id: Any) -> list[dict[str, Any]]:
         """The JSON lines of an output or error file (none without a file)."""

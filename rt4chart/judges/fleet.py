@@ -148,7 +148,7 @@ class FleetSender(LiteLLMSender):
         position = "" if router_id is None else str(router_id)
         return self.members[int(position)] if position.isdigit() and int(position) < len(self.members) else None
 
-    async def call(self, messages: list[dict[str, str]], arguments: dict[str, Any]) -> Any:
+    async def call(self, messages: list[dict[str, Any]], arguments: dict[str, Any]) -> Any:
         try:
             response = await self.router.acompletion(messages=messages, **arguments)
         except Exception as error:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-# litellm fetches its model price list from the network on import unless told to use the copy it
-# ships; a user's explicit setting wins.
+# litellm fetches its model price list (on import) and its Anthropic beta-header table (at an
+# Anthropic call) from the network unless told to use the copies it ships; a user's setting wins.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
 
 import litellm
 from litellm.exceptions import APIConnectionError, Timeout
@@ -25,6 +26,7 @@ from rt4chart.judges.bounded_http import ReplyLimits, reply_limits
 from rt4chart.judges.bounded_httpx import bound_litellm_transports
 from rt4chart.judges.pacing import rate_signal
 from rt4chart.judges.policy import EndpointSender, EndpointSettings, PolicyBackend, Reply, reply_body_cap_bytes
+from rt4chart.judges.prompt_cache import cache_marked_messages
 from rt4chart.judges.replies import FirstTokenChoices, first_token_candidates, parse_reply, reads_logprobs
 from rt4chart.judges.scrubbing import scrub, scrub_value, secrets_in_environment
 from rt4chart.protocol import JudgeRequest, output_json_schema
@@ -187,7 +189,7 @@ class LiteLLMSender(EndpointSender):
             arguments["response_format"] = {"type": "json_object"}
         return arguments
 
-    async def call(self, messages: list[dict[str, str]], arguments: dict[str, Any]) -> Any:
+    async def call(self, messages: list[dict[str, Any]], arguments: dict[str, Any]) -> Any:
         """The HTTP attempt itself (a judge fleet sends it through its router instead)."""
         return await litellm.acompletion(messages=messages, **arguments)
 
@@ -199,7 +201,10 @@ class LiteLLMSender(EndpointSender):
         cap = reply_body_cap_bytes(request.params.max_tokens)
         limits = ReplyLimits(max_bytes=cap, deadline_s=self.settings.timeout_s)
         with reply_limits(limits):
-            response = await self.call(messages, self.call_arguments(request))
+            # Anthropic caches only up to a marked block: the shared head marked, the claims after it
+            # (litellm passes content blocks and their cache_control to Anthropic unchanged).
+            sent = cache_marked_messages(messages) if self.provider == "anthropic" else messages
+            response = await self.call(sent, self.call_arguments(request))
         counts = getattr(response, "usage", None)
         # litellm's own price (it knows cached-token discounts) when its price table has the model.
         priced_by_litellm = self._table_prices is not None
@@ -210,6 +215,8 @@ class LiteLLMSender(EndpointSender):
             prompt_tokens=int(getattr(counts, "prompt_tokens", 0) or 0),
             completion_tokens=int(getattr(counts, "completion_tokens", 0) or 0),
             cached_prompt_tokens=int(getattr(getattr(counts, "prompt_tokens_details", None), "cached_tokens", 0) or 0),
+            # litellm counts Anthropic's cache reads and writes in prompt_tokens, the writes apart here.
+            cache_write_prompt_tokens=int(getattr(counts, "cache_creation_input_tokens", 0) or 0),
             cost_usd=float(reported) if isinstance(reported, int | float) else None,
             deployment=self.deployment(response),
             rate=rate_signal(hidden.get("additional_headers")),

@@ -177,10 +177,12 @@ class OpenAICompatSender(EndpointSender):
             held = self._clients[loop] = (await anext(keeper), keeper)
         return held[0]
 
+    def auth_headers(self) -> dict[str, str]:
+        """The headers that carry the key (and the API version, for a provider that asks for one)."""
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
     async def _session_while_the_loop_runs(self) -> AsyncGenerator[aiohttp.ClientSession, None]:
-        headers = {"Content-Type": "application/json", "Accept-Encoding": ACCEPTED_ENCODINGS}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
+        headers = {"Content-Type": "application/json", "Accept-Encoding": ACCEPTED_ENCODINGS, **self.auth_headers()}
         # No pool limit of its own: the policy bounds the calls in flight.
         connector = aiohttp.TCPConnector(limit=0)
         timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)

@@ -79,7 +79,12 @@ class CallSettings(BaseModel):
     """Price per million prompt tokens; ``None`` means litellm's price list (or 0 if it has none)."""
     cached_input_usd_per_mtok: float | None = Field(default=None, ge=0.0)
     """Price per million prompt tokens read from the provider's prompt cache
-    (``prompt_tokens_details.cached_tokens``); ``None``: the prompt price (no discount)."""
+    (``prompt_tokens_details.cached_tokens``, Anthropic's cache reads); ``None``: the prompt price
+    (no discount), except for an ``anthropic/...`` judge (0.1x, Anthropic's rate)."""
+    cache_write_usd_per_mtok: float | None = Field(default=None, ge=0.0)
+    """Price per million prompt tokens written to the provider's prompt cache (Anthropic's
+    ``cache_creation_input_tokens``); ``None``: the prompt price, except for an ``anthropic/...``
+    judge (1.25x, Anthropic's rate)."""
     output_usd_per_mtok: float | None = Field(default=None, ge=0.0)
     """Price per million completion tokens; ``None`` as for input."""
     concurrency: int = Field(default=8, ge=1)
@@ -129,6 +134,8 @@ class Reply:
     """Prompt tokens the server counted."""
     cached_prompt_tokens: int = 0
     """Of those, the tokens the server read from its prompt cache."""
+    cache_write_prompt_tokens: int = 0
+    """Of those, the tokens the server wrote to its prompt cache (Anthropic's cache creation)."""
     completion_tokens: int = 0
     """Completion tokens the server counted."""
     cost_usd: float | None = None
@@ -505,13 +512,17 @@ class PolicyBackend:
         input_price, output_price = self._prices()
         cost = reply.cost_usd
         cached = min(reply.cached_prompt_tokens, reply.prompt_tokens)
+        written = min(reply.cache_write_prompt_tokens, reply.prompt_tokens - cached)
         if cost is None:
-            cached_price = self.settings.cached_input_usd_per_mtok
-            cached_price = input_price if cached_price is None else cached_price / 1e6
-            uncached = reply.prompt_tokens - cached
-            cost = uncached * input_price + cached * cached_price + reply.completion_tokens * output_price
+            cached_price, written_price = (
+                input_price if price is None else price / 1e6
+                for price in (self.settings.cached_input_usd_per_mtok, self.settings.cache_write_usd_per_mtok)
+            )
+            uncached = reply.prompt_tokens - cached - written
+            cost = (uncached * input_price + cached * cached_price + written * written_price
+                    + reply.completion_tokens * output_price)
         usage[-1] = Usage(
-            calls=1, prompt_tokens=reply.prompt_tokens, cached_prompt_tokens=cached,
+            calls=1, prompt_tokens=reply.prompt_tokens, cached_prompt_tokens=cached, cache_write_prompt_tokens=written,
             completion_tokens=reply.completion_tokens, cost_usd=cost,
         )
         cap = reply_cap_chars(request.params.max_tokens)

@@ -188,6 +188,8 @@ class JudgeProfile(CallSettings):
     def _call_settings(self, concurrency: int | None) -> dict[str, Any]:
         assert self.model is not None, "litellm judge profiles always name a model"
         call = self.model_dump(include=set(CallSettings.model_fields) - {"concurrency"})
+        if self.model.startswith(ANTHROPIC_PREFIX):
+            call.update(anthropic_cache_prices(call))
         return {"name": self.name, "model": self.model, "concurrency": concurrency or self.concurrency, **call}
 
     def openai_compatible_at(self, base: str | None) -> bool:
@@ -638,22 +640,26 @@ def _litellm_backend(
 
 
 def _batch_backend(profile: JudgeProfile, base: str | None, api_key: str | None, batch: BatchSettings) -> Backend:
-    """The profile's model through an OpenAI-compatible Batch API: OpenAI's own without a base URL.
-    Its name is the online judge's (so are its cache keys); its prices the batch rate; its calls in
-    flight every request a round holds (the provider, not the client, paces a batch)."""
+    """The profile's model through an OpenAI-compatible Batch API (OpenAI's own without a base URL),
+    or Anthropic's Message Batches for an ``anthropic/...`` model. Its name is the online judge's
+    (so are its cache keys); its prices the batch rate; its calls in flight every request a round
+    holds (the provider, not the client, paces a batch)."""
     from rt4chart.judges.batch import BATCH_PRICE_FACTOR, MAX_BATCH_REQUESTS, BatchSender
     from rt4chart.judges.policy import PolicyBackend
 
+    if (profile.model or "").startswith(ANTHROPIC_PREFIX):
+        return _anthropic_batch_backend(profile, base, api_key, batch)
     speaks_openai = profile.openai_compatible_at(base) or (base is None and model_speaks_openai(profile.model or ""))
     if not speaks_openai:
         raise JudgeConfigError(
-            f"--batch needs a judge served over OpenAI's protocol (OpenAI, or a server with /v1/batches): "
+            "--batch needs a judge served over OpenAI's protocol (OpenAI, or a server with /v1/batches) or an "
+            f"anthropic/ model (Message Batches): "
             f"{profile.name!r} ({profile.model}) is not"
         )
     settings = profile.openai_compat_settings(MAX_BATCH_REQUESTS)
     prices = {
         field: price * BATCH_PRICE_FACTOR
-        for field in ("input_usd_per_mtok", "cached_input_usd_per_mtok", "output_usd_per_mtok")
+        for field in PRICE_FIELDS
         if (price := getattr(settings, field)) is not None
     }
     # Every call of a round reaches the collector at once (no pacing: the provider paces a batch).
@@ -662,6 +668,73 @@ def _batch_backend(profile: JudgeProfile, base: str | None, api_key: str | None,
     # the provider sends on a refused upload is still honoured).
     settings = settings.model_copy(update={**prices, "backoff_s": 0.0, "adaptive_concurrency": False})
     return PolicyBackend(BatchSender(settings, api_key=api_key, api_base=base, batch=batch), settings)
+
+
+ANTHROPIC_PREFIX = "anthropic/"
+"""The model-string prefix of Anthropic's models (litellm's provider name): Message Batches under ``--batch``."""
+
+ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
+"""Where an Anthropic model string without a profile finds its key (litellm's variable)."""
+
+
+def _anthropic_batch_backend(
+    profile: JudgeProfile, base: str | None, api_key: str | None, batch: BatchSettings
+) -> Backend:
+    """An ``anthropic/...`` judge on Anthropic's Message Batches (:mod:`rt4chart.judges.anthropic_batch`),
+    named as the online judge (so are its cache keys), priced at the batch rate: the profile's
+    prices, else litellm's table; cache reads at 0.1x and writes at 1.25x the input price unless
+    either says otherwise; all of it halved."""
+    from rt4chart.judges.anthropic_batch import MAX_ANTHROPIC_BATCH_REQUESTS, AnthropicBatchSender
+    from rt4chart.judges.batch import BATCH_PRICE_FACTOR
+    from rt4chart.judges.policy import PolicyBackend
+
+    if api_key is None:  # Anthropic's own endpoint, named by a model string: litellm's key variable
+        api_key = os.environ.get(ANTHROPIC_KEY_ENV) or (NO_KEY if _PRICING_ONLY.get() else None)
+        if api_key is None:
+            raise JudgeConfigError(f"judge {profile.name!r} needs the environment variable {ANTHROPIC_KEY_ENV}, "
+                                   "which is not set")
+    settings = profile.openai_compat_settings(MAX_ANTHROPIC_BATCH_REQUESTS)
+    prices = settings.model_dump(include=set(PRICE_FIELDS))
+    if settings.per_token_prices() is None:  # no prices of the profile's own: litellm's table
+        prices.update(anthropic_cache_prices(_litellm_table_prices(profile.model or "")))
+    batch_prices = {field: price * BATCH_PRICE_FACTOR for field, price in prices.items() if price is not None}
+    # As for OpenAI's batches: no pacing and no backoff, every call of a round reaches the collector.
+    settings = settings.model_copy(update={**batch_prices, "backoff_s": 0.0, "adaptive_concurrency": False})
+    return PolicyBackend(AnthropicBatchSender(settings, api_key=api_key, api_base=base, batch=batch), settings)
+
+
+PRICE_FIELDS = ("input_usd_per_mtok", "output_usd_per_mtok", "cached_input_usd_per_mtok", "cache_write_usd_per_mtok")
+"""The per-million prices of :class:`~rt4chart.judges.policy.CallSettings`."""
+
+
+def anthropic_cache_prices(prices: dict[str, Any]) -> dict[str, float]:
+    """``prices`` (the fields of :data:`PRICE_FIELDS` that are set) with Anthropic's cache rates
+    where they are not: reads at 0.1x, writes at 1.25x the input price."""
+    from rt4chart.judges.prompt_cache import CACHE_READ_FACTOR, CACHE_WRITE_FACTOR
+
+    filled = {field: float(price) for field, price in prices.items() if field in PRICE_FIELDS and price is not None}
+    if (input_price := filled.get("input_usd_per_mtok")) is not None:
+        filled.setdefault("cached_input_usd_per_mtok", input_price * CACHE_READ_FACTOR)
+        filled.setdefault("cache_write_usd_per_mtok", input_price * CACHE_WRITE_FACTOR)
+    return filled
+
+
+def _litellm_table_prices(model: str) -> dict[str, float]:
+    """Per-million prices of ``model`` in litellm's table (prompt, completion, cache read, cache write);
+    none when it does not list the model."""
+    import litellm
+
+    try:
+        info = dict(litellm.get_model_info(model=model))
+    except Exception:  # litellm raises for a model it has no price for
+        return {}
+    fields = {
+        "input_usd_per_mtok": "input_cost_per_token", "output_usd_per_mtok": "output_cost_per_token",
+        "cached_input_usd_per_mtok": "cache_read_input_token_cost",
+        "cache_write_usd_per_mtok": "cache_creation_input_token_cost",
+    }
+    listed = {ours: info.get(theirs) for ours, theirs in fields.items()}
+    return {ours: float(price) * 1e6 for ours, price in listed.items() if isinstance(price, int | float)}
 
 
 def _fleet_backend(profile: JudgeProfile, api_base: str | None, concurrency: int | None) -> Backend:

@@ -200,7 +200,12 @@ def print_summary(summary: RunSummary, console: Console) -> None:
     usage = summary.usage
     table.add_row("judge calls in the records", str(usage.calls))
     table.add_row("cache hits in the records", str(usage.cache_hits))
-    cached = f" ({usage.cached_prompt_tokens} from the provider's prompt cache)" if usage.cached_prompt_tokens else ""
+    from_cache = [
+        f"{count} {what} the provider's prompt cache"
+        for count, what in ((usage.cached_prompt_tokens, "from"), (usage.cache_write_prompt_tokens, "written to"))
+        if count
+    ]
+    cached = f" ({', '.join(from_cache)})" if from_cache else ""
     table.add_row("tokens in / out", f"{usage.prompt_tokens}{cached} / {usage.completion_tokens}")
     table.add_row("cost of these records", f"${usage.cost_usd:.4f}")
     if summary.spent_usd is not None:

@@ -27,8 +27,9 @@ class Message(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    role: Literal["system", "user", "assistant"]
-    """Who speaks."""
+    role: Literal["system", "user", "assistant", "context"]
+    """Who speaks; ``context`` is a retrieved document's turn, for a verifier whose chat template reads
+    one (Granite Guardian 3.0-3.2's groundedness check)."""
     content: str
     """What is said."""
 
@@ -84,6 +85,10 @@ class JudgeRequest(BaseModel):
     """Sampling parameters."""
     prompt_version: str
     """Content hash of the template and the rendering code that produced the messages."""
+    template_kwargs: dict[str, Any] | None = None
+    """Arguments for the model's own chat template, which the server applies (vLLM's
+    ``chat_template_kwargs``: Granite Guardian's ``guardian_config``); ``None`` for every request that
+    brings its prompt whole. Part of the cache key only when set."""
 
 
 class JudgeResponse(BaseModel):

@@ -71,6 +71,9 @@ def request_key(judge: str, request: JudgeRequest) -> str:
         "prompt_version": request.prompt_version,
         "messages": [m.model_dump() for m in request.messages],
     }
+    if request.template_kwargs is not None:
+        # Only where set: the keys of every request without them stay what they were.
+        material["template_kwargs"] = request.template_kwargs
     encoded = json.dumps(material, sort_keys=True, ensure_ascii=False).encode()
     return hashlib.sha256(encoded).hexdigest()
 

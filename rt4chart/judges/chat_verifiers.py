@@ -58,6 +58,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from rt4chart.judges.packing import pack_sentences
 from rt4chart.judges.replies import FirstTokenChoices, TokenLogprob, prompt_token_bound
 from rt4chart.method.prompts import PromptTemplate, load_templates
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput
@@ -294,24 +295,6 @@ class Call:
 
 class ContextTooLong(ValueError):
     """A claim whose prompt alone leaves no room for context within ``max_model_len``."""
-
-
-def pack_sentences(sentences: list[str], budget: int, size: Callable[[str], int]) -> list[tuple[int, ...]]:
-    """``sentences`` packed, whole and in order, into chunks whose text joined by spaces measures at most
-    ``budget`` by ``size``; a sentence that alone exceeds it is a chunk of its own (cut by the caller)."""
-    chunks: list[tuple[int, ...]] = []
-    members: list[int] = []
-    used = 0
-    for position, sentence in enumerate(sentences):
-        measured = size(sentence) + (1 if members else 0)  # the space joining it to the chunk
-        if members and used + measured > budget:
-            chunks.append(tuple(members))
-            members, used, measured = [], 0, measured - 1
-        members.append(position)
-        used += measured
-    if members:
-        chunks.append(tuple(members))
-    return chunks
 
 
 def _utf8_size(text: str) -> int:

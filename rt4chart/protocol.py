@@ -27,8 +27,9 @@ class Message(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    role: Literal["system", "user", "assistant"]
-    """Who speaks."""
+    role: Literal["system", "user", "assistant", "context"]
+    """Who speaks; ``context`` is a retrieved document's turn, for a verifier whose chat template reads
+    one (Granite Guardian 3.0-3.2's groundedness check)."""
     content: str
     """What is said."""
 
@@ -84,6 +85,10 @@ class JudgeRequest(BaseModel):
     """Sampling parameters."""
     prompt_version: str
     """Content hash of the template and the rendering code that produced the messages."""
+    template_kwargs: dict[str, Any] | None = None
+    """Arguments for the model's own chat template, which the server applies (vLLM's
+    ``chat_template_kwargs``: Granite Guardian's ``guardian_config``); ``None`` for every request that
+    brings its prompt whole. Part of the cache key only when set."""
 
 
 class JudgeResponse(BaseModel):
@@ -159,6 +164,9 @@ class Capabilities(BaseModel):
     answers_offline: bool = False
     """Whether the judge answers deterministically, in process and for free, reading no prompt
     (the embedded verifier): ``rt4 estimate`` asks it, so its plan is the run's own calls."""
+    reads_answer: bool = False
+    """Whether the judge reads the answer itself and each claim's span in it (a token classifier such as
+    LettuceDetect); only then do its verify requests carry them (``VerifyInput.answer``)."""
 
     def language_refusal(self, language: str, judge: str) -> str | None:
         """Why ``judge`` must not judge an answer in ``language``; ``None`` when it may."""
@@ -174,13 +182,15 @@ class Capabilities(BaseModel):
     def of_judges(cls, judges: Iterable[Backend]) -> Capabilities:
         """What a judge made of ``judges`` can do (a cascade's stages, a vote's members): each of them
         decides some verdicts, so it reads only the languages all of them read and answers offline only
-        when all of them do; it writes text when any of them does (that one writes it)."""
+        when all of them do; it writes text when any of them does (that one writes it), and its requests
+        carry the answer when any of them reads it (the others ignore it)."""
         declared = [judge.capabilities for judge in judges]
         languages = [c.languages for c in declared if c.languages is not None]
         return cls(
             can_write_text=any(c.can_write_text for c in declared),
             languages=frozenset.intersection(*languages) if languages else None,
             answers_offline=all(c.answers_offline for c in declared),
+            reads_answer=any(c.reads_answer for c in declared),
         )
 
 

@@ -18,11 +18,15 @@ require_module("transformers", "transformers (the verifiers extra)")
 
 from transformers import AutoModelForTokenClassification, AutoTokenizer  # noqa: E402
 
+from rt4chart.judges.cache import request_key  # noqa: E402
 from rt4chart.judges.hub import HubFile, PullRecord, VerifierModel, snapshot_dir  # noqa: E402
+from rt4chart.judges.scripted import ScriptedBackend, ScriptedRules  # noqa: E402
 from rt4chart.judges.token_classifier import TokenClassifierBackend, lettuce_prompt  # noqa: E402
-from rt4chart.method.tasks import VerifyInput, VerifyOutput  # noqa: E402
-from rt4chart.protocol import JudgeRequest  # noqa: E402
-from rt4chart.types import Label, Sentence  # noqa: E402
+from rt4chart.method.session import JudgeSession  # noqa: E402
+from rt4chart.method.tasks import AnswerSpans, VerifyInput, VerifyOutput, load_prompts, narrow_verify_request  # noqa: E402
+from rt4chart.method.verification import ClaimVerifier  # noqa: E402
+from rt4chart.protocol import JudgeRequest, Message  # noqa: E402
+from rt4chart.types import Claim, Label, Sentence, Span  # noqa: E402
 from tests.tiny_verifiers import tiny_lettucedetect  # noqa: E402
 
 CONTEXT = [
@@ -165,3 +169,80 @@ def test_the_shipped_profile_resolves_once_pulled(tmp_path: Path, monkeypatch: p
                            messages=[], prompt_version="test")
     response = asyncio.run(backend.complete(request))
     assert isinstance(response.parsed, VerifyOutput) and len(response.parsed.judgements) == 1
+
+
+ANSWER = "The tower is 330 metres tall . It was finished in 1850 ."
+"""An answer of two sentences: [0, 30) and [31, 56)."""
+SPANS = [Span(start=0, end=30), Span(start=31, end=56), Span(start=31, end=56), None]
+"""The claims' answer spans: a sentence claim, two finer claims of the second sentence, a holistic claim."""
+FINE_CLAIMS = ["The tower is 330 metres tall .", "The tower was finished .", "It happened in 1850 .",
+               "The river Seine runs through Warsaw ."]
+
+
+def _answered(claims: list[str], spans: list[Span | None]) -> VerifyInput:
+    return _payload(CONTEXT, claims).model_copy(update={"answer": AnswerSpans(text=ANSWER, spans=spans)})
+
+
+def test_the_answer_is_read_and_its_tokens_mapped_onto_claims_through_their_spans(tmp_path: Path) -> None:
+    record = tiny_lettucedetect(tmp_path, "tiny")
+    output = _backend(tmp_path, record).judge(_answered(FINE_CLAIMS, SPANS))
+    prompt = lettuce_prompt([" ".join(CONTEXT)], QUESTION)
+    tokens = _reference(record, tmp_path, prompt, ANSWER)
+    placed = [max(p for a, b, p in tokens if a < span.end and b > span.start) for span in SPANS if span is not None]
+    # The holistic claim, without a span, is read as before: the unplaced claims joined are its answer.
+    holistic = _claim_maxima(_reference(record, tmp_path, prompt, FINE_CLAIMS[3]), FINE_CLAIMS[3:])
+    for judgement, unsupported in zip(output.judgements, placed + holistic, strict=True):
+        assert judgement.score is not None and judgement.score.p_unsupported == pytest.approx(unsupported, abs=1e-5)
+
+
+class _Recording(_Flags):
+    """The flagging stand-in, recording the answers it was given."""
+
+    def __init__(self, *words: str) -> None:
+        super().__init__(*words)
+        self.answers: list[str] = []
+
+    def hallucination(self, sentences: list[str], question: str | None, answer: str) -> list[tuple[int, int, float]]:
+        self.answers.append(answer)
+        return super().hallucination(sentences, question, answer)
+
+
+def test_claims_of_a_flagged_sentence_share_its_flags(tmp_path: Path) -> None:
+    backend = _backend(tmp_path, tiny_lettucedetect(tmp_path, "tiny"))
+    backend._classifier = flags = _Recording("1850", "Warsaw")  # type: ignore[assignment]
+    output = backend.judge(_answered(FINE_CLAIMS, SPANS))
+    # "The tower was finished ." says nothing flagged itself, but its sentence holds 1850.
+    assert [j.label for j in output.judgements] == [Label.ENTAILED, Label.BASELESS, Label.BASELESS, Label.BASELESS]
+    assert flags.answers == [ANSWER, FINE_CLAIMS[3]]
+    flags.answers.clear()
+    # Without the answer (a request built elsewhere): the claims joined, as before.
+    backend.judge(_payload(CONTEXT, FINE_CLAIMS))
+    assert flags.answers == [" ".join(FINE_CLAIMS)]
+
+
+def test_only_a_judge_that_reads_the_answer_gets_it_and_other_keys_stay(tmp_path: Path) -> None:
+    claims = [Claim(index=i, text=text, sentence_index=None, answer_span=span)
+              for i, (text, span) in enumerate(zip(FINE_CLAIMS, SPANS, strict=True))]
+    view = _payload(CONTEXT, []).sentences
+
+    def request(backend: Any) -> JudgeRequest:
+        verifier = ClaimVerifier(JudgeSession(backend, load_prompts()), None, QUESTION,  # type: ignore[arg-type]
+                                 answer=ANSWER)
+        return verifier.build_request(claims, view, "local", chunk=0)
+
+    scripted = request(ScriptedBackend(ScriptedRules()))
+    assert isinstance(scripted.payload, VerifyInput) and scripted.payload.answer is None
+    reader = request(_backend(tmp_path, tiny_lettucedetect(tmp_path, "tiny")))
+    assert isinstance(reader.payload, VerifyInput) and reader.payload.answer == AnswerSpans(text=ANSWER, spans=SPANS)
+    # Same messages: only the answer tells the two keys apart, and it enters only the reader's.
+    assert reader.messages == scripted.messages
+    assert request_key("j", reader) != request_key("j", scripted)
+    narrowed, _ = narrow_verify_request(reader, [1, 3])
+    assert isinstance(narrowed.payload, VerifyInput) and narrowed.payload.answer is not None
+    assert narrowed.payload.answer.spans == [SPANS[1], SPANS[3]]
+    # A request without the answer keeps the key main's code gave it (computed there for this request).
+    plain = JudgeRequest(task="verify", payload=_payload(["The tower is 330 metres tall."], CLAIMS[:1]),
+                         output_schema=VerifyOutput, messages=[Message(role="system", content="judge"),
+                                                               Message(role="user", content="claims")],
+                         prompt_version="v1")
+    assert request_key("embedded", plain) == "1f6d5d3def24910c35fb3b2d6ebcb452309ac605e5a5e67c31a1c237c51f331f"

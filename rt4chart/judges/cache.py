@@ -29,6 +29,7 @@ import diskcache
 import platformdirs
 from pydantic import BaseModel
 
+from rt4chart.method.tasks import VerifyInput
 from rt4chart.protocol import Backend, BackendWrapper, JudgeRequest, JudgeResponse, output_json_schema
 from rt4chart.types import Usage
 
@@ -71,6 +72,13 @@ def request_key(judge: str, request: JudgeRequest) -> str:
         "prompt_version": request.prompt_version,
         "messages": [m.model_dump() for m in request.messages],
     }
+    if isinstance(request.payload, VerifyInput) and request.payload.answer is not None:
+        # A judge that reads the answer (VerifyInput.answer) judges it, which no message holds; every
+        # other judge's requests carry none, so their keys stay what they were.
+        material["answer"] = request.payload.answer.model_dump()
+    if request.template_kwargs is not None:
+        # Only where set: the keys of every request without them stay what they were.
+        material["template_kwargs"] = request.template_kwargs
     encoded = json.dumps(material, sort_keys=True, ensure_ascii=False).encode()
     return hashlib.sha256(encoded).hexdigest()
 

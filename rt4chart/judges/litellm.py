@@ -174,6 +174,9 @@ class LiteLLMSender(EndpointSender):
             arguments["api_base"] = self.api_base
         if self._api_key:
             arguments["api_key"] = self._api_key
+        if request.template_kwargs is not None:
+            # Sent as they are in the body (vLLM's chat_template_kwargs); litellm knows no such argument.
+            arguments["extra_body"] = {"chat_template_kwargs": request.template_kwargs}
         schema = request.output_schema
         mode = self.structured_output
         if reads_logprobs(schema):

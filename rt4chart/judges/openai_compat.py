@@ -206,6 +206,8 @@ class OpenAICompatSender(EndpointSender):
         }
         if request.params.seed is not None:
             fields["seed"] = request.params.seed
+        if request.template_kwargs is not None:
+            fields["chat_template_kwargs"] = request.template_kwargs
         if reads_logprobs(request.output_schema):
             # A one-token reply read from its log probabilities: no structured output to ask for.
             fields["logprobs"] = True

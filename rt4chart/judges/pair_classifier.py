@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from rt4chart.judges.hub import PullRecord, VerifierModel, pull_command, snapshot_dir
+from rt4chart.judges.packing import pack_sentences
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput
 from rt4chart.protocol import Capabilities, JudgeRequest, JudgeResponse, loading
 from rt4chart.types import JudgeScore, Label, Usage
@@ -115,20 +116,8 @@ class PairClassifier:
         # A claim too long for any context beside it still gets one token of context per window.
         room = self.spec.max_tokens - self.overhead(claim) - JOIN_TOKENS
         budget = max(1, min(self.spec.window_tokens, room))
-        windows: list[Window] = []
-        members: list[int] = []
-        used = 0
-        for position, sentence in enumerate(sentences):
-            size = self.count(sentence) + (1 if members else 0)  # the space joining it to the window
-            if members and used + size > budget:
-                windows.append(Window(tuple(members), " ".join(sentences[i] for i in members)))
-                members, used = [], 0
-                size -= 1
-            members.append(position)
-            used += size
-        if members:
-            windows.append(Window(tuple(members), " ".join(sentences[i] for i in members)))
-        return [Window(w.sentences, self.cut(w.text, budget)) for w in windows]
+        return [Window(chunk, self.cut(" ".join(sentences[i] for i in chunk), budget))
+                for chunk in pack_sentences(sentences, budget, self.count)]
 
     def support(self, pairs: list[tuple[str, str]]) -> list[float]:
         """P(supported) of each (window, claim) pair."""

@@ -100,11 +100,17 @@ class JudgeProfile(CallSettings):
     """``litellm`` for any model litellm can call; ``embedded`` for the offline verifier; ``verifier`` for a
     pair- or token-classifier checkpoint from the Hugging Face hub (:attr:`verifier`, pulled once with ``rt4 models
     pull``); ``calibrated`` for the judge named by :attr:`judge` at the operating point :attr:`claim_threshold`."""
-    adapter: Literal["lynx", "bespoke-minicheck"] | None = None
+    adapter: Literal["lynx", "bespoke-minicheck", "granite-guardian", "granite-guardian-3.3"] | None = None
     """A chat model trained to verify (``litellm`` profiles), asked each claim in its own prompt
     (:mod:`rt4chart.judges.chat_verifiers`): ``lynx`` reads Patronus' Lynx's PASS/FAIL reply;
     ``bespoke-minicheck`` reads Bespoke-MiniCheck's one-token Yes/No from its log probabilities (the
-    server must return ``logprobs``); ``None``: the model gets rt4chart's prompts."""
+    server must return ``logprobs``); ``granite-guardian`` (3.0-3.2) and ``granite-guardian-3.3`` ask
+    Granite Guardian's groundedness risk through the model's own chat template; ``None``: the model gets
+    rt4chart's prompts."""
+    max_model_len: int | None = Field(default=None, ge=1)
+    """Chat verifiers only: the server's context length in tokens; the sentences in view are cut into
+    chunks that keep every call within it, and a claim takes its best chunk's verdict. ``None``: the
+    whole context in view is one call (a longer one is refused by the server)."""
     verifier: VerifierModel | None = None
     """Verifier profiles only: the checkpoint (hub repository, pinned revision, family, token limits)."""
     api: Literal["auto", "openai-compatible", "litellm"] = "auto"
@@ -160,6 +166,8 @@ class JudgeProfile(CallSettings):
             raise ValueError(f"judge profile {self.name!r} needs a litellm model string")
         if self.adapter is not None and self.kind != "litellm":
             raise ValueError(f"judge profile {self.name!r}: an adapter wraps a chat model (kind = \"litellm\")")
+        if self.max_model_len is not None and self.adapter is None:
+            raise ValueError(f"judge profile {self.name!r}: max_model_len applies to chat verifiers (an adapter)")
         if (self.kind == "verifier") != (self.verifier is not None):
             raise ValueError(f"judge profile {self.name!r}: a [verifier] table belongs to, and is needed by, "
                              'kind = "verifier"')
@@ -435,7 +443,7 @@ def _model(profile: JudgeProfile, settings: LeafSettings) -> Backend:
         return backend
     from rt4chart.judges.chat_verifiers import ChatVerifierBackend
 
-    return ChatVerifierBackend(backend, profile.adapter)
+    return ChatVerifierBackend(backend, profile.adapter, profile.max_model_len)
 
 
 ENSEMBLE_SCHEMES: dict[str, Callable[[str, LeafSettings], Backend]] = {"cascade:": _cascade, "vote:": _vote}

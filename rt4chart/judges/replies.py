@@ -127,6 +127,9 @@ class FirstTokenChoices(BaseModel):
 
     TOP_LOGPROBS: ClassVar[int] = 5
     """Candidates asked for the first token (``top_logprobs``; MiniCheck's authors ask 5)."""
+    NEEDS_LOGPROBS: ClassVar[bool] = True
+    """Whether a reply without log probabilities is unusable; a model whose text also states its verdict
+    (Granite Guardian's ``<score>`` tag) reads the text instead."""
 
     text: str
     """The reply's text (the sampled token)."""
@@ -159,12 +162,13 @@ def parse_first_token(
     text: str, top_logprobs: list[dict[str, object]] | None, schema: type[BaseModel]
 ) -> tuple[BaseModel | None, str | None]:
     """The first token's candidates as ``schema`` (a :class:`FirstTokenChoices`), or why there are none."""
-    if not top_logprobs:
+    needs_logprobs = issubclass(schema, FirstTokenChoices) and schema.NEEDS_LOGPROBS
+    if not top_logprobs and needs_logprobs:
         return None, "the reply holds no log probabilities (does the server return logprobs?)"
     try:
-        return schema.model_validate({"text": text, "top_logprobs": top_logprobs}), None
+        return schema.model_validate({"text": text, "top_logprobs": top_logprobs or []}), None
     except ValidationError as error:
-        return None, f"the reply's log probabilities are not usable: {str(error)[:REPLY_LIMIT]}"
+        return None, f"the reply is not usable: {str(error)[:REPLY_LIMIT]}"
 
 
 _TEMPLATE_TOKENS_PER_MESSAGE = 16

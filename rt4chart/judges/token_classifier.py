@@ -4,10 +4,13 @@ LettuceDetect (ModernBERT ``ForTokenClassification``, 149M and 395M) reads its p
 generation prompt: the question and the passages for QA, or the text to summarise) as the first
 segment and the answer as the second, and labels every answer token supported (0) or hallucinated (1).
 This backend builds that input as its authors' ``TransformerDetector`` does (:data:`QA_PROMPT`,
-:data:`SUMMARY_PROMPT`; the sentences in view as passage 1), with the claims of the request, in order
-and joined by spaces, as the answer: for sentence claims (``--decomposer rules``) that is the answer
-itself; for finer claims it is the claims as written. Each claim's tokens are those whose characters
-fall in its span of that answer.
+:data:`SUMMARY_PROMPT`; the sentences in view as passage 1), with the answer under audit as the answer:
+it declares :attr:`~rt4chart.protocol.Capabilities.reads_answer`, so its verify requests carry the
+answer as given and each claim's answer span (the span of the sentence it was taken from), and a
+claim's tokens are the answer's tokens inside its span (claims of one sentence share them). A claim
+whose span is unknown (a holistic claim), or a request without the answer (one built elsewhere, such as
+``rt4 calibrate``'s), is read as before: those claims, in order and joined by spaces, are the answer,
+and each claim's tokens are those inside its own text.
 
 Windows: when the prompt and the answer do not fit in ``max_tokens``, the sentences are packed, whole
 and in order, into windows that do, and each answer token keeps its highest P(hallucinated) over the
@@ -28,7 +31,7 @@ from typing import Any
 from rt4chart.judges.hub import PullRecord, VerifierModel, snapshot_dir
 from rt4chart.judges.pair_classifier import HubVerifierBackend, Unjudgeable, cut_to_tokens
 from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput
-from rt4chart.types import JudgeScore, Label
+from rt4chart.types import JudgeScore, Label, Span
 
 QA_PROMPT = (
     "\nBriefly answer the following question:\n{question}\n"
@@ -120,31 +123,48 @@ class TokenClassifier:
 class TokenClassifierBackend(HubVerifierBackend[TokenClassifier]):
     """A LettuceDetect token classifier as a judge (see the module docstring)."""
 
+    capabilities = HubVerifierBackend.capabilities.model_copy(update={"reads_answer": True})
+    """As the pair classifiers', and it reads the answer and each claim's span in it."""
+
     def load(self) -> TokenClassifier:
         return TokenClassifier(self.model, self._record, self._directory)
 
     def judge(self, payload: VerifyInput) -> VerifyOutput:
-        """Verdicts for every claim of one request, from the flags of its tokens."""
+        """Verdicts for every claim of one request, from the flags of its answer's tokens."""
         texts = [sentence.text for sentence in payload.sentences]
-        answer = " ".join(payload.claims)
-        tokens = self.classifier.hallucination(texts, payload.question, answer) if answer else []
-        judgements = []
-        start = 0
-        for position, claim in enumerate(payload.claims):
-            end = start + len(claim)
-            inside = [(answer[a:b], p) for a, b, p in tokens if a < end and b > start]
-            start = end + 1
-            unsupported = max((p for _, p in inside), default=0.0)
-            entailed = unsupported < 1.0 - self.model.threshold
-            flagged = [text for text, p in inside if p >= 1.0 - self.model.threshold]
-            judgements.append(ClaimJudgement(
-                claim=position,
-                label=Label.ENTAILED if entailed else Label.BASELESS,
-                evidence=texts if entailed else [],
-                rationale=(f"{len(flagged)} of {len(inside)} token(s) flagged hallucinated"
-                           + (f": {' '.join(flagged)}" if flagged else "")
-                           + f"; highest P(hallucinated) {unsupported:.3f}"),
-                confidence=1.0 - unsupported if entailed else unsupported,
-                score=JudgeScore(p_unsupported=unsupported, threshold=1.0 - self.model.threshold, decided_by="head"),
-            ))
-        return VerifyOutput(judgements=judgements)
+        spans: list[Span | None] = payload.answer.spans if payload.answer is not None else [None] * len(payload.claims)
+        # Each claim's tokens: its span of the answer where known, else its own text in the claims joined.
+        flags: list[list[tuple[str, float]]] = [[] for _ in payload.claims]
+        if payload.answer is not None and any(span is not None for span in spans):
+            answer = payload.answer.text
+            tokens = self.classifier.hallucination(texts, payload.question, answer)
+            for position, span in enumerate(spans):
+                if span is not None:
+                    flags[position] = [(answer[a:b], p) for a, b, p in tokens if a < span.end and b > span.start]
+        unplaced = [position for position, span in enumerate(spans) if span is None]
+        joined = " ".join(payload.claims[position] for position in unplaced)
+        if joined:
+            tokens = self.classifier.hallucination(texts, payload.question, joined)
+            start = 0
+            for position in unplaced:
+                end = start + len(payload.claims[position])
+                flags[position] = [(joined[a:b], p) for a, b, p in tokens if a < end and b > start]
+                start = end + 1
+        return VerifyOutput(judgements=[self._judgement(position, inside, texts)
+                                        for position, inside in enumerate(flags)])
+
+    def _judgement(self, position: int, inside: list[tuple[str, float]], texts: list[str]) -> ClaimJudgement:
+        """Claim ``position``'s verdict from its tokens' P(hallucinated): its most hallucinated token's."""
+        unsupported = max((p for _, p in inside), default=0.0)
+        entailed = unsupported < 1.0 - self.model.threshold
+        flagged = [text for text, p in inside if p >= 1.0 - self.model.threshold]
+        return ClaimJudgement(
+            claim=position,
+            label=Label.ENTAILED if entailed else Label.BASELESS,
+            evidence=texts if entailed else [],
+            rationale=(f"{len(flagged)} of {len(inside)} token(s) flagged hallucinated"
+                       + (f": {' '.join(flagged)}" if flagged else "")
+                       + f"; highest P(hallucinated) {unsupported:.3f}"),
+            confidence=1.0 - unsupported if entailed else unsupported,
+            score=JudgeScore(p_unsupported=unsupported, threshold=1.0 - self.model.threshold, decided_by="head"),
+        )

@@ -26,7 +26,7 @@ from pydantic.json_schema import SkipJsonSchema
 from rt4chart.method.grounding import sentence_marker
 from rt4chart.method.prompts import PromptTemplate, load_templates
 from rt4chart.protocol import GenerationParams, JudgeRequest, Message
-from rt4chart.types import JudgeScore, Label, Sentence
+from rt4chart.types import JudgeScore, Label, Sentence, Span
 
 # --- inputs and reply schemas ---------------------------------------------------------------------
 
@@ -75,6 +75,16 @@ class DecomposeOutput(BaseModel):
     """One entry per answer sentence."""
 
 
+class AnswerSpans(BaseModel):
+    """The answer under audit and where each claim of a verify request sits in it."""
+
+    text: str
+    """The answer as given (citation markers included: the claims' spans are offsets into it)."""
+    spans: list[Span | None]
+    """Per claim of the request, in order: the span of its answer sentence in :attr:`text`; ``None``
+    where none is known (a holistic claim)."""
+
+
 class VerifyInput(BaseModel):
     """What a verifier sees for one call: claims and the context sentences in view."""
 
@@ -93,6 +103,10 @@ class VerifyInput(BaseModel):
     local_labels: list[Label | None] | None = None
     """The first pass's label of each claim (global stage only); ``None`` in the list where every
     local call about the claim failed."""
+    answer: AnswerSpans | None = None
+    """The answer and each claim's span in it, for a judge that reads the answer itself (a token
+    classifier: :attr:`~rt4chart.protocol.Capabilities.reads_answer`); ``None`` for every other judge,
+    whose prompts, requests and cache keys do not hold it."""
 
 
 class ClaimJudgement(BaseModel):
@@ -549,6 +563,8 @@ def narrow_verify_request(
     kept: dict[str, Any] = {"claims": [payload.claims[p] for p in positions]}
     if payload.local_labels is not None:
         kept["local_labels"] = [payload.local_labels[p] for p in positions]
+    if payload.answer is not None:
+        kept["answer"] = payload.answer.model_copy(update={"spans": [payload.answer.spans[p] for p in positions]})
     narrowed = build_request(
         payload.model_copy(update=kept),
         prompts or load_prompts(),

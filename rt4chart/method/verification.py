@@ -18,7 +18,7 @@ from rt4chart.method.joins import and_join as and_join  # re-exported: pipeline 
 from rt4chart.method.joins import answer_hallucinated as answer_hallucinated
 from rt4chart.method.joins import or_join
 from rt4chart.method.session import JudgeSession
-from rt4chart.method.tasks import ClaimJudgement, VerifyInput, VerifyOutput
+from rt4chart.method.tasks import AnswerSpans, ClaimJudgement, VerifyInput, VerifyOutput
 from rt4chart.options import AuditOptions, UngroundedPolicy
 from rt4chart.protocol import JudgeRequest, JudgeResponse, Message
 from rt4chart.types import Chunk, Claim, ClaimVerdict, Label, Sentence, Span, Verdict, Vote, merge_spans
@@ -51,6 +51,9 @@ class ClaimVerifier:
     question: str | None
     ungrounded: UngroundedPolicy = "downgrade"
     """What a verdict whose evidence is not in the context becomes (see :class:`AuditOptions`)."""
+    answer: str | None = None
+    """The answer as given, sent with each claim's span only to a judge that reads it
+    (:attr:`~rt4chart.protocol.Capabilities.reads_answer`)."""
     charges: dict[int, tuple[int, float]] = field(default_factory=dict)
     """Per claim index: judge calls that judged it and its share of their cost."""
 
@@ -74,6 +77,9 @@ class ClaimVerifier:
         local_labels: list[Label | None] | None = None,
     ) -> JudgeRequest:
         """The request that judges ``claims`` against the sentences in ``view``."""
+        answer = None
+        if self.answer is not None and self.session.backend.capabilities.reads_answer:
+            answer = AnswerSpans(text=self.answer, spans=[c.answer_span for c in claims])
         payload = VerifyInput(
             stage="local" if stage == "local" else "global",
             claims=[c.text for c in claims],
@@ -82,6 +88,7 @@ class ClaimVerifier:
             hint=hint,
             question=self.question,
             local_labels=local_labels,
+            answer=answer,
         )
         return self.session.request(payload, follow_up)
 

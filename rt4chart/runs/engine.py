@@ -319,7 +319,7 @@ class Pipeline:
         context, sentences = segment_context(sample.context, session.language)
         chunks = chunk_sentences(len(sentences), options.window, options.overlap)
         index = ContextIndex(context, sentences, passage_map(sample))
-        judge = ClaimVerifier(session, index, sample.question, options.ungrounded)
+        judge = ClaimVerifier(session, index, sample.question, options.ungrounded, answer=sample.answer)
         if decomposition is None:
             decomposition = await self._decompose(session, sample, answer_sentences, cited)
         report = AuditRecord(

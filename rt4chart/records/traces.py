@@ -3,8 +3,9 @@
 A file holds one ``ExportTraceServiceRequest`` in the OTLP/JSON encoding (``resourceSpans[].scopeSpans[]
 .spans[]``), or several, one per line (what the OpenTelemetry Collector's file exporter writes); a page of
 Phoenix's ``spans/otlpv1`` REST answer (``{"data": [spans]}``) is read as one such request. Spans are
-grouped by ``traceId``; every trace becomes exactly one :class:`~rt4chart.records.io.InputLine`, numbered
-by the order its first span appears in the file: a :class:`~rt4chart.types.Sample` when the trace holds
+grouped by ``traceId``; every trace becomes one :class:`~rt4chart.records.io.InputLine` (under the
+mapping's ``turns = "each"``, one per turn of a chat session it recorded), in the order its first span
+appears in the file, items numbered from 1: a :class:`~rt4chart.types.Sample` when the trace (turn) holds
 documents and an answer, else the reason it does not (its record then names the trace). Nothing is
 dropped.
 
@@ -21,6 +22,13 @@ A trace of an agent holds tool spans (OpenInference ``TOOL``: ``tool.name``, ``t
 ``gen_ai.tool.call.result``): each result is a document named by its call's id, read as a conversation's
 tool result is (:func:`rt4chart.conversations.tool_document`), before the retrieved documents.
 A TOML or JSON file of the mapping's fields overrides them for a run (``--trace-mapping``).
+
+Several turns in one trace (``turns = "each"``): a turn is an LLM span with a text output that asked for no
+tool call (an agent's tool-calling steps are no turns) and is not inside another LLM span (one call seen by
+a framework's and a client's instrumentation); its documents are the retriever and tool spans that started
+after the previous turn's answer ended (:func:`turn_windows`), its question the input of the outermost
+question-kind span that holds this turn alone, else its LLM span's last user message; its sample id is
+``TRACE_ID/SPAN_ID`` of its answer span.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
 
+    from rt4chart.method.repair import RepairRecord
+
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 """The variables that turn tracing on (either names where the OTLP/HTTP exporter sends spans)."""
@@ -75,10 +77,19 @@ class RunTracing:
         self._tracer = tracer
 
     @contextmanager
-    def run_span(self) -> Iterator[Span]:
+    def span(self, name: str, attributes: Mapping[str, AttributeValue | None] | None = None) -> Iterator[Span]:
+        """A span of the run's own, current inside (the spans started there become its children): a
+        command's root, or a judge's run in a comparison."""
+        with self._tracer.start_as_current_span(
+            name, attributes=_scrubbed(attributes or {}), record_exception=False
+        ) as span:
+            yield span
+
+    @contextmanager
+    def run_span(self, command: str = "verify") -> Iterator[Span]:
         """The run's span, current while the run audits (sample spans become its children); a run that
         cannot start (a usage error) ends it as an error span."""
-        with self._tracer.start_as_current_span("rt4chart.run", record_exception=False) as span:
+        with self.span("rt4chart.run", {"rt4chart.command": command}) as span:
             yield span
 
     def end_run(self, span: Span, judge: str, counts: RunCounts, usage: Usage, status: str, reason: str) -> None:
@@ -101,22 +112,24 @@ class RunTracing:
         if status not in ("passed", "failed"):
             span.set_status(Status(StatusCode.ERROR, scrub(reason or status)))
 
-    async def sample(self, item: InputLine, audit: Callable[[InputLine], Awaitable[AuditRecord]]) -> AuditRecord:
-        """``audit(item)`` inside the line's span (its judge calls become the span's children), the
-        verdict on the span: label, claims, hallucinated, usage, and the production trace it came from."""
-        from opentelemetry.trace import Status, StatusCode
-
+    @contextmanager
+    def sample_span(self, item: InputLine) -> Iterator[Span]:
+        """The span of one input line, current inside (its judge calls become its children): its line, id
+        and the production trace it came from."""
         sample = item.sample
         source = sample.trace if sample is not None else None
-        attributes = _scrubbed({
+        with self.span("rt4chart.sample", {
             "rt4chart.sample.line": item.line,
             "rt4chart.sample.id": sample.id if sample is not None else None,
             "rt4chart.source.trace_id": source.trace_id if source is not None else None,
             "rt4chart.source.span_id": source.answer_span_id if source is not None else None,
-        })
-        with self._tracer.start_as_current_span(
-            "rt4chart.sample", attributes=attributes, record_exception=False
-        ) as span:
+        }) as span:
+            yield span
+
+    async def sample(self, item: InputLine, audit: Callable[[InputLine], Awaitable[AuditRecord]]) -> AuditRecord:
+        """``audit(item)`` inside the line's span, the verdict on the span: label, claims, hallucinated,
+        usage; an error span when the record has an error or an open verdict."""
+        with self.sample_span(item) as span:
             record = await audit(item)
             span.set_attributes(_scrubbed({
                 "rt4chart.verdict.label": record.label.value if record.label is not None else None,
@@ -125,9 +138,24 @@ class RunTracing:
                 "rt4chart.verdict.incomplete": record.incomplete,
                 **_usage_attributes(record.usage),
             }))
-            if record.errors or record.incomplete:
-                why = record.errors[0] if record.errors else "judge errors left the verdict open"
-                span.set_status(Status(StatusCode.ERROR, scrub(why)))
+            why = record.errors[0] if record.errors else "judge errors left the verdict open"
+            _error_if(span, bool(record.errors or record.incomplete), why)
+            return record
+
+    async def repair(self, item: InputLine, repair: Callable[[InputLine], Awaitable[RepairRecord]]) -> RepairRecord:
+        """``repair(item)`` inside the line's span (``rt4 repair``), its outcome on the span: strategy,
+        claims and unsupported claims, retention, usage; an error span when the record has an error."""
+        with self.sample_span(item) as span:
+            record = await repair(item)
+            span.set_attributes(_scrubbed({
+                "rt4chart.repair.strategy": record.strategy,
+                "rt4chart.repair.changed": record.repaired is not None and record.repaired != record.original,
+                "rt4chart.repair.claims": record.claims,
+                "rt4chart.repair.unsupported_claims": record.unsupported_claims,
+                "rt4chart.repair.claim_retention": record.claim_retention,
+                **_usage_attributes(record.usage),
+            }))
+            _error_if(span, bool(record.errors), record.errors[0] if record.errors else "")
             return record
 
     def traced(self, backend: Backend) -> Backend:
@@ -137,6 +165,13 @@ class RunTracing:
     async def shutdown(self) -> None:
         """Export what is still queued and stop (a blocking flush, run off the event loop)."""
         await asyncio.to_thread(self._provider.shutdown)
+
+
+def _error_if(span: Span, failed: bool, why: str) -> None:
+    if failed:
+        from opentelemetry.trace import Status, StatusCode
+
+        span.set_status(Status(StatusCode.ERROR, scrub(why)))
 
 
 class TracedBackend(BackendWrapper):

@@ -247,3 +247,33 @@ def test_an_eval_run_is_a_traced_run_named_eval(tmp_path: Path) -> None:
     [run] = by_name(spans, "rt4chart.run")
     assert run.attributes["rt4chart.command"] == "eval" and run.attributes["rt4chart.run.records"] == len(lines)
     assert len([s for s in by_name(spans, "rt4chart.sample") if s.parent_span_id == run.span_id]) == len(lines)
+
+
+@pytest.mark.asyncio
+async def test_the_guard_traces_each_answer_as_a_root_span_with_its_judge_calls(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import aiohttp
+
+    from rt4chart.runs.guard import GuardConfig, start_guard
+
+    answers = [json.loads(line) for line in EXAMPLES.read_text(encoding="utf-8").splitlines()][:2]
+    with otlp_receiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        guard = await start_guard(GuardConfig(port=0, judge=f"scripted:{RULES}"))
+        try:
+            async with aiohttp.ClientSession(guard.url) as http:
+                labels = {}
+                for answer in answers:
+                    body = {k: answer[k] for k in ("id", "context", "question", "answer")}
+                    async with http.post("/v1/verify", json=body) as response:
+                        labels[answer["id"]] = (await response.json())["record"]["label"]
+        finally:
+            await guard.stop()  # flushes the spans
+        spans = list(receiver.spans)
+    samples = by_name(spans, "rt4chart.sample")
+    assert {s.attributes["rt4chart.sample.id"]: s.attributes["rt4chart.verdict.label"] for s in samples} == labels
+    assert all(s.parent_span_id == "" and s.attributes["rt4chart.command"] == "guard" for s in samples)
+    assert "rt4chart.sample.line" not in samples[0].attributes  # a service's answer has no input line
+    assert len({s.trace_id for s in samples}) == len(samples)  # one trace per answer
+    calls = [s for s in spans if s.name.startswith("chat ")]
+    assert calls and {c.parent_span_id for c in calls} == {s.span_id for s in samples}

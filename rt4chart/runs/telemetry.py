@@ -21,7 +21,7 @@ from rt4chart.judges.scrubbing import scrub
 from rt4chart.protocol import Backend, BackendWrapper, JudgeRequest, JudgeResponse
 from rt4chart.records.io import InputLine
 from rt4chart.records.manifest import RunCounts, rt4chart_version
-from rt4chart.types import AuditRecord, Usage
+from rt4chart.types import AuditRecord, Sample, Usage
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -113,39 +113,39 @@ class RunTracing:
             span.set_status(Status(StatusCode.ERROR, scrub(reason or status)))
 
     @contextmanager
-    def sample_span(self, item: InputLine) -> Iterator[Span]:
-        """The span of one input line, current inside (its judge calls become its children): its line, id
-        and the production trace it came from."""
-        sample = item.sample
+    def sample_span(self, line: int | None, sample: Sample | None,
+                    attributes: Mapping[str, AttributeValue | None] | None = None) -> Iterator[Span]:
+        """The span of one answer, current inside (its judge calls become its children): its input line
+        (a service's answer has none), id and the production trace it came from."""
         source = sample.trace if sample is not None else None
         with self.span("rt4chart.sample", {
-            "rt4chart.sample.line": item.line,
+            "rt4chart.sample.line": line,
             "rt4chart.sample.id": sample.id if sample is not None else None,
             "rt4chart.source.trace_id": source.trace_id if source is not None else None,
             "rt4chart.source.span_id": source.answer_span_id if source is not None else None,
+            **(attributes or {}),
         }) as span:
             yield span
 
     async def sample(self, item: InputLine, audit: Callable[[InputLine], Awaitable[AuditRecord]]) -> AuditRecord:
-        """``audit(item)`` inside the line's span, the verdict on the span: label, claims, hallucinated,
-        usage; an error span when the record has an error or an open verdict."""
-        with self.sample_span(item) as span:
+        """``audit(item)`` inside the line's span, the verdict on the span (:func:`_verdict`)."""
+        with self.sample_span(item.line, item.sample) as span:
             record = await audit(item)
-            span.set_attributes(_scrubbed({
-                "rt4chart.verdict.label": record.label.value if record.label is not None else None,
-                "rt4chart.verdict.claims": len(record.claims),
-                "rt4chart.verdict.hallucinated": record.hallucinated,
-                "rt4chart.verdict.incomplete": record.incomplete,
-                **_usage_attributes(record.usage),
-            }))
-            why = record.errors[0] if record.errors else "judge errors left the verdict open"
-            _error_if(span, bool(record.errors or record.incomplete), why)
+            _verdict(span, record)
+            return record
+
+    async def answer(self, sample: Sample, audit: Callable[[], Awaitable[AuditRecord]]) -> AuditRecord:
+        """``rt4 guard``'s audit of one answer (``audit()``) inside its own span, a trace's root
+        (``rt4chart.command`` guard: a service has no run span), the verdict on it (:func:`_verdict`)."""
+        with self.sample_span(None, sample, {"rt4chart.command": "guard"}) as span:
+            record = await audit()
+            _verdict(span, record)
             return record
 
     async def repair(self, item: InputLine, repair: Callable[[InputLine], Awaitable[RepairRecord]]) -> RepairRecord:
         """``repair(item)`` inside the line's span (``rt4 repair``), its outcome on the span: strategy,
         claims and unsupported claims, retention, usage; an error span when the record has an error."""
-        with self.sample_span(item) as span:
+        with self.sample_span(item.line, item.sample) as span:
             record = await repair(item)
             span.set_attributes(_scrubbed({
                 "rt4chart.repair.strategy": record.strategy,
@@ -165,6 +165,20 @@ class RunTracing:
     async def shutdown(self) -> None:
         """Export what is still queued and stop (a blocking flush, run off the event loop)."""
         await asyncio.to_thread(self._provider.shutdown)
+
+
+def _verdict(span: Span, record: AuditRecord) -> None:
+    """A record's verdict on its sample span: label, claims, hallucinated, usage; an error span when the
+    record has an error or an open verdict."""
+    span.set_attributes(_scrubbed({
+        "rt4chart.verdict.label": record.label.value if record.label is not None else None,
+        "rt4chart.verdict.claims": len(record.claims),
+        "rt4chart.verdict.hallucinated": record.hallucinated,
+        "rt4chart.verdict.incomplete": record.incomplete,
+        **_usage_attributes(record.usage),
+    }))
+    why = record.errors[0] if record.errors else "judge errors left the verdict open"
+    _error_if(span, bool(record.errors or record.incomplete), why)
 
 
 def _error_if(span: Span, failed: bool, why: str) -> None:

@@ -270,7 +270,8 @@ def _engine(spec: RunSpec, stack: JudgeStack, tracing: RunTracing | None) -> Aud
     from rt4chart.runs.ray_engine import ray_audit_engine
 
     return ray_audit_engine(
-        stack, spec.options, spec.engine, judge=spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache
+        stack, spec.options, spec.engine, judge=spec.judge, api_base=spec.api_base, limits=spec.limits,
+        cache=spec.cache, tracing=tracing,
     )
 
 

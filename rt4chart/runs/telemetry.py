@@ -158,6 +158,31 @@ class RunTracing:
             _error_if(span, bool(record.errors), record.errors[0] if record.errors else "")
             return record
 
+    def context_carrier(self) -> dict[str, str]:
+        """The current span as W3C trace context (``traceparent``), for another process to continue it."""
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier)
+        return carrier
+
+    @contextmanager
+    def continued(self, carrier: Mapping[str, str]) -> Iterator[None]:
+        """Spans started inside are children of the span ``carrier`` names (:meth:`context_carrier`, made
+        in another process: a Ray worker's samples under the driver's run span)."""
+        from opentelemetry import context
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        token = context.attach(TraceContextTextMapPropagator().extract(dict(carrier)))
+        try:
+            yield
+        finally:
+            context.detach(token)
+
+    def flush(self) -> None:
+        """Export what is queued now (a Ray worker, after each shard: Ray may end it without notice)."""
+        self._provider.force_flush()
+
     def traced(self, backend: Backend) -> Backend:
         """``backend`` with a span per call (:class:`TracedBackend`)."""
         return TracedBackend(backend, self._tracer)
@@ -223,6 +248,24 @@ class TracedBackend(BackendWrapper):
                 span.set_attributes({"error.type": "judge_reply"})
                 span.set_status(Status(StatusCode.ERROR, scrub(response.error)))
             return response
+
+
+def otel_environment() -> dict[str, str]:
+    """This process's ``OTEL_*`` variables: what a Ray worker configures its own tracing from."""
+    return {name: value for name, value in os.environ.items() if name.startswith("OTEL_")}
+
+
+def worker_tracing(environment: Mapping[str, str]) -> RunTracing | None:
+    """A Ray worker's tracing, from the driver's ``OTEL_*`` variables (:func:`otel_environment`) set in the
+    worker's own process (an actor's process is its own); ``None`` when the driver traces nothing, or
+    when the worker lacks the ``otel`` extra (the driver, which has it, still traces its run)."""
+    if not environment:
+        return None
+    os.environ.update(environment)
+    try:
+        return start_tracing()
+    except TelemetryUnavailable:
+        return None
 
 
 def start_tracing() -> RunTracing | None:

@@ -88,7 +88,7 @@ class WorkerJudge:
     """Cache directory (shared by the workers of one machine) or ``redis://`` URL; ``None``: no cache."""
     options: dict[str, Any] = field(default_factory=dict)
     """The audit options, as a JSON-ready dict."""
-    telemetry: dict[str, str] = field(default_factory=dict)
+    telemetry: dict[str, str] = field(default_factory=dict, repr=False)  # the exporter's headers may hold a key
     """The driver's ``OTEL_*`` variables when its run is traced (the worker's tracing is configured from
     them, :func:`~rt4chart.runs.telemetry.worker_tracing`); empty: not traced."""
     trace_context: dict[str, str] = field(default_factory=dict)

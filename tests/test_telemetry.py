@@ -170,3 +170,131 @@ def test_a_collector_that_cannot_be_reached_changes_neither_records_nor_exit_cod
     assert traced.returncode == plain.returncode == 1 and "Traceback" not in traced.stderr
     labels = [[r["label"], r["claims"]] for r in records(tmp_path / "traced.jsonl")]
     assert labels == [[r["label"], r["claims"]] for r in records(tmp_path / "plain.jsonl")]
+
+
+def test_a_compare_run_sends_one_run_span_per_judge_under_the_comparison(tmp_path: Path) -> None:
+    flag = tmp_path / "flag.rules.json"
+    flag.write_text(json.dumps({"default": "baseless"}), encoding="utf-8")
+    judges = [f"scripted:{flag}", f"scripted:{RULES}"]
+    with otlp_receiver() as receiver:
+        done = rt4("compare", str(EXAMPLES), "--judges", ",".join(judges), "--decompose-with", f"scripted:{RULES}",
+                   "--out-dir", "out", "--no-cache", "-q", "--resamples", "20", cwd=tmp_path,
+                   otel={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url})
+        spans = list(receiver.spans)
+    assert done.returncode == 0, done.stderr
+    [comparison] = by_name(spans, "rt4chart.compare")
+    assert comparison.parent_span_id == "" and {s.trace_id for s in spans} == {comparison.trace_id}
+    assert comparison.attributes["rt4chart.command"] == "compare"
+    assert comparison.attributes["rt4chart.run.status"] == "passed"
+    runs = by_name(spans, "rt4chart.run")
+    assert all(run.parent_span_id == comparison.span_id for run in runs)
+    files = sorted((tmp_path / "out").glob("*.jsonl"))
+    written = {str(records(f)[0]["judge"]): records(f) for f in files}
+    assert sorted(str(run.attributes["rt4chart.judge"]) for run in runs) == sorted(written)
+    for run in runs:
+        judged = written[str(run.attributes["rt4chart.judge"])]
+        assert run.attributes["rt4chart.run.records"] == len(judged)
+        assert run.attributes["rt4chart.run.hallucinated"] == sum(bool(r["hallucinated"]) for r in judged)
+        samples = [s for s in by_name(spans, "rt4chart.sample") if s.parent_span_id == run.span_id]
+        assert sorted((s.attributes["rt4chart.sample.line"], s.attributes["rt4chart.verdict.label"]) for s in samples) \
+            == sorted((r["line"], r["label"]) for r in judged)
+        calls = [c for c in spans if c.parent_span_id in {s.span_id for s in samples}]
+        assert calls and all(c.name == f"chat {run.attributes['rt4chart.judge']}" for c in calls)
+    decomposing = [c for c in spans if c.parent_span_id == comparison.span_id and c.name.startswith("chat ")]
+    assert decomposing and all(c.attributes["rt4chart.task"] == "decompose" for c in decomposing)
+
+
+def test_a_repair_run_traces_each_line_and_its_reaudit_as_a_child_run(tmp_path: Path) -> None:
+    verified = tmp_path / "verified.jsonl"
+    done = rt4("verify", str(EXAMPLES), "--judge", f"scripted:{RULES}", "--no-cache", "-o", str(verified),
+               cwd=tmp_path, otel={})
+    assert done.returncode == 1, done.stderr
+    with otlp_receiver() as receiver:
+        done = rt4("repair", str(verified), "--strategy", "extract", "--input", str(EXAMPLES),
+                   "--out", "repaired.jsonl", "--verify-after", "--verify-judge", f"scripted:{RULES}", "--no-cache",
+                   cwd=tmp_path, otel={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url})
+        spans = list(receiver.spans)
+    assert done.returncode in (0, 1), done.stderr
+    repaired = records(tmp_path / "repaired.jsonl")
+    [repair] = [run for run in by_name(spans, "rt4chart.run") if run.attributes["rt4chart.command"] == "repair"]
+    [reaudit] = [run for run in by_name(spans, "rt4chart.run") if run.attributes["rt4chart.command"] == "verify"]
+    assert repair.parent_span_id == "" and reaudit.parent_span_id == repair.span_id
+    assert {s.trace_id for s in spans} == {repair.trace_id}
+    lines = [s for s in by_name(spans, "rt4chart.sample") if s.parent_span_id == repair.span_id]
+    assert sorted(s.attributes["rt4chart.sample.line"] for s in lines) == [r["line"] for r in repaired]
+    by_line = {s.attributes["rt4chart.sample.line"]: s for s in lines}
+    for record in repaired:
+        span = by_line[record["line"]]
+        assert span.attributes["rt4chart.repair.strategy"] == "extract"
+        assert span.attributes["rt4chart.repair.changed"] == (record["repaired"] != record["original"])
+        assert span.attributes["rt4chart.repair.unsupported_claims"] == record["unsupported_claims"]
+    rechecked = [s for s in by_name(spans, "rt4chart.sample") if s.parent_span_id == reaudit.span_id]
+    assert len(rechecked) == reaudit.attributes["rt4chart.run.records"] > 0
+    assert [c for c in spans if c.parent_span_id in {s.span_id for s in rechecked}], "the re-audit's judge calls"
+
+
+def test_an_eval_run_is_a_traced_run_named_eval(tmp_path: Path) -> None:
+    labelled = tmp_path / "labelled.jsonl"
+    lines = [json.loads(line) for line in EXAMPLES.read_text(encoding="utf-8").splitlines()]
+    labelled.write_text("".join(json.dumps(line | {"gold": {"hallucinated": n % 2 == 1}}) + "\n"
+                                for n, line in enumerate(lines)), encoding="utf-8")
+    with otlp_receiver() as receiver:
+        done = rt4("eval", "generic", "--path", str(labelled), "--judge", f"scripted:{RULES}",
+                   "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path,
+                   otel={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url})
+        spans = list(receiver.spans)
+    assert done.returncode == 0, done.stderr
+    [run] = by_name(spans, "rt4chart.run")
+    assert run.attributes["rt4chart.command"] == "eval" and run.attributes["rt4chart.run.records"] == len(lines)
+    assert len([s for s in by_name(spans, "rt4chart.sample") if s.parent_span_id == run.span_id]) == len(lines)
+
+
+@pytest.mark.asyncio
+async def test_the_guard_traces_each_answer_as_a_root_span_with_its_judge_calls(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import aiohttp
+
+    from rt4chart.runs.guard import GuardConfig, start_guard
+
+    answers = [json.loads(line) for line in EXAMPLES.read_text(encoding="utf-8").splitlines()][:2]
+    with otlp_receiver() as receiver:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        guard = await start_guard(GuardConfig(port=0, judge=f"scripted:{RULES}"))
+        try:
+            async with aiohttp.ClientSession(guard.url) as http:
+                labels = {}
+                for answer in answers:
+                    body = {k: answer[k] for k in ("id", "context", "question", "answer")}
+                    async with http.post("/v1/verify", json=body) as response:
+                        labels[answer["id"]] = (await response.json())["record"]["label"]
+        finally:
+            await guard.stop()  # flushes the spans
+        spans = list(receiver.spans)
+    samples = by_name(spans, "rt4chart.sample")
+    assert {s.attributes["rt4chart.sample.id"]: s.attributes["rt4chart.verdict.label"] for s in samples} == labels
+    assert all(s.parent_span_id == "" and s.attributes["rt4chart.command"] == "guard" for s in samples)
+    assert "rt4chart.sample.line" not in samples[0].attributes  # a service's answer has no input line
+    assert len({s.trace_id for s in samples}) == len(samples)  # one trace per answer
+    calls = [s for s in spans if s.name.startswith("chat ")]
+    assert calls and {c.parent_span_id for c in calls} == {s.span_id for s in samples}
+
+
+def test_ray_workers_trace_their_samples_and_calls_under_the_driver_s_run_span(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="needs Ray (the ray extra)")
+    with otlp_receiver() as receiver:
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "rt4-ray-test"}
+        done = rt4("verify", str(EXAMPLES), "--judge", f"scripted:{RULES}", "--no-cache", "-o", "out.jsonl",
+                   "--engine", "ray", "--workers", "1", "--worker-cpus", "0.5", cwd=tmp_path, otel=otel)
+        spans = list(receiver.spans)
+    assert done.returncode == 1, done.stderr
+    written = records(tmp_path / "out.jsonl")
+    [run] = by_name(spans, "rt4chart.run")
+    samples = by_name(spans, "rt4chart.sample")
+    # The workers' spans come from other processes, configured from the driver's variables, in its trace.
+    assert {s.service_name for s in spans} == {"rt4-ray-test"} and {s.trace_id for s in spans} == {run.trace_id}
+    assert all(s.parent_span_id == run.span_id for s in samples)
+    assert sorted((s.attributes["rt4chart.sample.line"], s.attributes["rt4chart.verdict.label"]) for s in samples) == \
+        sorted((r["line"], r["label"]) for r in written)
+    calls = [s for s in spans if s.name.startswith("chat ")]
+    assert len(calls) == sum(r["usage"]["calls"] for r in written) > 0  # type: ignore[index]
+    assert {c.parent_span_id for c in calls} <= {s.span_id for s in samples}

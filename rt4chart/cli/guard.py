@@ -78,6 +78,7 @@ def guard(
     from rt4chart.judges.registry import JudgeConfigError
     from rt4chart.options import AuditOptions, DecomposerKind
     from rt4chart.runs.guard import UPSTREAM_KEY_ENV, GuardConfig, GuardConfigError, GuardLimits, GuardPolicy, serve
+    from rt4chart.runs.telemetry import TelemetryUnavailable
 
     if on_incomplete not in {"flag", "block"}:
         raise fail(f"--on-incomplete must be flag or block (got {on_incomplete!r})")
@@ -124,5 +125,5 @@ def guard(
 
     try:
         asyncio.run(serve(config, ready))
-    except (JudgeConfigError, OSError) as error:  # an unknown judge, a port in use
+    except (JudgeConfigError, OSError, TelemetryUnavailable) as error:  # an unknown judge, a port in use
         raise fail(str(error)) from None

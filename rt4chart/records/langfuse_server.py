@@ -10,9 +10,9 @@ so a key of another project cannot audit, or later score, the wrong traces.
 Traces are listed page by page (``GET /api/public/traces?page=N&limit=&orderBy=timestamp.asc&fromTimestamp=``,
 ``page`` from 1 to ``meta.totalPages``; ``toTimestamp`` leaves out the last :data:`SETTLE`, as Langfuse
 serves a trace there some minutes after it happened), then each one is read with its observations
-(``GET /api/public/traces/{traceId}``) and becomes one item as a Langfuse export's trace does
-(:func:`rt4chart.records.langfuse.langfuse_item`), in ``timestamp`` order. The ``--since`` window and the
-watermark (the last trace ``timestamp`` audited and the traces at it) work as
+(``GET /api/public/traces/{traceId}``) and becomes one item (one per turn under ``turns = "each"``) as a
+Langfuse export's trace does (:func:`rt4chart.records.langfuse.langfuse_items`), in ``timestamp`` order.
+The ``--since`` window and the watermark (the last trace ``timestamp`` audited and the traces at it) work as
 :mod:`rt4chart.records.server_reads` says.
 """
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode
 
 from rt4chart.records.io import InputLine
-from rt4chart.records.langfuse import LangfuseMapping, langfuse_item
+from rt4chart.records.langfuse import LangfuseMapping, langfuse_items
 from rt4chart.records.server_reads import (
     TIMEOUT_S,
     ServerRefusal,
@@ -215,21 +215,23 @@ def read_langfuse(source: LangfuseSource, since: timedelta | None, watermark: Wa
             elif start < ceiling:
                 started.setdefault(trace_id, start)  # a trace listed twice (pages moved under ties) once
         in_order = sorted((start, trace_id) for trace_id, start in started.items())
-        items = [_item(client, source, trace_id, number, keys, mapping or LangfuseMapping())
-                 for number, (_, trace_id) in enumerate(in_order, start=1)]
+        items: list[InputLine] = []
+        for _, trace_id in in_order:
+            items += _items(client, source, trace_id, len(items) + 1, keys, mapping or LangfuseMapping())
     items += [InputLine(number, None, problem) for number, problem in enumerate(unreadable, start=len(items) + 1)]
     return SourceRead(items, advanced(source, watermark, in_order), len(before))
 
 
-def _item(client: httpx.Client, source: LangfuseSource, trace_id: str, number: int, keys: LangfuseKeys,
-          mapping: LangfuseMapping) -> InputLine:
-    """A listed trace read with its observations as one item; one deleted since it was listed (404) is an
-    error item naming it (every listed trace has its record)."""
+def _items(client: httpx.Client, source: LangfuseSource, trace_id: str, first: int, keys: LangfuseKeys,
+           mapping: LangfuseMapping) -> list[InputLine]:
+    """A listed trace read with its observations as items numbered from ``first`` (one, or one per turn under
+    ``turns = "each"``); one deleted since it was listed (404) is an error item naming it (every listed trace
+    has its record)."""
     try:
         trace = get_json(client, f"/api/public/traces/{quote(trace_id, safe='')}", {}, _server(source),
                          f"trace {trace_id!r}", keys.secrets)
     except ServerRefusal as refusal:
         if refusal.status != 404:
             raise
-        return InputLine(number, None, f"trace {trace_id}: listed, then not found ({refusal})", raw_id=trace_id)
-    return langfuse_item(trace, number, mapping)
+        return [InputLine(first, None, f"trace {trace_id}: listed, then not found ({refusal})", raw_id=trace_id)]
+    return langfuse_items(trace, first, mapping)

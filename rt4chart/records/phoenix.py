@@ -18,7 +18,6 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from rt4chart.records.io import InputLine
 from rt4chart.records.server_reads import (
     TIMEOUT_S,
     SourceRead,
@@ -28,7 +27,7 @@ from rt4chart.records.server_reads import (
     get_json,
     window_floor,
 )
-from rt4chart.records.traces import TraceError, TraceMapping, spans_of_requests, trace_item
+from rt4chart.records.traces import TraceError, TraceMapping, numbered, spans_of_requests
 
 if TYPE_CHECKING:
     import httpx
@@ -117,8 +116,6 @@ def read_phoenix(source: PhoenixSource, since: timedelta | None, watermark: Wate
         if not (began_before or (floor is not None and start < floor) or trace_id in done):
             rooted.append((start, trace_id))
     rooted.sort()
-    items = [trace_item(trace_id, traces[trace_id], number, mapping or TraceMapping())
-             for number, (_, trace_id) in enumerate(rooted, start=1)]
-    items += [InputLine(number, None, problem) for number, problem in enumerate(problems, start=len(items) + 1)]
+    items = numbered([(trace_id, traces[trace_id]) for _, trace_id in rooted], problems, mapping or TraceMapping())
     return SourceRead(items, advanced(source, watermark, rooted), len(traces) - len(rooted))
 

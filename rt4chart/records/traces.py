@@ -4,8 +4,9 @@ A file holds one ``ExportTraceServiceRequest`` in the OTLP/JSON encoding (``reso
 .spans[]``), or several, one per line (what the OpenTelemetry Collector's file exporter writes), or the
 same in protobuf (:mod:`rt4chart.records.otlp_protobuf`, read into this shape); a page of
 Phoenix's ``spans/otlpv1`` REST answer (``{"data": [spans]}``) is read as one such request. Spans are
-grouped by ``traceId``; every trace becomes exactly one :class:`~rt4chart.records.io.InputLine`, numbered
-by the order its first span appears in the file: a :class:`~rt4chart.types.Sample` when the trace holds
+grouped by ``traceId``; every trace becomes one :class:`~rt4chart.records.io.InputLine` (under the
+mapping's ``turns = "each"``, one per turn of a chat session it recorded), in the order its first span
+appears in the file, items numbered from 1: a :class:`~rt4chart.types.Sample` when the trace (turn) holds
 documents and an answer, else the reason it does not (its record then names the trace). Nothing is
 dropped.
 
@@ -22,6 +23,13 @@ A trace of an agent holds tool spans (OpenInference ``TOOL``: ``tool.name``, ``t
 ``gen_ai.tool.call.result``): each result is a document named by its call's id, read as a conversation's
 tool result is (:func:`rt4chart.conversations.tool_document`), before the retrieved documents.
 A TOML or JSON file of the mapping's fields overrides them for a run (``--trace-mapping``).
+
+Several turns in one trace (``turns = "each"``): a turn is an LLM span with a text output that asked for no
+tool call (an agent's tool-calling steps are no turns) and is not inside another LLM span (one call seen by
+a framework's and a client's instrumentation); its documents are the retriever and tool spans that started
+after the previous turn's answer ended (:func:`turn_windows`), its question the input of the outermost
+question-kind span that holds this turn alone, else its LLM span's last user message; its sample id is
+``TRACE_ID/SPAN_ID`` of its answer span.
 """
 
 from __future__ import annotations
@@ -30,10 +38,10 @@ import base64
 import json
 import re
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -44,6 +52,10 @@ from rt4chart.types import TraceSource
 
 class TraceError(ValueError):
     """A trace file or mapping file that cannot be read at all (not JSON, not OTLP, a bad mapping)."""
+
+
+Turns = Literal["last", "each"]
+"""How many answers a trace gives: its last one, or each turn of the chat session it recorded."""
 
 
 class TraceMapping(BaseModel):
@@ -84,6 +96,13 @@ class TraceMapping(BaseModel):
     """Attributes of a tool span that may hold the tool's name, the result's document title."""
     genai: bool = True
     """Also read the OpenTelemetry GenAI conventions (``gen_ai.*`` attributes and events)."""
+    turns: Turns = "last"
+    """``last``: one audited answer per trace, its last LLM output, with every document of the trace.
+    ``each``: one per turn of a chat session, each with the documents retrieved for it (:func:`turn_windows`)."""
+    tool_call_attributes: tuple[str, ...] = ("llm.output_messages.0.message.tool_calls",
+                                             "gen_ai.completion.0.tool_calls")
+    """Prefixes of an LLM span's attributes that hold the tool calls it asked for: under ``turns = "each"``
+    such a span is an agent's step, not a turn (as is a GenAI span whose output has a ``tool_call`` part)."""
 
 
 MappingModel = TypeVar("MappingModel", bound=BaseModel)
@@ -403,12 +422,14 @@ class _Turn:
                 return span, answer
         return (llms[-1] if llms else None), None
 
-    def question(self, llm: Span | None) -> tuple[Span | None, str | None]:
-        root = self.root
-        if root is not None and self.kind(root) in {k.upper() for k in self.mapping.question_kinds}:
-            for key in self.mapping.question_attributes:
-                if question := _plain(root, key):
-                    return root, question
+    def question(self, llm: Span | None, owners: list[Span]) -> tuple[Span | None, str | None]:
+        """The input of the first of ``owners`` (spans holding this turn alone, outermost first) that is
+        of a question kind, else the LLM span's last user message."""
+        for owner in owners:
+            if self.kind(owner) in {k.upper() for k in self.mapping.question_kinds}:
+                for key in self.mapping.question_attributes:
+                    if question := _plain(owner, key):
+                        return owner, question
         if llm is None:
             return None, None
         messages = _indexed(llm.attributes, self.mapping.input_messages).values()
@@ -422,6 +443,26 @@ class _Turn:
         questions = [q for q in users if _text(q)]
         return (llm, questions[-1]) if questions else (None, None)
 
+    def asks_for_tools(self, span: Span) -> bool:
+        """Whether an LLM span's output asked for tool calls (an agent's step, not an answer to the user)."""
+        prefixes = tuple(prefix + "." for prefix in self.mapping.tool_call_attributes)
+        if any(key.startswith(prefixes) for key in span.attributes):
+            return True
+        return self.mapping.genai and any(
+            isinstance(part, dict) and part.get("type") == "tool_call"
+            for message in _genai_messages(span.attributes.get("gen_ai.output.messages"))
+            for part in message.get("parts") or [])
+
+    def turns(self) -> list[tuple[Span, str]]:
+        """Each turn's answer span and answer, in the order they ended: an LLM span with an output that asked
+        for no tool, not inside another LLM span (one call seen by a framework's and a client's instrumentation)."""
+        llms = [s for s in self.spans if self.is_llm(s)]
+        parents = {s.span_id: s.parent_id for s in self.spans}
+        outer = set(outermost([s.span_id for s in llms], parents))
+        answered = [(span, answer) for span in llms if span.span_id in outer and not self.asks_for_tools(span)
+                    and (answer := self.answer_of(span))]
+        return sorted(answered, key=lambda pair: pair[0].end)
+
 
 def _choice_text(attributes: Mapping[str, Any]) -> str | None:
     message = attributes.get("message")
@@ -430,26 +471,102 @@ def _choice_text(attributes: Mapping[str, Any]) -> str | None:
     return _text(attributes.get("message.content"))
 
 
-def trace_item(trace_id: str, spans: list[Span], number: int, mapping: TraceMapping) -> InputLine:
-    """One trace as one input item: its sample, or why it has none (``line`` is the trace's position)."""
+def trace_items(trace_id: str, spans: list[Span], first: int, mapping: TraceMapping) -> list[InputLine]:
+    """One trace as input items numbered from ``first``: under ``turns = "last"`` one, its sample or why it
+    has none; under ``"each"`` one per turn (:func:`turn_windows`), or one saying why it has no turn."""
     turn = _Turn(spans, mapping)
-    retrievers = turn.retrievers()
-    answer_span, answer = turn.answer()
-    question_span, question = turn.question(answer_span)
-    tool_results = turn.tool_results(turn.tools())
-    source = TraceSource(
-        trace_id=trace_id, root_span_id=turn.root.span_id if turn.root else None,
-        answer_span_id=answer_span.span_id if answer_span else None,
-        question_span_id=question_span.span_id if question_span else None,
-        retriever_span_ids=[s.span_id for s in retrievers], tool_span_ids=[span.span_id for span, _ in tool_results],
-    )
+    retrievers, tools = turn.retrievers(), turn.tools()
     looked_for = TurnParts(
         documents=f"no {'/'.join(mapping.retriever_kinds)} span with {mapping.documents}.N.{mapping.document_text}, "
         f"no {'/'.join(mapping.tool_kinds)} span with a result",
         answer=f"no {'/'.join(mapping.llm_kinds)} span with an output",
     )
-    tool_documents = [document for _, document in tool_results]
-    return turn_item(number, source, turn.documents(retrievers), tool_documents, question, answer, looked_for)
+
+    def item(number: int, answer_span: Span | None, answer: str | None, owners: list[Span],
+             turn_retrievers: list[Span], turn_tools: list[Span], sample_id: str | None) -> InputLine:
+        question_span, question = turn.question(answer_span, owners)
+        tool_results = turn.tool_results(turn_tools)
+        source = TraceSource(
+            trace_id=trace_id, root_span_id=turn.root.span_id if turn.root else None,
+            answer_span_id=answer_span.span_id if answer_span else None,
+            question_span_id=question_span.span_id if question_span else None,
+            retriever_span_ids=[s.span_id for s in turn_retrievers],
+            tool_span_ids=[span.span_id for span, _ in tool_results],
+        )
+        tool_documents = [document for _, document in tool_results]
+        return turn_item(number, source, turn.documents(turn_retrievers), tool_documents, question, answer, looked_for,
+                         sample_id)
+
+    turns = turn.turns() if mapping.turns == "each" else []
+    if not turns:  # "last", or a trace with no turn: one item
+        answer_span, answer = turn.answer()
+        if mapping.turns == "each":  # its outputs all asked for tools: no answer to the user
+            answer = None
+        return [item(first, answer_span, answer, [turn.root] if turn.root else [], retrievers, tools, None)]
+    parents = {s.span_id: s.parent_id for s in turn.spans}
+    by_id = {s.span_id: s for s in turn.spans}
+    answer_spans = [span for span, _ in turns]
+    owned = own_ancestors([span.span_id for span in answer_spans], parents)
+    start, end = (lambda s: s.start), (lambda s: s.end)
+    return [
+        item(first + n, span, answer, [by_id[i] for i in owners], found, called, f"{trace_id}/{span.span_id}")
+        for n, ((span, answer), owners, found, called) in enumerate(zip(
+            turns, owned, turn_windows(answer_spans, retrievers, start, end),
+            turn_windows(answer_spans, tools, start, end), strict=True))
+    ]
+
+
+Step = TypeVar("Step")
+"""A span of an OTLP trace, or an observation of a Langfuse trace."""
+
+Part = TypeVar("Part")
+"""A retriever or tool span (observation)."""
+
+Instant = TypeVar("Instant", int, str)
+"""When a span starts or ends: Unix nanoseconds (OTLP), an ISO 8601 time (Langfuse)."""
+
+
+def turn_windows(answers: list[Step], parts: list[Part], start: Callable[[Step | Part], Instant],
+                 end: Callable[[Step], Instant]) -> list[list[Part]]:
+    """Each turn's share of ``parts`` (``answers``: the turns' answer spans in the order they ended): the
+    retriever or tool spans that started after the previous turn's answer ended and no later than this
+    turn's answer started. Time, not nesting: OpenInference's LangChain and LlamaIndex instrumentations
+    nest a turn's retriever under a different chain than its LLM call, but run them in this order."""
+    windows = []
+    previous_end: Instant | None = None
+    for answer in answers:
+        ceiling = start(answer)
+        windows.append([part for part in parts
+                        if (previous_end is None or start(part) >= previous_end) and start(part) <= ceiling])
+        previous_end = end(answer)
+    return windows
+
+
+def ancestors(span_id: str, parents: Mapping[str, str | None]) -> list[str]:
+    """The ids of a span's ancestors in its trace, nearest first (a parent not in the trace ends the chain)."""
+    chain: list[str] = []
+    parent = parents.get(span_id)
+    while parent is not None and parent in parents and parent not in chain and parent != span_id:
+        chain.append(parent)
+        parent = parents.get(parent)
+    return chain
+
+
+def outermost(span_ids: list[str], parents: Mapping[str, str | None]) -> list[str]:
+    """Those of ``span_ids`` that have none of them as an ancestor."""
+    chosen = set(span_ids)
+    return [span_id for span_id in span_ids if not chosen.intersection(ancestors(span_id, parents))]
+
+
+def own_ancestors(answer_ids: list[str], parents: Mapping[str, str | None]) -> list[list[str]]:
+    """For each turn's answer span, its ancestors that hold no other turn's answer, outermost first: the
+    turn's own chain or agent span, whose input is that turn's question (a session's root holds them all)."""
+    chains = [ancestors(answer_id, parents) for answer_id in answer_ids]
+    owned = []
+    for position, chain in enumerate(chains):
+        shared = {span_id for other, c in enumerate(chains) if other != position for span_id in c}
+        owned.append([span_id for span_id in reversed(chain) if span_id not in shared])
+    return owned
 
 
 class TurnParts(NamedTuple):
@@ -460,39 +577,49 @@ class TurnParts(NamedTuple):
 
 
 def turn_item(number: int, source: TraceSource, retrieved: list[dict[str, Any]], tool_results: list[dict[str, Any]],
-              question: str | None, answer: str | None, looked_for: TurnParts) -> InputLine:
+              question: str | None, answer: str | None, looked_for: TurnParts,
+              sample_id: str | None = None) -> InputLine:
     """A trace's turn as one input item (``number``: its position), its sample checked as an input line's:
     the retrieved documents (``{"id" | None, "text"}``) are the context's named passages; a trace of an
     agent has its tool results (documents) first, then the retrieved documents, one without an id named
     by its position among them (as a named passage is). A turn without documents (retrieved or from
-    tools) or without an answer is an error item saying what was ``looked_for``."""
+    tools) or without an answer is an error item saying what was ``looked_for``. The sample's id is
+    ``sample_id`` (a turn of several: trace id / answer span id), else the trace's id."""
     trace_id = source.trace_id
+    sample_id = sample_id or trace_id
+    named = f"trace {trace_id}" if sample_id == trace_id else f"trace {trace_id}, answer span {source.answer_span_id}"
     missing = [f"no {what} ({hint})" for what, hint, absent in (
         ("retrieved documents", looked_for.documents, not retrieved and not tool_results),
         ("answer", looked_for.answer, answer is None),
     ) if absent]
     if missing or answer is None:
-        return InputLine(number, None, f"trace {trace_id}: {'; '.join(missing)}", raw_id=trace_id, trace=source)
+        return InputLine(number, None, f"{named}: {'; '.join(missing)}", raw_id=sample_id, trace=source)
     context: dict[str, Any] = {"context": retrieved}
     if tool_results:
-        named = [{"id": d["id"] or str(position), "text": d["text"]} for position, d in enumerate(retrieved, 1)]
-        context = {"documents": [*tool_results, *named]}
-    record = {"id": trace_id, **context, "question": question, "answer": answer,
+        named_documents = [{"id": d["id"] or str(position), "text": d["text"]}
+                           for position, d in enumerate(retrieved, 1)]
+        context = {"documents": [*tool_results, *named_documents]}
+    record = {"id": sample_id, **context, "question": question, "answer": answer,
               "trace": source.model_dump(mode="json")}
     item = parse_sample(record, number)
     if item.sample is None:  # e.g. two documents with one id: the sample's own checks, named by trace
         problem = (item.error or "invalid sample").removeprefix(f"line {number}: ")
-        return InputLine(number, None, f"trace {trace_id}: {problem}", raw_id=trace_id, trace=source)
-    return InputLine(number, item.sample, digest=line_digest(json.dumps(record, sort_keys=True)), raw_id=trace_id)
+        return InputLine(number, None, f"{named}: {problem}", raw_id=sample_id, trace=source)
+    return InputLine(number, item.sample, digest=line_digest(json.dumps(record, sort_keys=True)), raw_id=sample_id)
+
+
+def numbered(traces: Iterable[tuple[str, list[Span]]], problems: list[str], mapping: TraceMapping) -> list[InputLine]:
+    """The items of ``traces`` (each trace's turns consecutive), then one error item per problem, numbered
+    from 1 in that order: a record's ``line`` is its item's position."""
+    items: list[InputLine] = []
+    for trace_id, spans in traces:
+        items += trace_items(trace_id, spans, len(items) + 1, mapping)
+    return items + [InputLine(number, None, problem) for number, problem in enumerate(problems, start=len(items) + 1)]
 
 
 def read_otlp_traces(path: Path, mapping: TraceMapping | None = None) -> Iterator[InputLine]:
-    """One input item per trace of an OTLP/JSON file, in order of appearance, then one error item per
-    span that names no trace (see the module's docstring); :class:`TraceError` when the file is not an
-    OTLP/JSON trace export at all."""
-    mapping = mapping or TraceMapping()
+    """The input items of an OTLP/JSON file's traces, in order of appearance (one per trace, or one per
+    turn under ``turns = "each"``), then one error item per span that names no trace (see the module's
+    docstring); :class:`TraceError` when the file is not an OTLP/JSON trace export at all."""
     traces, problems = read_spans(path)
-    for number, (trace_id, spans) in enumerate(traces.items(), start=1):
-        yield trace_item(trace_id, spans, number, mapping)
-    for number, problem in enumerate(problems, start=len(traces) + 1):
-        yield InputLine(number, None, problem)
+    yield from numbered(traces.items(), problems, mapping or TraceMapping())

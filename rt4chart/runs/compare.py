@@ -12,6 +12,7 @@ ready for ``rt4 agree --level claim`` (which then aligns claims one to one). Its
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -57,11 +58,13 @@ from rt4chart.runs.run import (
     RunUsageError,
     Stop,
     build_stack,
+    command_tracing,
     input_lines,
     outcome_of,
 )
 from rt4chart.runs.spec import RunSpec
-from rt4chart.types import AuditRecord, Sample
+from rt4chart.runs.telemetry import RunTracing
+from rt4chart.types import AuditRecord, Sample, Usage
 
 
 def output_name(judge: str) -> str:
@@ -109,6 +112,11 @@ class SharedClaimsEngine(PipelineBound):
             yield stop_of(error)
 
     async def _report(self, item: InputLine) -> AuditRecord:
+        if self.pipeline.tracing is not None:
+            return await self.pipeline.tracing.sample(item, self._verify)
+        return await self._verify(item)
+
+    async def _verify(self, item: InputLine) -> AuditRecord:
         if item.sample is None:
             return error_report(item)
         return await self.pipeline.verify_sample(item.sample, item.line, self.shared[item.line])
@@ -177,7 +185,25 @@ async def acompare(
 
     ``spec.judge`` is not used (``judges`` are the judges); its api base, limits, cache and options
     apply to every judge. Raises :class:`RunUsageError` before any judge call when it cannot start.
+    Traced (an OTLP endpoint in the environment): a ``rt4chart.compare`` span, the decomposer's calls
+    and one ``rt4chart.run`` span per judge as its children, that judge's sample spans under it.
     """
+    async with command_tracing() as tracing:
+        if tracing is None:
+            return await _compare(spec, judges, samples, out_dir, decompose_with, resamples, seed, observer, None)
+        with tracing.span("rt4chart.compare", {"rt4chart.command": "compare"}) as span:
+            outcome = await _compare(spec, judges, samples, out_dir, decompose_with, resamples, seed, observer,
+                                     tracing)
+            # One ledger for every judge: each judge's run usage is the comparison's.
+            usage = outcome.payload.by_judge[0].summary.run_usage or Usage()
+            tracing.end_run(span, outcome.judge, outcome.counts, usage, outcome.status.value, outcome.reason)
+            return outcome
+
+
+async def _compare(
+    spec: RunSpec, judges: Sequence[str], samples: Iterable[Sample | Mapping[str, Any] | InputLine], out_dir: Path,
+    decompose_with: str | None, resamples: int, seed: int, observer: RunObserver | None, tracing: RunTracing | None,
+) -> RunOutcome[Comparison]:
     items = input_lines(samples)
     if len(judges) < 2 or len(set(judges)) != len(judges):
         raise RunUsageError(f"--judges needs at least two different judges (got {','.join(judges)!r})")
@@ -188,6 +214,8 @@ async def acompare(
         for name in [*judges, *([decompose_with] if decompose_with else [])]:
             stacks.append(build_stack(name, api_base=spec.api_base, limits=spec.limits, cache=cache, ledger=ledger,
                                       out=out_dir / "compare"))
+            if tracing is not None:
+                stacks[-1].inner = tracing.traced(stacks[-1].inner)
         judging = stacks[: len(judges)]
         decomposer = _decomposer(spec.options, stacks[len(judges)] if decompose_with else None, judging[0])
         try:
@@ -206,10 +234,10 @@ async def acompare(
             decomposer_stop = None
         except (BudgetExhausted, JudgeUnavailable) as error:
             shared, decomposer_stop = {}, stop_of(error)
-        engines = [SharedClaimsEngine(Pipeline(stack, spec.options), shared, decomposer_stop) for stack in judging]
-        runs = await asyncio.gather(
-            *(_run_engine(engine, items, path, observer) for engine, path in zip(engines, paths, strict=True))
-        )
+        engines = [SharedClaimsEngine(Pipeline(stack, spec.options, tracing=tracing), shared, decomposer_stop)
+                   for stack in judging]
+        runs = await asyncio.gather(*(_run_engine(engine, items, path, observer, tracing, ledger)
+                                      for engine, path in zip(engines, paths, strict=True)))
     finally:
         if observer is not None:
             observer.finish()
@@ -253,9 +281,11 @@ def _decomposer(options: AuditOptions, decompose_with: JudgeStack | None, first_
 
 
 async def _run_engine(
-    engine: AuditEngine[AuditRecord], items: list[InputLine], out: Path | None, observer: RunObserver | None
+    engine: AuditEngine[AuditRecord], items: list[InputLine], out: Path | None, observer: RunObserver | None,
+    tracing: RunTracing | None, ledger: Ledger,
 ) -> tuple[list[AuditRecord], AuditResult, RunSummary]:
-    """One engine through :func:`run_audit` (no resume, no stdout), its records and totals collected."""
+    """One engine through :func:`run_audit` (no resume, no stdout), its records and totals collected;
+    traced, inside a ``rt4chart.run`` span of its judge's tally (its usage: its records')."""
     summary = RunSummary()
     reports: list[AuditRecord] = []
 
@@ -265,10 +295,15 @@ async def _run_engine(
         if observer is not None:
             observer.record(report, summary)
 
-    try:
-        result = await run_audit(engine, items, out, on_report)
-    except OutputError as error:  # another run holds the output's lock
-        raise RunUsageError(str(error)) from None
+    with tracing.run_span("compare") if tracing is not None else contextlib.nullcontext() as span:
+        try:
+            result = await run_audit(engine, items, out, on_report)
+        except OutputError as error:  # another run holds the output's lock
+            raise RunUsageError(str(error)) from None
+        if tracing is not None and span is not None:
+            judged = outcome_of(reports, result, summary, False, ledger, engine.judge_name)
+            usage = sum((report.usage for report in reports), Usage())
+            tracing.end_run(span, engine.judge_name, judged.counts, usage, judged.status.value, judged.reason)
     reports.sort(key=lambda report: report.line)
     return reports, result, summary
 

@@ -352,7 +352,7 @@ async def aevaluate(
     ``spec``, then score the records against their gold labels: the payload, ``None`` when the
     audit stopped (an incomplete evaluation is not a result)."""
     started = time.perf_counter()
-    run = await aexecute(spec, samples, observer=observer)
+    run = await aexecute(spec, samples, observer=observer, command="eval")
     result = None
     if run.stop is None:
         wall = time.perf_counter() - started

@@ -42,6 +42,7 @@ from rt4chart.judges.registry import JudgeStack, judge_stack
 from rt4chart.options import AuditOptions
 from rt4chart.records.io import InputLine, dump_report, error_report
 from rt4chart.runs.engine import BudgetStop, EngineOptions, Pipeline, PipelineBound, RunStop, UnavailableStop
+from rt4chart.runs.telemetry import RunTracing, otel_environment, worker_tracing
 from rt4chart.types import AuditRecord, Sample, Usage
 
 SHARD_SAMPLES = 8
@@ -87,6 +88,12 @@ class WorkerJudge:
     """Cache directory (shared by the workers of one machine) or ``redis://`` URL; ``None``: no cache."""
     options: dict[str, Any] = field(default_factory=dict)
     """The audit options, as a JSON-ready dict."""
+    telemetry: dict[str, str] = field(default_factory=dict, repr=False)  # the exporter's headers may hold a key
+    """The driver's ``OTEL_*`` variables when its run is traced (the worker's tracing is configured from
+    them, :func:`~rt4chart.runs.telemetry.worker_tracing`); empty: not traced."""
+    trace_context: dict[str, str] = field(default_factory=dict)
+    """The driver's run span as W3C trace context (``traceparent``): the worker's sample spans are its
+    children."""
 
 
 class RemoteLedger(Ledger):
@@ -149,14 +156,23 @@ class AuditShard:
             judge.judge, api_base=judge.api_base, concurrency=judge.concurrency, cache=judge.cache,
             ledger=ledger, timeout_s=judge.timeout_s,
         )
-        self.pipeline = Pipeline(self.stack, AuditOptions.model_validate(judge.options))
+        self.tracing = worker_tracing(judge.telemetry)
+        if self.tracing is not None:
+            self.stack.inner = self.tracing.traced(self.stack.inner)
+        self.trace_context = judge.trace_context
+        self.pipeline = Pipeline(self.stack, AuditOptions.model_validate(judge.options), tracing=self.tracing)
 
     def __call__(self, shard: dict[str, Any]) -> dict[str, list[Any]]:
         items = [
             InputLine(line=int(line), sample=Sample.model_validate_json(sample))
             for line, sample in zip(shard["line"], shard["sample"], strict=True)
         ]
-        records, stops = self._loop.run_until_complete(self._audit(items))
+        if self.tracing is None:
+            records, stops = self._loop.run_until_complete(self._audit(items))
+        else:
+            with self.tracing.continued(self.trace_context):  # the task the loop runs copies this context
+                records, stops = self._loop.run_until_complete(self._audit(items))
+            self.tracing.flush()
         return {"line": [item.line for item in items], "record": records, "stop": stops}
 
     async def _audit(self, items: list[InputLine]) -> tuple[list[str], list[str]]:
@@ -348,11 +364,16 @@ def ray_audit_engine(
     api_base: str | None,
     limits: RunLimits,
     cache: Path | str | None,
+    tracing: RunTracing | None = None,
 ) -> RayEngine:
     """The engine of ``rt4 verify --engine ray``: ``stack`` is the driver's (it names the judge,
-    keeps the spend for progress and summary); the workers build theirs from the same specs."""
+    keeps the spend for progress and summary); the workers build theirs from the same specs. With the
+    run's ``tracing`` (made while its run span is current), the workers trace their samples and judge
+    calls under that span, exported from their own processes."""
     worker_judge = WorkerJudge(
         judge=judge, api_base=api_base, concurrency=limits.concurrency, timeout_s=limits.timeout_s,
         cache=None if cache is None else str(cache), options=options.model_dump(mode="json"),
+        telemetry=otel_environment() if tracing is not None else {},
+        trace_context=tracing.context_carrier() if tracing is not None else {},
     )
     return RayEngine(Pipeline(stack, options), worker_judge, engine, ledger=stack.ledger)

@@ -34,9 +34,18 @@ from rt4chart.records.io import InputLine, OutputError, RecordKind, dump_report,
 from rt4chart.records.manifest import RunCounts
 from rt4chart.report.outputs import PublishOptions
 from rt4chart.runs.engine import BudgetStop, UnavailableStop, in_input_order, run_audit, stop_of
-from rt4chart.runs.run import RunOutcome, RunStatus, RunUsageError, aexecute, build_stack, input_lines
+from rt4chart.runs.run import (
+    RunOutcome,
+    RunStatus,
+    RunUsageError,
+    aexecute,
+    build_stack,
+    command_tracing,
+    input_lines,
+)
 from rt4chart.runs.spec import RunSpec
-from rt4chart.types import AuditRecord, Sample
+from rt4chart.runs.telemetry import RunTracing
+from rt4chart.types import AuditRecord, Sample, Usage
 
 if TYPE_CHECKING:
     from typing import TextIO
@@ -107,6 +116,8 @@ class RepairEngine:
     """Answers repaired at once."""
     ledger: Ledger | None = None
     """The repairing judge's ledger (its budget admits samples); ``None`` without a judge."""
+    tracing: RunTracing | None = None
+    """The run's OpenTelemetry tracing, when configured: a span per line (:mod:`rt4chart.runs.telemetry`)."""
 
     @property
     def judge_name(self) -> str:
@@ -133,6 +144,11 @@ class RepairEngine:
             yield stop_of(error)
 
     async def _repair(self, item: InputLine) -> RepairRecord:
+        if self.tracing is not None:
+            return await self.tracing.repair(item, self._repair_line)
+        return await self._repair_line(item)
+
+    async def _repair_line(self, item: InputLine) -> RepairRecord:
         if item.sample is None:
             return RepairRecord(id=item.raw_id, line=item.line, strategy=self.repairer.strategy, original=None,
                                 repaired=None, errors=[item.error or "invalid input"])
@@ -171,7 +187,27 @@ async def arepair(
     order, ``spec.options.samples_in_flight`` at a time, into ``spec.out`` (else ``stdout``), a
     killed run resumed with ``spec.resume``. With ``verify_after``, the repaired answers are then
     re-audited as a run of their own (:func:`rt4chart.runs.run.aexecute`) with ``verify_judge`` (default:
-    ``spec.judge``, else the embedded verifier), and the records rewritten with their re-audits."""
+    ``spec.judge``, else the embedded verifier), and the records rewritten with their re-audits.
+    Traced (an OTLP endpoint in the environment): a ``rt4chart.run`` span (``rt4chart.command`` repair),
+    a ``rt4chart.sample`` span per line with its repair's outcome, the repairing judge's calls under it, and
+    the re-audit's own ``rt4chart.run`` as the repair run's child."""
+    async with command_tracing() as tracing:
+        if tracing is None:
+            return await _repair(spec, records, samples, strategy, input_name, verify_after, verify_judge, stdout,
+                                 None)
+        with tracing.run_span("repair") as span:
+            outcome = await _repair(spec, records, samples, strategy, input_name, verify_after, verify_judge,
+                                    stdout, tracing)
+            usage = sum((record.usage for record in outcome.payload.records), Usage())
+            tracing.end_run(span, outcome.judge, outcome.counts, usage, outcome.status.value, outcome.reason)
+            return outcome
+
+
+async def _repair(
+    spec: RunSpec, records: Sequence[AuditRecord | str], samples: Iterable[Sample | Mapping[str, Any] | InputLine],
+    strategy: RepairStrategy, input_name: str, verify_after: bool, verify_judge: str | None, stdout: TextIO | None,
+    tracing: RunTracing | None,
+) -> RunOutcome[Repairs]:
     if strategy == "rewrite" and spec.judge is None:
         raise RunUsageError("--strategy rewrite needs --judge: a judge that writes text")
     if spec.resume and spec.out is None:
@@ -182,6 +218,8 @@ async def arepair(
                     resume=spec.resume)
         if spec.judge else None
     )
+    if repairing is not None and tracing is not None:
+        repairing.inner = tracing.traced(repairing.inner)
     finished: list[RepairRecord] = []
     try:
         if repairing is not None and not repairing.capabilities.can_write_text:
@@ -189,7 +227,8 @@ async def arepair(
                 f"judge {repairing.name} cannot write text; repair needs a language-model or scripted judge"
             )
         engine = RepairEngine(Repairer(strategy, repairing, spec.options.params), verified,
-                              spec.options.samples_in_flight, repairing.ledger if repairing is not None else None)
+                              spec.options.samples_in_flight, repairing.ledger if repairing is not None else None,
+                              tracing)
         try:
             # With a re-audit to come, stdout gets the records once they hold it.
             result = await run_audit(engine, items, spec.out, finished.append, resume=spec.resume,

@@ -28,7 +28,7 @@ import contextlib
 import gc
 import signal
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -270,7 +270,8 @@ def _engine(spec: RunSpec, stack: JudgeStack, tracing: RunTracing | None) -> Aud
     from rt4chart.runs.ray_engine import ray_audit_engine
 
     return ray_audit_engine(
-        stack, spec.options, spec.engine, judge=spec.judge, api_base=spec.api_base, limits=spec.limits, cache=spec.cache
+        stack, spec.options, spec.engine, judge=spec.judge, api_base=spec.api_base, limits=spec.limits,
+        cache=spec.cache, tracing=tracing,
     )
 
 
@@ -509,6 +510,7 @@ async def aexecute(
     stdout: TextIO | None = None,
     console: Console | None = None,
     keep_records: bool = True,
+    command: str = "verify",
 ) -> RunOutcome[None]:
     """Run ``spec`` over ``samples``: one record per input line, in input order, into ``spec.out``
     (else ``stdout`` unless it shows the readable view, else only the outcome), then publish what
@@ -523,22 +525,33 @@ async def aexecute(
 
     Raises :class:`RunUsageError` (before any judge call) when the run cannot start. A stop (budget,
     judge unavailable) is the outcome's status, not an exception. With an OTLP endpoint in the
-    environment the run is traced (:mod:`rt4chart.runs.telemetry`).
+    environment the run is traced (:mod:`rt4chart.runs.telemetry`), ``command`` naming it on its span.
     """
-    try:
-        tracing = start_tracing()
-    except TelemetryUnavailable as error:
-        raise RunUsageError(str(error)) from None
-    if tracing is None:
-        return await _audit(spec, samples, observer, stdout, console, keep_records, None)
-    try:
-        with tracing.run_span() as span:
+    async with command_tracing() as tracing:
+        if tracing is None:
+            return await _audit(spec, samples, observer, stdout, console, keep_records, None)
+        with tracing.run_span(command) as span:
             outcome = await _audit(spec, samples, observer, stdout, console, keep_records, tracing)
             usage = outcome.summary.run_usage or Usage()
             tracing.end_run(span, outcome.judge, outcome.counts, usage, outcome.status.value, outcome.reason)
             return outcome
+
+
+@contextlib.asynccontextmanager
+async def command_tracing() -> AsyncIterator[RunTracing | None]:
+    """A command's OpenTelemetry tracing (:func:`~rt4chart.runs.telemetry.start_tracing`: ``None`` when the
+    environment configures none), flushed and shut down when the command ends; configured without the
+    ``otel`` extra: a :class:`RunUsageError`. A command run inside another's span (``rt4 repair``'s
+    re-audit) becomes its child: the context is the process's, whatever the provider."""
+    try:
+        tracing = start_tracing()
+    except TelemetryUnavailable as error:
+        raise RunUsageError(str(error)) from None
+    try:
+        yield tracing
     finally:
-        await tracing.shutdown()
+        if tracing is not None:
+            await tracing.shutdown()
 
 
 async def _audit(

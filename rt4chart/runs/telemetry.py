@@ -21,11 +21,13 @@ from rt4chart.judges.scrubbing import scrub
 from rt4chart.protocol import Backend, BackendWrapper, JudgeRequest, JudgeResponse
 from rt4chart.records.io import InputLine
 from rt4chart.records.manifest import RunCounts, rt4chart_version
-from rt4chart.types import AuditRecord, Usage
+from rt4chart.types import AuditRecord, Sample, Usage
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
+
+    from rt4chart.method.repair import RepairRecord
 
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -75,10 +77,19 @@ class RunTracing:
         self._tracer = tracer
 
     @contextmanager
-    def run_span(self) -> Iterator[Span]:
+    def span(self, name: str, attributes: Mapping[str, AttributeValue | None] | None = None) -> Iterator[Span]:
+        """A span of the run's own, current inside (the spans started there become its children): a
+        command's root, or a judge's run in a comparison."""
+        with self._tracer.start_as_current_span(
+            name, attributes=_scrubbed(attributes or {}), record_exception=False
+        ) as span:
+            yield span
+
+    @contextmanager
+    def run_span(self, command: str = "verify") -> Iterator[Span]:
         """The run's span, current while the run audits (sample spans become its children); a run that
         cannot start (a usage error) ends it as an error span."""
-        with self._tracer.start_as_current_span("rt4chart.run", record_exception=False) as span:
+        with self.span("rt4chart.run", {"rt4chart.command": command}) as span:
             yield span
 
     def end_run(self, span: Span, judge: str, counts: RunCounts, usage: Usage, status: str, reason: str) -> None:
@@ -101,34 +112,76 @@ class RunTracing:
         if status not in ("passed", "failed"):
             span.set_status(Status(StatusCode.ERROR, scrub(reason or status)))
 
-    async def sample(self, item: InputLine, audit: Callable[[InputLine], Awaitable[AuditRecord]]) -> AuditRecord:
-        """``audit(item)`` inside the line's span (its judge calls become the span's children), the
-        verdict on the span: label, claims, hallucinated, usage, and the production trace it came from."""
-        from opentelemetry.trace import Status, StatusCode
-
-        sample = item.sample
+    @contextmanager
+    def sample_span(self, line: int | None, sample: Sample | None,
+                    attributes: Mapping[str, AttributeValue | None] | None = None) -> Iterator[Span]:
+        """The span of one answer, current inside (its judge calls become its children): its input line
+        (a service's answer has none), id and the production trace it came from."""
         source = sample.trace if sample is not None else None
-        attributes = _scrubbed({
-            "rt4chart.sample.line": item.line,
+        with self.span("rt4chart.sample", {
+            "rt4chart.sample.line": line,
             "rt4chart.sample.id": sample.id if sample is not None else None,
             "rt4chart.source.trace_id": source.trace_id if source is not None else None,
             "rt4chart.source.span_id": source.answer_span_id if source is not None else None,
-        })
-        with self._tracer.start_as_current_span(
-            "rt4chart.sample", attributes=attributes, record_exception=False
-        ) as span:
+            **(attributes or {}),
+        }) as span:
+            yield span
+
+    async def sample(self, item: InputLine, audit: Callable[[InputLine], Awaitable[AuditRecord]]) -> AuditRecord:
+        """``audit(item)`` inside the line's span, the verdict on the span (:func:`_verdict`)."""
+        with self.sample_span(item.line, item.sample) as span:
             record = await audit(item)
+            _verdict(span, record)
+            return record
+
+    async def answer(self, sample: Sample, audit: Callable[[], Awaitable[AuditRecord]]) -> AuditRecord:
+        """``rt4 guard``'s audit of one answer (``audit()``) inside its own span, a trace's root
+        (``rt4chart.command`` guard: a service has no run span), the verdict on it (:func:`_verdict`)."""
+        with self.sample_span(None, sample, {"rt4chart.command": "guard"}) as span:
+            record = await audit()
+            _verdict(span, record)
+            return record
+
+    async def repair(self, item: InputLine, repair: Callable[[InputLine], Awaitable[RepairRecord]]) -> RepairRecord:
+        """``repair(item)`` inside the line's span (``rt4 repair``), its outcome on the span: strategy,
+        claims and unsupported claims, retention, usage; an error span when the record has an error."""
+        with self.sample_span(item.line, item.sample) as span:
+            record = await repair(item)
             span.set_attributes(_scrubbed({
-                "rt4chart.verdict.label": record.label.value if record.label is not None else None,
-                "rt4chart.verdict.claims": len(record.claims),
-                "rt4chart.verdict.hallucinated": record.hallucinated,
-                "rt4chart.verdict.incomplete": record.incomplete,
+                "rt4chart.repair.strategy": record.strategy,
+                "rt4chart.repair.changed": record.repaired is not None and record.repaired != record.original,
+                "rt4chart.repair.claims": record.claims,
+                "rt4chart.repair.unsupported_claims": record.unsupported_claims,
+                "rt4chart.repair.claim_retention": record.claim_retention,
                 **_usage_attributes(record.usage),
             }))
-            if record.errors or record.incomplete:
-                why = record.errors[0] if record.errors else "judge errors left the verdict open"
-                span.set_status(Status(StatusCode.ERROR, scrub(why)))
+            _error_if(span, bool(record.errors), record.errors[0] if record.errors else "")
             return record
+
+    def context_carrier(self) -> dict[str, str]:
+        """The current span as W3C trace context (``traceparent``), for another process to continue it."""
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier)
+        return carrier
+
+    @contextmanager
+    def continued(self, carrier: Mapping[str, str]) -> Iterator[None]:
+        """Spans started inside are children of the span ``carrier`` names (:meth:`context_carrier`, made
+        in another process: a Ray worker's samples under the driver's run span)."""
+        from opentelemetry import context
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        token = context.attach(TraceContextTextMapPropagator().extract(dict(carrier)))
+        try:
+            yield
+        finally:
+            context.detach(token)
+
+    def flush(self) -> None:
+        """Export what is queued now (a Ray worker, after each shard: Ray may end it without notice)."""
+        self._provider.force_flush()
 
     def traced(self, backend: Backend) -> Backend:
         """``backend`` with a span per call (:class:`TracedBackend`)."""
@@ -137,6 +190,27 @@ class RunTracing:
     async def shutdown(self) -> None:
         """Export what is still queued and stop (a blocking flush, run off the event loop)."""
         await asyncio.to_thread(self._provider.shutdown)
+
+
+def _verdict(span: Span, record: AuditRecord) -> None:
+    """A record's verdict on its sample span: label, claims, hallucinated, usage; an error span when the
+    record has an error or an open verdict."""
+    span.set_attributes(_scrubbed({
+        "rt4chart.verdict.label": record.label.value if record.label is not None else None,
+        "rt4chart.verdict.claims": len(record.claims),
+        "rt4chart.verdict.hallucinated": record.hallucinated,
+        "rt4chart.verdict.incomplete": record.incomplete,
+        **_usage_attributes(record.usage),
+    }))
+    why = record.errors[0] if record.errors else "judge errors left the verdict open"
+    _error_if(span, bool(record.errors or record.incomplete), why)
+
+
+def _error_if(span: Span, failed: bool, why: str) -> None:
+    if failed:
+        from opentelemetry.trace import Status, StatusCode
+
+        span.set_status(Status(StatusCode.ERROR, scrub(why)))
 
 
 class TracedBackend(BackendWrapper):
@@ -174,6 +248,24 @@ class TracedBackend(BackendWrapper):
                 span.set_attributes({"error.type": "judge_reply"})
                 span.set_status(Status(StatusCode.ERROR, scrub(response.error)))
             return response
+
+
+def otel_environment() -> dict[str, str]:
+    """This process's ``OTEL_*`` variables: what a Ray worker configures its own tracing from."""
+    return {name: value for name, value in os.environ.items() if name.startswith("OTEL_")}
+
+
+def worker_tracing(environment: Mapping[str, str]) -> RunTracing | None:
+    """A Ray worker's tracing, from the driver's ``OTEL_*`` variables (:func:`otel_environment`) set in the
+    worker's own process (an actor's process is its own); ``None`` when the driver traces nothing, or
+    when the worker lacks the ``otel`` extra (the driver, which has it, still traces its run)."""
+    if not environment:
+        return None
+    os.environ.update(environment)
+    try:
+        return start_tracing()
+    except TelemetryUnavailable:
+        return None
 
 
 def start_tracing() -> RunTracing | None:

@@ -37,6 +37,7 @@ from rt4chart.runs.guard.metrics import Metrics
 from rt4chart.runs.guard.policy import ClaimAllowance, Decision, GuardConfig, RequestError
 from rt4chart.runs.guard.proxy import ChatProxy
 from rt4chart.runs.guard.streaming import SentenceVerdict, StreamingAudit
+from rt4chart.runs.telemetry import start_tracing
 from rt4chart.types import AuditRecord, Sample, Usage
 
 
@@ -71,6 +72,7 @@ class Guard:
         self._audit_lock = asyncio.Lock()
         self._records = 0
         self._proxy = ChatProxy(self) if config.upstream else None
+        self._tracing = start_tracing()  # configured without the otel extra: TelemetryUnavailable, before serving
         self.draining = False
         """Set when shutting down: new requests get 503, the ones in flight finish."""
 
@@ -86,6 +88,8 @@ class Guard:
         self._stack = judge_stack(
             self.config.judge, api_base=self.config.api_base, cache=self.config.cache, budget_usd=self.config.budget_usd
         )
+        if self._tracing is not None:  # a span per judge call, under its answer's
+            self._stack.inner = self._tracing.traced(self._stack.inner)
         self._pipeline = Pipeline(self._stack, self.config.audit_options)
         if self._proxy is not None:
             await self._proxy.start()
@@ -95,6 +99,8 @@ class Guard:
             await self._proxy.close()
         if self._stack is not None:
             await self._stack.aclose()
+        if self._tracing is not None:
+            await self._tracing.shutdown()
 
     async def audit(
         self, sample: Sample, allowance: ClaimAllowance | None = None, latency_budget_ms: float | None = None
@@ -104,7 +110,11 @@ class Guard:
         allowance = allowance or ClaimAllowance(limits.max_claims)
         budget_ms = latency_budget_ms or limits.latency_budget_ms
         with latency_budget(None if budget_ms is None else budget_ms / 1000) as budget:
-            record = await self.pipeline.verify_sample(sample, admit_claims=allowance.admit)
+            if self._tracing is None:
+                record = await self.pipeline.verify_sample(sample, admit_claims=allowance.admit)
+            else:
+                record = await self._tracing.answer(
+                    sample, lambda: self.pipeline.verify_sample(sample, admit_claims=allowance.admit))
         if budget is None or not budget.cut:
             return record
         self.metrics.budget_cuts += 1

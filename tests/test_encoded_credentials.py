@@ -12,7 +12,7 @@ from conftest import judge_over
 from faults import fault_server
 from test_secrets import echoing_reply, files_holding, rt4
 
-from rt4chart.judges.scrubbing import redact_url, scrub
+from rt4chart.scrubbing import redact_url, scrub
 
 
 @pytest.mark.parametrize("name", ["api%5Fkey", "API%5fKEY", "%61pi_key", "access%2Dtoken", "pass%77ord"])

@@ -17,8 +17,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from rt4chart.judges.scrubbing import scrub
 from rt4chart.runs.run import EXIT_USAGE, RunStatus, exit_code
+from rt4chart.scrubbing import scrub
 
 _UNWRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM})
 """Errors of writing that the user fixes (room, permissions), not bugs."""

@@ -41,7 +41,7 @@ from litellm.types.router import RouterRateLimitError
 from rt4chart.judges.circuit import FleetCircuit
 from rt4chart.judges.litellm import LiteLLMSender, LiteLLMSettings, litellm_provider
 from rt4chart.judges.policy import PolicyBackend, non_transient_reason
-from rt4chart.judges.scrubbing import scrub
+from rt4chart.scrubbing import scrub
 
 log = logging.getLogger("rt4chart.fleet")
 

@@ -167,7 +167,7 @@ def pull(profile: str, model: VerifierModel, directory: Path | None = None) -> P
     from huggingface_hub import HfApi, constants, hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
-    from rt4chart.judges.scrubbing import redact_url
+    from rt4chart.scrubbing import redact_url
 
     folder = directory or models_dir()
     api = HfApi()

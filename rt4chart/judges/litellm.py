@@ -28,8 +28,8 @@ from rt4chart.judges.pacing import rate_signal
 from rt4chart.judges.policy import EndpointSender, EndpointSettings, PolicyBackend, Reply, reply_body_cap_bytes
 from rt4chart.judges.prompt_cache import cache_marked_messages
 from rt4chart.judges.replies import FirstTokenChoices, first_token_candidates, parse_reply, reads_logprobs
-from rt4chart.judges.scrubbing import scrub, scrub_value, secrets_in_environment
 from rt4chart.protocol import JudgeRequest, output_json_schema
+from rt4chart.scrubbing import scrub, scrub_value, secrets_in_environment
 
 __all__ = [
     "LiteLLMBackend",

@@ -55,14 +55,14 @@ from rt4chart.judges.replies import (
     reads_logprobs,
     reask_messages,
 )
-from rt4chart.judges.scrubbing import (
+from rt4chart.protocol import Capabilities, JudgeRequest, JudgeResponse, JudgeUnavailable, approximate_tokens
+from rt4chart.scrubbing import (
     might_hold_secret,
     redact_url,
     scrub,
     scrub_value,
     secrets_in_environment,
 )
-from rt4chart.protocol import Capabilities, JudgeRequest, JudgeResponse, JudgeUnavailable, approximate_tokens
 from rt4chart.types import Usage
 
 _RETRYABLE_STATUS = frozenset({408, 409, 429})

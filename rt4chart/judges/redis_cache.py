@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from rt4chart.judges.scrubbing import redact_url
+from rt4chart.scrubbing import redact_url
 
 KEY_PREFIX = "rt4chart:judge-calls:"
 """Namespace of rt4chart's entries on a shared server."""

@@ -42,9 +42,9 @@ from rt4chart.judges.hub import ModelMissing, VerifierModel, require_pulled
 from rt4chart.judges.model_names import litellm_model_names, surely_no_model
 from rt4chart.judges.policy import CallSettings
 from rt4chart.judges.scripted import ScriptedBackend
-from rt4chart.judges.scrubbing import redact_url
 from rt4chart.protocol import TEXT_JUDGES, Backend, BackendWrapper, Capabilities, JudgeRequest, prompt_tokens
 from rt4chart.resources import resource_dir
+from rt4chart.scrubbing import redact_url
 
 if TYPE_CHECKING:
     from rt4chart.judges.batch import BatchSettings

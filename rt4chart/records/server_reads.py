@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from rt4chart.judges.scrubbing import scrub
 from rt4chart.records.io import InputLine
 from rt4chart.records.traces import TraceError
+from rt4chart.scrubbing import scrub
 
 if TYPE_CHECKING:
     import httpx

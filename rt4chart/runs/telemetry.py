@@ -6,7 +6,7 @@ the exporter itself), an audit sends its spans over OTLP/HTTP: ``rt4chart.run`` 
 ``rt4chart.sample`` child per input line with the verdict as attributes, and a child of that per
 judge call named and attributed after the OpenTelemetry GenAI semantic conventions. Unset, nothing
 of OpenTelemetry is imported and nothing is added to a call. Every string attribute is scrubbed of
-API keys (:func:`rt4chart.judges.scrubbing.scrub`); the exporter's headers never become attributes.
+API keys (:func:`rt4chart.scrubbing.scrub`); the exporter's headers never become attributes.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from rt4chart.judges.scrubbing import scrub
 from rt4chart.protocol import Backend, BackendWrapper, JudgeRequest, JudgeResponse
 from rt4chart.records.io import InputLine
 from rt4chart.records.manifest import RunCounts, rt4chart_version
+from rt4chart.scrubbing import scrub
 from rt4chart.types import AuditRecord, Sample, Usage
 
 if TYPE_CHECKING:

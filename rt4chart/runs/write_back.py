@@ -8,7 +8,7 @@ evidence), and as metadata every claim with its label, answer span and evidence,
 version. Writes are idempotent: Phoenix's annotation carries the identifier ``rt4chart`` (same span, name
 and identifier: updated in place) and Langfuse's score an id derived from trace and observation (same id:
 updated), so a rerun updates, never duplicates. Everything sent is scrubbed like every other output
-(:func:`rt4chart.judges.scrubbing.scrub_value`: keys in the environment, the target's own key, key-shaped
+(:func:`rt4chart.scrubbing.scrub_value`: keys in the environment, the target's own key, key-shaped
 tokens). The key goes to the target's host only: redirects are not followed.
 
 A record without a verdict (invalid input, a verdict left open) is not written (``skipped``); a write the
@@ -30,12 +30,12 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-from rt4chart.judges.scrubbing import scrub, scrub_value, secrets_in_environment
 from rt4chart.records.io import read_records
 from rt4chart.records.langfuse_server import LangfuseSource
 from rt4chart.records.phoenix import PhoenixSource, phoenix_headers
 from rt4chart.report.tables import support_score
 from rt4chart.runs.run import RunStatus, exit_code
+from rt4chart.scrubbing import scrub, scrub_value, secrets_in_environment
 from rt4chart.types import AuditRecord, Evidence, Label
 
 VERDICT_NAME = "rt4chart"

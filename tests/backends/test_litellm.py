@@ -19,10 +19,10 @@ from rt4chart.judges.litellm import LiteLLMBackend
 from rt4chart.judges.policy import retry_after_s
 from rt4chart.judges.registry import JudgeProfile, resolve_judge
 from rt4chart.judges.replies import parse_reply, prompt_token_bound
-from rt4chart.judges.scrubbing import scrub
 from rt4chart.judges.serve import LocalServer
 from rt4chart.method.tasks import VerifyInput, VerifyOutput
 from rt4chart.protocol import Backend, CostEstimator, GenerationParams, JudgeRequest, Message
+from rt4chart.scrubbing import scrub
 from rt4chart.types import Label
 
 REPLY = json.dumps(

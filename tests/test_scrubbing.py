@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rt4chart.judges import scrubbing
-from rt4chart.judges.scrubbing import fragment_length, might_hold_secret, scrub
+from rt4chart import scrubbing
+from rt4chart.scrubbing import fragment_length, might_hold_secret, scrub
 
 KEY_CHARACTERS = string.ascii_letters + string.digits + "-_/"
 secrets = st.text(alphabet=KEY_CHARACTERS, min_size=1, max_size=48)

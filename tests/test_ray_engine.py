@@ -49,8 +49,9 @@ def ray_cluster() -> Iterator[str]:
     ray.shutdown()
 
 
-def rt4(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rt4chart", *args], cwd=cwd, env=_environment(),
+def rt4(*args: str, cwd: Path, otel: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {key: value for key, value in _environment().items() if not key.startswith("OTEL_")} | (otel or {})
+    return subprocess.run([sys.executable, "-m", "rt4chart", *args], cwd=cwd, env=environment,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -77,14 +78,37 @@ def write_inputs(path: Path, count: int) -> None:
 
 
 def test_examples_give_the_single_process_records(tmp_path: Path, ray_cluster: str) -> None:
+    """The records of a Ray run equal one process's; and with an OTLP endpoint configured (rt4chart's own spans,
+    tests/test_telemetry.py for one process), the workers, other processes configured from the driver's OTEL_*
+    variables, trace their samples and calls under the driver's run span (checked on the first run: one Ray run
+    serves both checks)."""
+    pytest.importorskip("opentelemetry.proto", reason="needs the otel extra")
+    from otlp_receiver import otlp_receiver
+
     for name in ("answers", "free_trial"):
         judge = ["--judge", f"scripted:{EXAMPLES / f'{name}.rules.json'}", "--no-cache", "-q"]
         local = rt4("verify", str(EXAMPLES / f"{name}.jsonl"), "--out", f"{name}.local.jsonl", *judge, cwd=tmp_path)
-        on_ray = rt4("verify", str(EXAMPLES / f"{name}.jsonl"), "--out", f"{name}.ray.jsonl", *judge,
-                     *ray_flags(ray_cluster), cwd=tmp_path)
+        with otlp_receiver() as receiver:
+            otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "rt4-ray-test"}
+            on_ray = rt4("verify", str(EXAMPLES / f"{name}.jsonl"), "--out", f"{name}.ray.jsonl", *judge,
+                         *ray_flags(ray_cluster), cwd=tmp_path, otel=otel if name == "answers" else None)
+            spans = list(receiver.spans)
         assert on_ray.returncode == local.returncode, on_ray.stderr
         local_text = (tmp_path / f"{name}.local.jsonl").read_text(encoding="utf-8")
         assert (tmp_path / f"{name}.ray.jsonl").read_text(encoding="utf-8") == local_text
+        if name != "answers":
+            assert spans == []  # no endpoint configured: nothing sent
+            continue
+        written = read_records(tmp_path / f"{name}.ray.jsonl")
+        [run] = [span for span in spans if span.name == "rt4chart.run"]
+        samples = [span for span in spans if span.name == "rt4chart.sample"]
+        assert {s.service_name for s in spans} == {"rt4-ray-test"} and {s.trace_id for s in spans} == {run.trace_id}
+        assert all(s.parent_span_id == run.span_id for s in samples)
+        assert sorted((s.attributes["rt4chart.sample.line"], s.attributes["rt4chart.verdict.label"])
+                      for s in samples) == sorted((r["line"], r["label"]) for r in written)
+        calls = [s for s in spans if s.name.startswith("chat ")]
+        assert len(calls) == sum(r["usage"]["calls"] for r in written) > 0
+        assert {c.parent_span_id for c in calls} <= {s.span_id for s in samples}
 
 
 @dataclass

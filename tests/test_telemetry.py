@@ -277,24 +277,3 @@ async def test_the_guard_traces_each_answer_as_a_root_span_with_its_judge_calls(
     assert len({s.trace_id for s in samples}) == len(samples)  # one trace per answer
     calls = [s for s in spans if s.name.startswith("chat ")]
     assert calls and {c.parent_span_id for c in calls} == {s.span_id for s in samples}
-
-
-def test_ray_workers_trace_their_samples_and_calls_under_the_driver_s_run_span(tmp_path: Path) -> None:
-    pytest.importorskip("ray", reason="needs Ray (the ray extra)")
-    with otlp_receiver() as receiver:
-        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "rt4-ray-test"}
-        done = rt4("verify", str(EXAMPLES), "--judge", f"scripted:{RULES}", "--no-cache", "-o", "out.jsonl",
-                   "--engine", "ray", "--workers", "1", "--worker-cpus", "0.5", cwd=tmp_path, otel=otel)
-        spans = list(receiver.spans)
-    assert done.returncode == 1, done.stderr
-    written = records(tmp_path / "out.jsonl")
-    [run] = by_name(spans, "rt4chart.run")
-    samples = by_name(spans, "rt4chart.sample")
-    # The workers' spans come from other processes, configured from the driver's variables, in its trace.
-    assert {s.service_name for s in spans} == {"rt4-ray-test"} and {s.trace_id for s in spans} == {run.trace_id}
-    assert all(s.parent_span_id == run.span_id for s in samples)
-    assert sorted((s.attributes["rt4chart.sample.line"], s.attributes["rt4chart.verdict.label"]) for s in samples) == \
-        sorted((r["line"], r["label"]) for r in written)
-    calls = [s for s in spans if s.name.startswith("chat ")]
-    assert len(calls) == sum(r["usage"]["calls"] for r in written) > 0  # type: ignore[index]
-    assert {c.parent_span_id for c in calls} <= {s.span_id for s in samples}

@@ -12,7 +12,10 @@ event loop's single thread.
 Usage a server reports is not trusted blindly: negative token counts or cost, or a cost that is not
 a finite number, make that call an error (booked at its worst case, never a credit to the ledger),
 and what a call reported beyond its worst case is kept as the run's overrun, which the summary
-shows. Under a budget, :class:`SampleAdmission` starts a new sample only when the free budget
+shows. A judge whose calls go out in rounds (a Batch API's, :class:`BudgetedByRound`) is admitted
+round by round instead: the round reserves the worst case of every line it holds before anything
+of it is sent, or none of it is sent; each call settles the lines it received first
+(:class:`CallAccount`). Under a budget, :class:`SampleAdmission` starts a new sample only when the free budget
 covers it, so a small budget finishes whole samples instead of spending itself on many half-done
 ones.
 """

@@ -1,0 +1,149 @@
+"""``rt4 eval``, ``rt4 compare`` and ``rt4 repair`` with ``--batch`` against the Batch API stand-in
+(tests/batch_server.py), through the real CLI: what each writes is what the online command writes
+apart from usage and transport fields; a killed batch repair resumes without submitting a request
+twice; and ``rt4 verify --batch --budget`` stops before a round it cannot pay, as online stops."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from batch_server import batch_server
+from faults import sentences_as_claims_grounded as judge_reply
+from test_batch import REPO, profile, records, rt4, samples_file, verdicts, wait_until
+
+FIXTURES = Path(__file__).parent / "fixtures" / "datasets" / "ragtruth-qa"
+POLL = ("--batch-poll", "0.02")
+
+
+def without_transport(value: Any) -> Any:
+    """A result file's content without what the calls cost and how long they took."""
+    noisy = {"usage", "usage_by_judge", "calls", "cost_usd", "judge calls", "cost", "seconds", "wall_s",
+             "started", "finished", "created", "duration_s", "timestamp"}
+    if isinstance(value, dict):
+        return {key: without_transport(item) for key, item in value.items() if key not in noisy}
+    if isinstance(value, list):
+        return [without_transport(item) for item in value]
+    return value
+
+
+def test_rt4_eval_in_batch_mode_predicts_and_measures_what_online_eval_does(tmp_path: Path) -> None:
+    results: dict[str, Path] = {}
+    with batch_server(judge_reply) as server:
+        for mode, extra in (("online", ()), ("batch", ("--batch", *POLL))):
+            results[mode] = tmp_path / mode
+            done = rt4("eval", "ragtruth-qa", "--path", FIXTURES, "--split", "dev", "--judge", profile(tmp_path),
+                       "--api-base", server.base_url, "--no-cache", "--resamples", "10", "--save-predictions",
+                       "--results-dir", results[mode], *extra)
+            assert done.returncode == 0, done.stderr
+        online_calls = len(server.online)
+    assert online_calls > 0 and sum(server.submitted.values()) <= online_calls  # shared lines go once
+    assert set(server.submitted.values()) == {1} and server.created_batches
+    online_files = sorted(path.name for path in results["online"].iterdir())
+    assert online_files == sorted(path.name for path in results["batch"].iterdir())
+    for name in online_files:
+        online_text, batch_text = ((results[mode] / name).read_text(encoding="utf-8") for mode in ("online", "batch"))
+        if name.endswith(".jsonl"):
+            assert verdicts(records(results["batch"] / name)) == verdicts(records(results["online"] / name)), name
+        elif name.endswith(".json"):
+            online_json, batch_json = json.loads(online_text), json.loads(batch_text)
+            assert without_transport(batch_json) == without_transport(online_json), name
+
+
+def test_rt4_compare_in_batch_mode_writes_what_online_compare_writes(tmp_path: Path) -> None:
+    inputs = samples_file(tmp_path / "in.jsonl", 3)
+    other = tmp_path / "other.toml"
+    other.write_text(profile(tmp_path).read_text(encoding="utf-8").replace('"priced"', '"other"'), encoding="utf-8")
+    judges = f"{profile(tmp_path)},{other}"
+    with batch_server(judge_reply) as server:
+        for mode, extra in (("online", ()), ("batch", ("--batch", *POLL))):
+            done = rt4("compare", inputs, "--judges", judges, "--api-base", server.base_url, "--no-cache",
+                       "--resamples", "10", "--out-dir", tmp_path / mode, *extra)
+            assert done.returncode == 0, done.stderr
+    assert set(server.submitted.values()) == {1} and server.created_batches
+    written = sorted(path.name for path in (tmp_path / "online").iterdir())
+    assert written == sorted(path.name for path in (tmp_path / "batch").iterdir() if "batches" not in path.name)
+    for name in written:
+        if name.endswith(".jsonl"):
+            assert verdicts(records(tmp_path / "batch" / name)) == verdicts(records(tmp_path / "online" / name))
+        elif name.endswith(".json"):
+            loaded = [json.loads((tmp_path / mode / name).read_text(encoding="utf-8")) for mode in ("batch", "online")]
+            assert without_transport(loaded[0]) == without_transport(loaded[1]), name
+
+
+def verified_records(tmp_path: Path, base_url: str, inputs: Path) -> Path:
+    """``rt4 verify`` records of ``inputs`` (online), what ``rt4 repair`` reads."""
+    out = tmp_path / "verified.jsonl"
+    done = rt4("verify", inputs, "--judge", profile(tmp_path), "--api-base", base_url, "--no-cache",
+               "--fail-on", "never", "--out", out)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def repair_command(tmp_path: Path, base_url: str, inputs: Path, verified: Path, out: Path) -> list[str | Path]:
+    return ["repair", verified, "--input", inputs, "--judge", profile(tmp_path), "--api-base", base_url,
+            "--no-cache", "--verify-after", "--samples-in-flight", "6", "--out", out]
+
+
+def test_rt4_repair_in_batch_mode_resumes_after_a_kill_and_writes_what_online_repair_writes(
+    tmp_path: Path,
+) -> None:
+    inputs = samples_file(tmp_path / "in.jsonl", 6)
+    online_out, batch_out = tmp_path / "online.jsonl", tmp_path / "batch.jsonl"
+    journal = tmp_path / "batch.jsonl.batches.jsonl"
+    with batch_server(judge_reply) as server:
+        verified = verified_records(tmp_path, server.base_url, inputs)
+        online = rt4(*repair_command(tmp_path, server.base_url, inputs, verified, online_out))
+        assert online.returncode == 0, online.stderr
+        server.finishing = 1  # the re-audit's second round stays at the provider: killed while it waits
+        command = [*repair_command(tmp_path, server.base_url, inputs, verified, batch_out), "--batch", *POLL]
+        child = subprocess.Popen([sys.executable, "-m", "rt4chart", *map(str, command)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 env={**os.environ, "PYTHONPATH": str(REPO)})
+        wait_until(lambda: len(server.batches) == 2, "the second round's batch")
+        wait_until(lambda: journal.read_text(encoding="utf-8").count('"batch"') == 2, "the journal")
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        server.finishing = None
+        resumed = rt4(*command, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert set(server.submitted.values()) == {1}, server.submitted  # nothing submitted twice
+    assert verdicts(records(batch_out)) == verdicts(records(online_out))
+
+
+def test_a_batch_budget_stop_submits_nothing_of_the_round_it_cannot_pay_and_stops_as_online(
+    tmp_path: Path,
+) -> None:
+    inputs = samples_file(tmp_path / "in.jsonl", 2)
+    estimate = rt4("estimate", inputs, "--judge", profile(tmp_path), "--api-base", "http://127.0.0.1:9/v1",
+                   "--no-cache", "--batch", "--json")
+    assert estimate.returncode == 0, estimate.stderr
+    worst = json.loads(estimate.stdout)["worst_case_usd"]
+    common = ("verify", inputs, "--judge", profile(tmp_path), "--no-cache", "--fail-on", "never")
+    outcomes: dict[str, subprocess.CompletedProcess[str]] = {}
+    with batch_server(judge_reply) as server:
+        # The estimate's worst case at batch prices admits every round of the run.
+        enough = rt4(*common, "--api-base", server.base_url, "--batch", *POLL, "--budget", str(worst),
+                     "--out", tmp_path / "enough.jsonl")
+        assert enough.returncode == 0, enough.stderr
+        rounds = len(server.created_batches)
+        spent = sum(row["usage"]["cost_usd"] for row in records(tmp_path / "enough.jsonl"))
+        assert 0 < spent <= worst
+    for mode, extra in (("online", ()), ("batch", ("--batch", *POLL))):
+        # A budget far below one line's worst case: online, the first call is refused; in batch
+        # mode, the first round, before anything is journaled or submitted.
+        with batch_server(judge_reply) as server:
+            outcomes[mode] = rt4(*common, "--api-base", server.base_url, "--budget", str(spent / 1000),
+                                 "--out", tmp_path / f"{mode}.jsonl", *extra)
+            assert not server.batches and not server.submitted and not server.online
+    assert rounds >= 2
+    assert outcomes["online"].returncode == outcomes["batch"].returncode == 3, outcomes["batch"].stderr
+    assert "stopped by budget" in outcomes["batch"].stderr or "stopped by budget" in outcomes["batch"].stdout
+    assert records(tmp_path / "batch.jsonl") == records(tmp_path / "online.jsonl") == []
+    journal = tmp_path / "batch.jsonl.batches.jsonl"
+    assert not journal.exists() or not journal.read_text(encoding="utf-8").strip()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,8 +24,7 @@ POLL = ("--batch-poll", "0.02")
 
 def without_transport(value: Any) -> Any:
     """A result file's content without what the calls cost and how long they took."""
-    noisy = {"usage", "usage_by_judge", "calls", "cost_usd", "judge calls", "cost", "seconds", "wall_s",
-             "started", "finished", "created", "duration_s", "timestamp"}
+    noisy = {"usage", "usage_by_judge", "calls", "cost_usd", "wall_seconds", "date"}
     if isinstance(value, dict):
         return {key: without_transport(item) for key, item in value.items() if key not in noisy}
     if isinstance(value, list):
@@ -38,8 +38,8 @@ def test_rt4_eval_in_batch_mode_predicts_and_measures_what_online_eval_does(tmp_
         for mode, extra in (("online", ()), ("batch", ("--batch", *POLL))):
             results[mode] = tmp_path / mode
             done = rt4("eval", "ragtruth-qa", "--path", FIXTURES, "--split", "dev", "--judge", profile(tmp_path),
-                       "--api-base", server.base_url, "--no-cache", "--resamples", "10", "--save-predictions",
-                       "--results-dir", results[mode], *extra)
+                       "--api-base", server.base_url, "--cache-dir", tmp_path / f"{mode}-cache", "--resamples", "10",
+                       "--save-predictions", "--results-dir", results[mode], *extra)
             assert done.returncode == 0, done.stderr
         online_calls = len(server.online)
     assert online_calls > 0 and sum(server.submitted.values()) <= online_calls  # shared lines go once
@@ -58,7 +58,9 @@ def test_rt4_eval_in_batch_mode_predicts_and_measures_what_online_eval_does(tmp_
 def test_rt4_compare_in_batch_mode_writes_what_online_compare_writes(tmp_path: Path) -> None:
     inputs = samples_file(tmp_path / "in.jsonl", 3)
     other = tmp_path / "other.toml"
-    other.write_text(profile(tmp_path).read_text(encoding="utf-8").replace('"priced"', '"other"'), encoding="utf-8")
+    # Another judge: another name and model, so that its requests are its own.
+    text = profile(tmp_path).read_text(encoding="utf-8")
+    other.write_text(text.replace('"priced"', '"other"').replace('"openai/fault"', '"openai/other"'), encoding="utf-8")
     judges = f"{profile(tmp_path)},{other}"
     with batch_server(judge_reply) as server:
         for mode, extra in (("online", ()), ("batch", ("--batch", *POLL))):
@@ -85,9 +87,19 @@ def verified_records(tmp_path: Path, base_url: str, inputs: Path) -> Path:
     return out
 
 
+def repair_or_judge(body: dict[str, Any]) -> str:
+    """A reply function: a repair request gets each flagged sentence rewritten as the context's
+    second sentence; any other request :func:`faults.sentences_as_claims_grounded`'s reply."""
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    flagged = re.findall(r"^\[(\d+)\] (.*)\n  keep:", user, flags=re.MULTILINE)
+    if not flagged:
+        return judge_reply(body)
+    return json.dumps({"sentences": [{"sentence": int(n), "text": "It sells bread."} for n, _ in flagged]})
+
+
 def repair_command(tmp_path: Path, base_url: str, inputs: Path, verified: Path, out: Path) -> list[str | Path]:
-    return ["repair", verified, "--input", inputs, "--judge", profile(tmp_path), "--api-base", base_url,
-            "--no-cache", "--verify-after", "--samples-in-flight", "6", "--out", out]
+    return ["repair", verified, "--input", inputs, "--strategy", "rewrite", "--judge", profile(tmp_path),
+            "--api-base", base_url, "--no-cache", "--samples-in-flight", "6", "--out", out]
 
 
 def test_rt4_repair_in_batch_mode_resumes_after_a_kill_and_writes_what_online_repair_writes(
@@ -96,24 +108,26 @@ def test_rt4_repair_in_batch_mode_resumes_after_a_kill_and_writes_what_online_re
     inputs = samples_file(tmp_path / "in.jsonl", 6)
     online_out, batch_out = tmp_path / "online.jsonl", tmp_path / "batch.jsonl"
     journal = tmp_path / "batch.jsonl.batches.jsonl"
-    with batch_server(judge_reply) as server:
+    with batch_server(repair_or_judge) as server:
         verified = verified_records(tmp_path, server.base_url, inputs)
         online = rt4(*repair_command(tmp_path, server.base_url, inputs, verified, online_out))
         assert online.returncode == 0, online.stderr
-        server.finishing = 1  # the re-audit's second round stays at the provider: killed while it waits
+        server.finishing = 0  # the rewrite round stays at the provider: killed while it waits
         command = [*repair_command(tmp_path, server.base_url, inputs, verified, batch_out), "--batch", *POLL]
         child = subprocess.Popen([sys.executable, "-m", "rt4chart", *map(str, command)],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                  env={**os.environ, "PYTHONPATH": str(REPO)})
-        wait_until(lambda: len(server.batches) == 2, "the second round's batch")
-        wait_until(lambda: journal.read_text(encoding="utf-8").count('"batch"') == 2, "the journal")
+        wait_until(lambda: len(server.batches) == 1, "the rewrite round's batch")
+        wait_until(lambda: journal.exists() and '"batch"' in journal.read_text(encoding="utf-8"), "the journal")
         child.send_signal(signal.SIGKILL)
         child.wait()
         server.finishing = None
         resumed = rt4(*command, "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    assert set(server.submitted.values()) == {1}, server.submitted  # nothing submitted twice
-    assert verdicts(records(batch_out)) == verdicts(records(online_out))
+    assert len(server.batches) == 1 and set(server.submitted.values()) == {1}, server.submitted
+    rewritten = records(batch_out)
+    assert verdicts(rewritten) == verdicts(records(online_out))
+    assert len(rewritten) == 6 and all("It sells bread." in json.dumps(row) for row in rewritten)
 
 
 def test_a_batch_budget_stop_submits_nothing_of_the_round_it_cannot_pay_and_stops_as_online(

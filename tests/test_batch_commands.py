@@ -135,7 +135,7 @@ def test_a_batch_budget_stop_submits_nothing_of_the_round_it_cannot_pay_and_stop
 ) -> None:
     inputs = samples_file(tmp_path / "in.jsonl", 2)
     estimate = rt4("estimate", inputs, "--judge", profile(tmp_path), "--api-base", "http://127.0.0.1:9/v1",
-                   "--no-cache", "--batch", "--json")
+                   "--cache-dir", tmp_path / "empty-cache", "--batch", "--json")
     assert estimate.returncode == 0, estimate.stderr
     worst = json.loads(estimate.stdout)["worst_case_usd"]
     common = ("verify", inputs, "--judge", profile(tmp_path), "--no-cache", "--fail-on", "never")

@@ -17,6 +17,11 @@ from typing import Any
 from batch_server import batch_server
 from faults import sentences_as_claims_grounded as judge_reply
 from test_batch import REPO, profile, records, rt4, samples_file, verdicts, wait_until
+from test_batch_rounds import INPUT_USD_PER_MTOK, OUTPUT_USD_PER_MTOK
+
+from rt4chart.judges.batch import BATCH_PRICE_FACTOR
+from rt4chart.judges.replies import prompt_token_bound
+from rt4chart.protocol import Message
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets" / "ragtruth-qa"
 POLL = ("--batch-poll", "0.02")
@@ -161,3 +166,39 @@ def test_a_batch_budget_stop_submits_nothing_of_the_round_it_cannot_pay_and_stop
     assert records(tmp_path / "batch.jsonl") == records(tmp_path / "online.jsonl") == []
     journal = tmp_path / "batch.jsonl.batches.jsonl"
     assert not journal.exists() or not journal.read_text(encoding="utf-8").strip()
+
+
+def test_a_batch_budget_that_cannot_pay_the_second_round_keeps_the_first_and_submits_no_more(
+    tmp_path: Path,
+) -> None:
+    inputs = samples_file(tmp_path / "in.jsonl", 1)
+    command = ("verify", inputs, "--judge", profile(tmp_path), "--no-cache", "--fail-on", "never", "--batch", *POLL)
+    with batch_server(judge_reply) as server:
+        full = rt4(*command, "--api-base", server.base_url, "--out", tmp_path / "full.jsonl")
+        assert full.returncode == 0, full.stderr
+        first, second = (batch["_lines"] for batch in server.created_batches[:2])
+        first_output = server.files[server.created_batches[0]["output_file_id"]].splitlines()
+    usage = json.loads(first_output[0])["response"]["body"]["usage"]
+    first_cost = (usage["prompt_tokens"] * INPUT_USD_PER_MTOK + usage["completion_tokens"] * OUTPUT_USD_PER_MTOK) / 1e6
+    first_cost *= BATCH_PRICE_FACTOR
+    worst = [sum(body_worst_case_usd(line["body"]) for line in lines) for lines in (first, second)]
+    # Enough for the first round's worst case, and for its real cost plus all but a cent's fraction
+    # of the second round's worst case: the second round cannot be admitted.
+    budget = first_cost + worst[1] * 0.999
+    assert budget >= worst[0]
+    journal = tmp_path / "out.jsonl.batches.jsonl"
+    with batch_server(judge_reply) as server:
+        stopped = rt4(*command, "--api-base", server.base_url, "--budget", str(budget), "--out", tmp_path / "out.jsonl")
+        assert len(server.created_batches) == 1 and set(server.submitted.values()) == {1}
+    assert stopped.returncode == 3, stopped.stderr
+    assert "stopped by budget" in stopped.stderr + stopped.stdout
+    entries = [json.loads(line) for line in journal.read_text(encoding="utf-8").splitlines()]
+    assert len(entries) == 2  # the first round, intended then created: nothing of the second
+    assert records(tmp_path / "out.jsonl") == []  # the one sample was not finished
+
+
+def body_worst_case_usd(body: dict[str, Any]) -> float:
+    """:func:`test_batch_rounds.line_worst_case_usd` of a batch line's body."""
+    messages = [Message.model_validate(message) for message in body["messages"]]
+    prompt = prompt_token_bound(messages) * INPUT_USD_PER_MTOK / 1e6
+    return (prompt + body["max_tokens"] * OUTPUT_USD_PER_MTOK / 1e6) * BATCH_PRICE_FACTOR

@@ -27,6 +27,7 @@ The key (``x-api-key``) goes to the profile's host only; results are read only f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 from typing import Any
@@ -134,10 +135,13 @@ class AnthropicBatchSender(BatchSender):
         return json.dumps(fields, separators=(",", ":")).encode()
 
     async def send(self, messages: list[dict[str, str]], request: JudgeRequest) -> Reply:
-        message = await self.rounds.ask(self.body(messages, request, self.structured_output))
+        body = self.body(messages, request, self.structured_output)
+        delivery = await self.rounds.ask(body, self.line_max_cost_usd(messages, request))
+        message = delivery.body
         if message.get("type") != "message":
             raise MalformedResponse(f"a batch result without a message: {str(message)[:200]}")
-        return message_reply(message)
+        reply = message_reply(message)
+        return dataclasses.replace(reply, shared=True) if delivery.shared else reply
 
     async def create_batch(self, requests: list[tuple[str, bytes]], submission: str) -> str:
         body = b'{"requests":[%s]}' % b",".join(

@@ -26,6 +26,7 @@ under the online key), priced at the batch rate (:data:`BATCH_PRICE_FACTOR` of t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -40,6 +41,7 @@ import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
 from rt4chart.judges.bounded_http import DecodedBody
+from rt4chart.judges.budget import Ledger, call_account
 from rt4chart.judges.openai_compat import (
     EndpointError,
     ErrorResponse,
@@ -48,8 +50,10 @@ from rt4chart.judges.openai_compat import (
     completion_reply,
 )
 from rt4chart.judges.pacing import RateSignal
-from rt4chart.judges.policy import Reply, status_code
-from rt4chart.protocol import JudgeRequest, waiting_on_provider
+from rt4chart.judges.policy import Reply, attempt_max_cost_usd, status_code
+from rt4chart.judges.replies import prompt_token_bound
+from rt4chart.protocol import BudgetExhausted, JudgeRequest, Message, waiting_on_provider
+from rt4chart.types import Usage
 
 BATCH_PRICE_FACTOR = 0.5
 """What a batched token costs as a share of the online price (OpenAI's and Anthropic's batch discount)."""
@@ -197,9 +201,25 @@ class _Held:
 
     body: bytes
     reply: asyncio.Future[dict[str, Any]]
+    worst_usd: float
+    """What its line can cost at most, at batch prices (what a round reserves for it)."""
+    reserved_usd: float = 0.0
+    """What the budget holds reserved for its line until a call books the line or the line fails."""
+    booked: bool = False
+    """Whether a call has booked its line (the calls that share the line after it pay nothing)."""
     submissions: int = 0
     waiters: int = 0
     """Calls awaiting the reply: a request none awaits any more (its run stopped) is not submitted."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """An output line's response body, as one call receives it."""
+
+    body: dict[str, Any]
+    """The response body (a chat completion)."""
+    shared: bool
+    """Whether another call received the same line first and booked it (see :attr:`Reply.shared`)."""
 
 
 @dataclass
@@ -222,14 +242,19 @@ class BatchRounds:
     finished: dict[str, str] = field(default_factory=dict)
     """Batches followed to their end: why a request they held without an output line got none."""
     rounds: int = 0
-    """Rounds submitted so far (a resubmission is a round)."""
+    """Rounds submitted so far (a resubmission is a round; a round split by the caps is one)."""
+    ledger: Ledger | None = None
+    """The budget the calls are metered against (the first metered call's; ``None``: no meter)."""
     _arrivals: int = 0
     _settling: asyncio.Task[None] | None = None
     _resumed: asyncio.Task[None] | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
-    async def ask(self, body: bytes) -> dict[str, Any]:
-        """The output line's response body for the request ``body``."""
+    async def ask(self, body: bytes, worst_usd: float) -> Delivery:
+        """The output line's response body for the request ``body``, whose line costs at most
+        ``worst_usd``. The budget admits the line with its round; a line submitted before (resumed)
+        when a call asks for it. The first call to receive a line books it (its reservation moves
+        into the call's account), the others share it."""
         if self._resumed is None:
             self._resumed = asyncio.ensure_future(self._find_submitted())
         try:
@@ -237,13 +262,24 @@ class BatchRounds:
         except Exception:
             self._resumed = None  # the provider could not list its batches: the next call asks again
             raise
+        account = call_account()
+        if account is not None:
+            self.ledger = account.ledger
         custom_id = custom_id_of(body)
-        if (line := self.answered.pop(custom_id, None)) is not None:
-            return line
+        if custom_id in self.answered:
+            self._reserve_submitted(worst_usd)
+            if account is not None:
+                account.take(worst_usd)
+            return Delivery(self.answered.pop(custom_id), shared=False)
         held = self.held.get(custom_id)
         if held is None:
-            held = self.held[custom_id] = _Held(body, asyncio.get_running_loop().create_future())
-            batches = self.submitted_before.pop(custom_id, [])
+            held = _Held(body, asyncio.get_running_loop().create_future(), worst_usd)
+            batches = self.submitted_before.get(custom_id, [])
+            if batches:
+                self._reserve_submitted(worst_usd)
+                held.reserved_usd = worst_usd if self.ledger is not None else 0.0
+                del self.submitted_before[custom_id]
+            self.held[custom_id] = held
             held.submissions = len(batches)
             if batches and batches[-1] in self.finished:
                 self._retry_or_fail(custom_id, self.finished[batches[-1]])
@@ -253,12 +289,34 @@ class BatchRounds:
                 self._hold(custom_id, held)
         held.waiters += 1
         try:
-            return await asyncio.shield(held.reply)
+            answer = await asyncio.shield(held.reply)
         except asyncio.CancelledError:
             held.waiters -= 1
             if not held.waiters and self.pending.pop(custom_id, None) is not None:
                 del self.held[custom_id]  # not yet submitted, and nobody waits for it: never paid
             raise
+        shared = held.booked
+        if not shared:
+            held.booked = True
+            if account is not None:
+                account.take(held.reserved_usd)
+                held.reserved_usd = 0.0
+        return Delivery(answer, shared)
+
+    def _reserve_submitted(self, worst_usd: float) -> None:
+        """Reserve a line an earlier run submitted (its reply is paid whenever it comes back), or
+        stop the run: nothing is submitted, and a later ``--resume`` polls the batch again."""
+        if self.ledger is not None and not self.ledger.reserve(worst_usd):
+            raise BudgetExhausted(
+                f"a request submitted before, needing up to ${worst_usd:.6f} at batch prices, would cross the "
+                f"budget (${self.ledger.spent_usd:.6f} spent of ${self.ledger.limit_usd})"
+            )
+
+    def _release(self, held: _Held) -> None:
+        """Give back the reservation of a line that came back without a reply (not paid)."""
+        if held.reserved_usd and self.ledger is not None:
+            self.ledger.settle(held.reserved_usd, Usage())
+        held.reserved_usd = 0.0
 
     def _hold(self, custom_id: str, held: _Held) -> None:
         self.pending[custom_id] = held
@@ -294,26 +352,50 @@ class BatchRounds:
             seen = self._arrivals
         self._settling = None
         pending, self.pending = self.pending, {}
-        for chunk in self._chunks(pending):
-            self._start(self._submit(chunk))
+        if not pending:
+            return
+        if not self._admit(pending):
+            return
+        self.rounds += 1
+        chunks = self._chunks(pending)
+        for number, custom_ids in enumerate(chunks, start=1):
+            label = f"round {self.rounds}" + (f", batch {number} of {len(chunks)}" if len(chunks) > 1 else "")
+            self._start(self._submit(custom_ids, label))
 
     def _chunks(self, pending: dict[str, _Held]) -> list[list[str]]:
-        """The custom ids of ``pending`` in batches within the provider's request and byte limits."""
+        """The custom ids of ``pending`` in batches within the provider's request and byte limits (a single
+        line over the byte cap goes alone)."""
         chunks: list[list[str]] = []
         size = 0
         for custom_id, held in pending.items():
             line = len(held.body) + LINE_OVERHEAD_BYTES
             full = len(chunks[-1]) >= self.sender.max_batch_requests if chunks else True
-            if full or size + line > self.sender.max_batch_bytes:
+            if full or (chunks[-1] and size + line > self.sender.max_batch_bytes):
                 chunks.append([])
                 size = 0
             chunks[-1].append(custom_id)
             size += line
         return chunks
 
-    async def _submit(self, custom_ids: list[str]) -> None:
-        self.rounds += 1
-        round_number = self.rounds
+    def _admit(self, pending: dict[str, _Held]) -> bool:
+        """Reserve the worst case of every line of a round, or fail every call of it with
+        :class:`BudgetExhausted` (nothing of the round is journaled or submitted)."""
+        worst = sum(held.worst_usd for held in pending.values())
+        if self.ledger is None:
+            return True
+        if not self.ledger.reserve(worst):
+            message = (
+                f"a round of {len(pending)} {self.sender.name} requests needing up to ${worst:.6f} at batch prices "
+                f"would cross the budget (${self.ledger.spent_usd:.6f} spent of ${self.ledger.limit_usd})"
+            )
+            for custom_id in pending:
+                self._fail(custom_id, BudgetExhausted(message))
+            return False
+        for held in pending.values():
+            held.reserved_usd = held.worst_usd
+        return True
+
+    async def _submit(self, custom_ids: list[str], label: str) -> None:
         for custom_id in custom_ids:
             self.held[custom_id].submissions += 1
         try:
@@ -325,7 +407,7 @@ class BatchRounds:
             for custom_id in custom_ids:
                 self._fail(custom_id, error)
             return
-        await self._follow(batch_id, f"round {round_number}", len(custom_ids))
+        await self._follow(batch_id, label, len(custom_ids))
 
     def _poll(self, batch_id: str) -> None:
         if batch_id not in self.polled:
@@ -371,6 +453,7 @@ class BatchRounds:
 
     def _retry_or_fail(self, custom_id: str, reason: str) -> None:
         held = self.held[custom_id]
+        self._release(held)  # a resubmission is admitted with its round
         if held.submissions < MAX_SUBMISSIONS:
             self._hold(custom_id, held)
         else:
@@ -378,8 +461,10 @@ class BatchRounds:
 
     def _fail(self, custom_id: str, error: BaseException) -> None:
         held = self.held.pop(custom_id, None)
-        if held is not None and not held.reply.done():
-            held.reply.set_exception(error)
+        if held is not None:
+            self._release(held)
+            if not held.reply.done():
+                held.reply.set_exception(error)
 
     async def aclose(self) -> None:
         for task in list(self._tasks):
@@ -406,6 +491,8 @@ class BatchSender(OpenAICompatSender):
     max_batch_bytes = MAX_BATCH_BYTES
     """Bytes of request bodies one batch may hold."""
 
+    budgeted_by_round = True
+
     def __init__(self, *args: Any, batch: BatchSettings, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.batch = batch
@@ -421,13 +508,23 @@ class BatchSender(OpenAICompatSender):
             self._rounds = {loop: BatchRounds(self, self.journal)}
         return self._rounds[loop]
 
+    def line_max_cost_usd(self, messages: list[dict[str, str]], request: JudgeRequest) -> float:
+        """The most one line can cost at batch prices: its prompt bounded as the online reservation
+        bounds it (:meth:`rt4chart.judges.policy.PolicyBackend.max_cost_usd`), a reply of ``max_tokens``."""
+        bound = prompt_token_bound(Message.model_validate(message) for message in messages)
+        prompt = max(self.count_prompt_tokens(request), bound)
+        return attempt_max_cost_usd(prompt, request.params.max_tokens, self.settings.per_token_prices() or (0.0, 0.0))
+
     async def send(self, messages: list[dict[str, str]], request: JudgeRequest) -> Reply:
-        answer = await self.rounds.ask(self.body(messages, request, self.structured_output))
+        body = self.body(messages, request, self.structured_output)
+        delivery = await self.rounds.ask(body, self.line_max_cost_usd(messages, request))
+        answer = delivery.body
         try:
             message = answer["choices"][0]["message"]
         except (KeyError, IndexError, TypeError) as error:
             raise MalformedResponse(f"a batch output line without a chat completion: {str(answer)[:200]}") from error
-        return completion_reply(answer, message, RateSignal())
+        reply = completion_reply(answer, message, RateSignal())
+        return dataclasses.replace(reply, shared=True) if delivery.shared else reply
 
     def is_transient(self, error: BaseException) -> bool:
         # A request already submitted twice is not retried by the policy's backoff as well.

@@ -12,7 +12,10 @@ event loop's single thread.
 Usage a server reports is not trusted blindly: negative token counts or cost, or a cost that is not
 a finite number, make that call an error (booked at its worst case, never a credit to the ledger),
 and what a call reported beyond its worst case is kept as the run's overrun, which the summary
-shows. Under a budget, :class:`SampleAdmission` starts a new sample only when the free budget
+shows. A judge whose calls go out in rounds (a Batch API's, :class:`BudgetedByRound`) is admitted
+round by round instead: the round reserves the worst case of every line it holds before anything
+of it is sent, or none of it is sent; each call settles the lines it received first
+(:class:`CallAccount`). Under a budget, :class:`SampleAdmission` starts a new sample only when the free budget
 covers it, so a small budget finishes whole samples instead of spending itself on many half-done
 ones.
 """
@@ -25,6 +28,7 @@ import math
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -161,9 +165,43 @@ class SampleAdmission:
         self.costliest_usd = max(self.costliest_usd, cost_usd)
 
 
-_CALL_LEDGER: ContextVar[Ledger | None] = ContextVar("rt4chart_call_ledger", default=None)
-"""The ledger of the metered call the running task makes (set by :class:`MeteredBackend`): where the
-transport below it says whether the call waits (:func:`queued_call`)."""
+@dataclass
+class CallAccount:
+    """One metered call's share of its run's :class:`Ledger`: what is reserved for it, settled
+    against what it cost when it ends. A backend budgeted by round (:class:`BudgetedByRound`) moves
+    into it the reservation of each line the call is the first to receive (:meth:`take`)."""
+
+    ledger: Ledger
+    """The run's ledger."""
+    reserved_usd: float = 0.0
+    """What the call holds reserved: its worst case, or the lines it received (by round)."""
+
+    def take(self, amount: float) -> None:
+        """Make ``amount``, reserved in the ledger by a round, this call's to settle."""
+        self.reserved_usd += amount
+
+
+_CALL_ACCOUNT: ContextVar[CallAccount | None] = ContextVar("rt4chart_call_account", default=None)
+"""The account of the metered call the running task makes (set by :class:`MeteredBackend`): where the
+transport below it says whether the call waits (:func:`queued_call`) and books what a round reserved."""
+
+
+def call_account() -> CallAccount | None:
+    """The running task's metered call's account; ``None`` outside a metered stack."""
+    return _CALL_ACCOUNT.get()
+
+
+@runtime_checkable
+class BudgetedByRound(Protocol):
+    """Optional backend capability: its calls are sent in rounds (a Batch API's), and the budget
+    admits a round whole, before it is sent, at the worst case of every request it holds. The meter
+    reserves nothing before such a call; the round reserves, and the call settles what the rounds
+    moved into its :class:`CallAccount`."""
+
+    @property
+    def budgeted_by_round(self) -> bool:
+        """Whether this backend's calls are admitted by round."""
+        ...
 
 
 @contextlib.contextmanager
@@ -171,15 +209,15 @@ def queued_call(waiting: bool = True) -> Iterator[None]:
     """Count the running task's call as queued in its run's ledger while the block runs
     (``waiting=False``: as not queued, for the part of a queued block that holds a concurrency slot).
     A call made outside a metered stack counts nowhere."""
-    ledger = _CALL_LEDGER.get()
+    account = _CALL_ACCOUNT.get()
     step = 1 if waiting else -1
-    if ledger is not None:
-        ledger.queued += step
+    if account is not None:
+        account.ledger.queued += step
     try:
         yield
     finally:
-        if ledger is not None:
-            ledger.queued -= step
+        if account is not None:
+            account.ledger.queued -= step
 
 
 class MeteredBackend(BackendWrapper):
@@ -190,37 +228,42 @@ class MeteredBackend(BackendWrapper):
         self.ledger = ledger
 
     async def complete(self, request: JudgeRequest) -> JudgeResponse:
-        reservation = self.max_cost_usd(request)
-        if not self.ledger.reserve(reservation):
-            raise BudgetExhausted(
-                f"a {self.name} call needing up to ${reservation:.6f} would cross the budget "
-                f"(${self.ledger.spent_usd:.6f} spent of ${self.ledger.limit_usd})"
-            )
+        by_round = isinstance(self.inner, BudgetedByRound) and self.inner.budgeted_by_round
+        account = CallAccount(self.ledger)
+        if not by_round:
+            account.reserved_usd = self.max_cost_usd(request)
+            if not self.ledger.reserve(account.reserved_usd):
+                raise BudgetExhausted(
+                    f"a {self.name} call needing up to ${account.reserved_usd:.6f} would cross the budget "
+                    f"(${self.ledger.spent_usd:.6f} spent of ${self.ledger.limit_usd})"
+                )
         self.ledger.in_flight += 1
         usage = Usage()
-        call = _CALL_LEDGER.set(self.ledger)
+        call = _CALL_ACCOUNT.set(account)
         try:
             response = await self.inner.complete(request)
             usage = response.usage
             if problem := implausible_usage(usage):
                 # Booked at the worst case, never credited: the call happened, what it cost is unknown.
-                usage = Usage(calls=max(usage.calls, 1), cost_usd=reservation)
+                usage = Usage(calls=max(usage.calls, 1), cost_usd=account.reserved_usd)
                 response = response.model_copy(update={
                     "parsed": None, "usage": usage,
                     "error": f"the judge reported {problem}; the call is booked at its worst case "
-                             f"(${reservation:.6f})",
+                             f"(${account.reserved_usd:.6f})",
                 })
         except asyncio.CancelledError:
-            # Cut before its reply (a cascade's latency budget, a shutdown): the prompt was sent, and is paid.
-            usage = cut_call_usage(self.inner, request)
+            # Cut before its reply (a cascade's latency budget, a shutdown): the prompt was sent, and
+            # is paid. A line of a round the call left is not its to book (its round's reservation holds it).
+            if not by_round:
+                usage = cut_call_usage(self.inner, request)
             raise
         finally:
-            _CALL_LEDGER.reset(call)
+            _CALL_ACCOUNT.reset(call)
             self.ledger.in_flight -= 1
-            overrun = self.ledger.settle(reservation, usage)
+            overrun = self.ledger.settle(account.reserved_usd, usage)
         if overrun and self.ledger.limit_usd is not None:
             raise BudgetExhausted(
                 f"a {self.name} call reported ${usage.cost_usd:.6f}, more than its worst case of "
-                f"${reservation:.6f}; stopped rather than spend past the budget"
+                f"${account.reserved_usd:.6f}; stopped rather than spend past the budget"
             )
         return response

@@ -55,7 +55,14 @@ from rt4chart.judges.replies import (
     reads_logprobs,
     reask_messages,
 )
-from rt4chart.protocol import Capabilities, JudgeRequest, JudgeResponse, JudgeUnavailable, approximate_tokens
+from rt4chart.protocol import (
+    BudgetExhausted,
+    Capabilities,
+    JudgeRequest,
+    JudgeResponse,
+    JudgeUnavailable,
+    approximate_tokens,
+)
 from rt4chart.scrubbing import (
     might_hold_secret,
     redact_url,
@@ -147,6 +154,16 @@ class Reply:
     top_logprobs: list[dict[str, object]] | None = None
     """The first completion token's candidates (``token``, ``logprob``), when the request asked for them
     (:func:`~rt4chart.judges.replies.reads_logprobs`); ``None`` otherwise or when the server sent none."""
+    shared: bool = False
+    """The answer of a request another call also made and paid (one batch line two calls share):
+    counted as a cache hit, at no cost, as an answer from the judge-call cache is."""
+
+
+def attempt_max_cost_usd(prompt_tokens: int, max_tokens: int, prices: tuple[float, float]) -> float:
+    """The most one attempt can cost: ``prompt_tokens`` and a reply of ``max_tokens`` at ``prices``
+    (USD per prompt and per completion token)."""
+    input_price, output_price = prices
+    return prompt_tokens * input_price + max_tokens * output_price
 
 
 def status_code(error: BaseException) -> int | None:
@@ -270,6 +287,9 @@ class Sender:
     """
 
     routes_around_failures: ClassVar[bool] = False
+    budgeted_by_round: ClassVar[bool] = False
+    """True for a sender whose attempts go out in rounds the budget admits whole (a Batch API's,
+    :class:`rt4chart.judges.budget.BudgetedByRound`): the sender reserves each round, not the meter each call."""
     """True for a sender that routes each attempt to one of several endpoints and cools a failing
     one down itself (a fleet): a Retry-After is then not waited out, the next attempt goes elsewhere."""
 
@@ -400,6 +420,11 @@ class PolicyBackend:
     def count_prompt_tokens(self, request: JudgeRequest) -> int:
         return self.sender.count_prompt_tokens(request)
 
+    @property
+    def budgeted_by_round(self) -> bool:
+        """Whether the budget admits this judge's calls by round (its sender's)."""
+        return self.sender.budgeted_by_round
+
     def max_cost_usd(self, request: JudgeRequest) -> float:
         """The most ``request`` can cost, at the judge's prices, whatever tokenizer the server uses.
 
@@ -408,15 +433,14 @@ class PolicyBackend:
         prompt is bounded by :func:`~rt4chart.judges.replies.prompt_token_bound`, not by a count
         with a tokenizer that may not be the server's.
         """
-        input_price, output_price = self._prices()
-        if not input_price and not output_price:
+        prices = self._prices()
+        if not any(prices):
             return 0.0
         request = self._capped(request)
         prompt = max(self.count_prompt_tokens(request), prompt_token_bound(request.messages))
         output = request.params.max_tokens
-        reask_prompt = prompt + output + REASK_TOKENS
-        first = prompt * input_price + output * output_price
-        return first + self.settings.max_reasks * (reask_prompt * input_price + output * output_price)
+        reask = attempt_max_cost_usd(prompt + output + REASK_TOKENS, output, prices)
+        return attempt_max_cost_usd(prompt, output, prices) + self.settings.max_reasks * reask
 
     def call_cost_usd(self, request: JudgeRequest, completion_tokens: int) -> float:
         """One call at the judge's prices: the prompt as counted (what ``rt4 estimate`` prints) and a
@@ -509,6 +533,9 @@ class PolicyBackend:
             pacer.answered(slot, reply.rate if paced else RateSignal(), reply.prompt_tokens + request.params.max_tokens)
         finally:
             pacer.release()
+        if reply.shared:
+            usage[-1] = Usage(cache_hits=1)
+            return reply
         input_price, output_price = self._prices()
         cost = reply.cost_usd
         cached = min(reply.cached_prompt_tokens, reply.prompt_tokens)
@@ -586,7 +613,7 @@ class PolicyBackend:
                     if delay is None:
                         raise
                 await asyncio.sleep(delay)
-        except JudgeUnavailable:
+        except (JudgeUnavailable, BudgetExhausted):
             raise
         except InvalidReply as invalid:
             error = f"no valid reply after {len(usage)} attempts: {invalid.reason}"

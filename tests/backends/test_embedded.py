@@ -231,6 +231,9 @@ SUBSTITUTION_CONTEXT = (
         ("The bridge was designed by Jones and opened to traffic in June.", Label.CONTRADICTED, "another month"),
         ("The race course is 42 miles long and climbs steeply.", Label.CONTRADICTED, "another unit"),
         ("The drug will cause mild headaches in some patients.", Label.BASELESS, "hedges"),
+        # A stretch of the sentence: its start or its end left out (a "passage 2:" label, a clause).
+        ("the new model fell by a small margin in the first quarter.", Label.CONTRADICTED, "'rose'"),
+        ("The bridge was designed by Smith.", Label.CONTRADICTED, "another name"),
     ],
 )
 def test_a_sentence_copied_with_one_deciding_word_changed_is_not_entailed(

@@ -455,11 +455,19 @@ def substitution(claim: str, sentence: str) -> tuple[Label, str] | None:
         a=[t.lower() for t in claim_tokens], b=[t.lower() for t in sentence_tokens], autojunk=False
     )
     changes = [op for op in matcher.get_opcodes() if op[0] != "equal"]
-    # The claim may leave out the sentence's ends ("delete": words of the sentence only), nothing else.
-    replaced = [op for op in changes if not (op[0] == "delete" and (op[3] == 0 or op[4] == len(sentence_tokens)))]
+    # The claim may leave out the sentence's ends ("insert": words of the sentence only, such as a
+    # "passage 2:" label or a clause the claim stops before), nothing else.
+    replaced = [op for op in changes if not (op[0] == "insert" and (op[3] == 0 or op[4] == len(sentence_tokens)))]
     if len(replaced) != 1 or replaced[0][0] != "replace":
         return None
     _, i1, i2, j1, j2 = replaced[0]
+    # A word changed at the claim's last (first) word runs into the sentence's end (start) the claim
+    # leaves out, and the matcher reports both as one replacement ("... by Smith." against "... by
+    # Jones and opened in May."): the changed word's counterpart is the first (last) of them.
+    if i2 == len(claim_tokens) and j2 == len(sentence_tokens):
+        j2 = j1 + 1
+    elif i1 == 0 and j1 == 0:
+        j1 = j2 - 1
     if i2 - i1 != 1 or j2 - j1 != 1 or len(claim_tokens) - 1 < SUBSTITUTION_MIN_SHARED:
         return None
     said, context_word = claim_tokens[i1], sentence_tokens[j1]

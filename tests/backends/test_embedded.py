@@ -255,3 +255,10 @@ def test_a_sentence_copied_with_one_deciding_word_changed_is_not_entailed(
 def test_a_copy_or_a_synonym_is_left_to_the_head(backend: EmbeddedBackend, claim: str) -> None:
     [judgement] = _judge_alone(backend, SUBSTITUTION_CONTEXT, [claim])
     assert judgement.score is not None and judgement.score.decided_by != "substitution_guard"
+
+
+def test_a_claim_one_sentence_states_word_for_word_is_no_changed_copy_of_another(backend: EmbeddedBackend) -> None:
+    stated = "In American the meaning of the name Theresa is reaper and harvester."
+    [judgement] = _judge_alone(backend, f"{stated.replace('American', 'Greek')} {stated}", [stated])
+    assert judgement.label == Label.ENTAILED
+    assert judgement.score is not None and judgement.score.decided_by != "substitution_guard"

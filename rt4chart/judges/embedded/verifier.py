@@ -444,6 +444,13 @@ class ClaimAnalysis(BaseModel):
     """Words and numbers of the claim."""
 
 
+@cache
+def _token_line(text: str) -> str:
+    """The text's words and numbers, lower-cased, one space apart and around: a claim stated word for
+    word in a sentence is a substring of its line."""
+    return f" {' '.join(token.lower() for token in _TOKEN.findall(text))} "
+
+
 def substitution(claim: str, sentence: str) -> tuple[Label, str] | None:
     """A claim that is ``sentence`` (or a stretch of it) with one word changed, where the change
     alone decides: the label and why. The word pairs that decide: an antonym or a reversed direction
@@ -562,7 +569,10 @@ def analyse_claim(
         for position in dict.fromkeys([*ranking[:CUE_SENTENCES], *evidence])
     )
     number_conflict = next((found[1] for found in conflicts if found), None)
-    changed = (substitution(claim, view[position].text) for position in ranking[:CUE_SENTENCES])
+    # A claim that a sentence in view states word for word is no changed copy of another sentence
+    # ("In American the meaning of Theresa is ..." beside "In Greek the meaning of Theresa is ...").
+    copied = any(_token_line(claim) in _token_line(s.text) for s in view)
+    changed = () if copied else (substitution(claim, view[position].text) for position in ranking[:CUE_SENTENCES])
     return ClaimAnalysis(
         content_words=len(needed),
         evidence=evidence,

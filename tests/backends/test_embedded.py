@@ -262,3 +262,20 @@ def test_a_claim_one_sentence_states_word_for_word_is_no_changed_copy_of_another
     [judgement] = _judge_alone(backend, f"{stated.replace('American', 'Greek')} {stated}", [stated])
     assert judgement.label == Label.ENTAILED
     assert judgement.score is not None and judgement.score.decided_by != "substitution_guard"
+
+
+@pytest.mark.parametrize(
+    ("appended", "guarded"),
+    [
+        ("the riders wear yellow helmets made of carbon", True),  # nothing of it in view
+        ("the company bought the old factory", False),  # another sentence in view says it
+    ],
+)
+def test_a_copied_sentence_with_an_unsupported_clause_appended_is_baseless(
+    backend: EmbeddedBackend, appended: str, guarded: bool
+) -> None:
+    claim = f"The race course is 42 kilometers long and climbs steeply, and {appended}."
+    [judgement] = _judge_alone(backend, SUBSTITUTION_CONTEXT, [claim])
+    assert judgement.score is not None and (judgement.score.decided_by == "clause_guard") is guarded
+    if guarded:
+        assert judgement.label == Label.BASELESS and "appended clause" in judgement.rationale

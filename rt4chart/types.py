@@ -353,8 +353,8 @@ class Evidence(BaseModel):
     ``None`` (and left out of the record) for a single-string context."""
 
 
-DecidedBy = Literal["head", "number_guard", "contradiction_guard", "substitution_guard", "no_content_overlap",
-                    "short_claim", "absent_numbers", "no_content"]
+DecidedBy = Literal["head", "number_guard", "contradiction_guard", "substitution_guard", "clause_guard",
+                    "no_content_overlap", "short_claim", "absent_numbers", "no_content"]
 """What decided an embedded verdict: the calibrated head against its threshold, or a guard rule
 that overrides it (see :class:`JudgeScore`)."""
 
@@ -374,7 +374,8 @@ class JudgeScore(BaseModel):
     (``number_guard``: a number the context states differently; ``contradiction_guard``: a negation
     or antonym on a near-identical sentence; ``substitution_guard``: a sentence in view copied with one
     word changed, where the change reverses it, names another name, month or unit, or states a hedge
-    as certain; ``no_content_overlap``: none of the claim's content
+    as certain; ``clause_guard``: a sentence in view copied word for word with ", and" and a clause
+    the context does not mention appended; ``no_content_overlap``: none of the claim's content
     words in view; ``short_claim``: a short claim with a word not in view; ``absent_numbers``:
     numbers the context never states in a claim mostly not in view; ``no_content``: nothing to
     check), whatever ``p_unsupported`` says."""

@@ -205,11 +205,12 @@ def numbers_in(text: str) -> frozenset[Decimal]:
     return frozenset(number.value for number in read_numbers(text, list(_WORD.finditer(text))))
 
 
-NumberKind = Literal["year", "count"]
+NumberKind = Literal["year", "day", "count"]
 
 
 class StatedNumber(NamedTuple):
-    """A number a text states, and whether it reads as a year or as a count (any other quantity)."""
+    """A number a text states, and whether it reads as a year, a day of a month or a count (any other
+    quantity)."""
 
     value: Decimal
     kind: NumberKind
@@ -244,13 +245,33 @@ def _counted_noun(word: str) -> bool:
     return len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is"))
 
 
-def _number_kind(text: str, matches: list[re.Match[str]], position: int, span: int, value: Decimal) -> NumberKind:
-    """Year or count: a plain four-digit number from 1000 to 2100 is a year unless a unit, currency,
-    percent sign or plural noun makes it a count ("2000 km", "$1500", "1500 people"); a year
-    preposition or month before it or an era after it keeps it a year ("in 2000", "May 2001", "1066
-    AD"). Any other number is a count: thousands separators ("2,000"), number words ("two
-    thousand"), scale words, decimals and other magnitudes."""
+def _beside_month(text: str, matches: list[re.Match[str]], position: int) -> bool:
+    """Whether a capitalised month name is the word right before or after the number at ``position``
+    ("18 September", "August 8", "Aug. 8"; not "in May, 18 people")."""
     start, end = matches[position].span()
+    neighbours = []
+    if position:
+        neighbours.append((matches[position - 1], text[matches[position - 1].end() : start]))
+    if position + 1 < len(matches):
+        neighbours.append((matches[position + 1], text[end : matches[position + 1].start()]))
+    return any(
+        word.group()[:1].isupper() and word.group().lower() in _MONTHS and not gap.strip(" .")
+        for word, gap in neighbours
+    )
+
+
+def _number_kind(text: str, matches: list[re.Match[str]], position: int, span: int, value: Decimal) -> NumberKind:
+    """Year, day or count: a plain four-digit number from 1000 to 2100 is a year unless a unit,
+    currency, percent sign or plural noun makes it a count ("2000 km", "$1500", "1500 people"); a
+    year preposition or month before it or an era after it keeps it a year ("in 2000", "May 2001",
+    "1066 AD"). A whole number from 1 to 31 beside a month name is the day of a date ("born 18
+    September", "August 8"): no count, so "two boxers" does not conflict with a birthday. Any other
+    number is a count: thousands separators ("2,000"), number words ("two thousand"), scale words,
+    decimals and other magnitudes."""
+    start, end = matches[position].span()
+    whole = span == 1 and matches[position].group().isdigit()
+    if whole and 1 <= value <= 31 and _beside_month(text, matches, position):
+        return "day"
     if span != 1 or not (matches[position].group().isdigit() and len(matches[position].group()) == 4):
         return "count"
     if not 1000 <= value <= 2100:

@@ -231,6 +231,9 @@ SUBSTITUTION_CONTEXT = (
         ("The bridge was designed by Jones and opened to traffic in June.", Label.CONTRADICTED, "another month"),
         ("The race course is 42 miles long and climbs steeply.", Label.CONTRADICTED, "another unit"),
         ("The drug will cause mild headaches in some patients.", Label.BASELESS, "hedges"),
+        # A stretch of the sentence: its start or its end left out (a "passage 2:" label, a clause).
+        ("the new model fell by a small margin in the first quarter.", Label.CONTRADICTED, "'rose'"),
+        ("The bridge was designed by Smith.", Label.CONTRADICTED, "another name"),
     ],
 )
 def test_a_sentence_copied_with_one_deciding_word_changed_is_not_entailed(
@@ -252,3 +255,27 @@ def test_a_sentence_copied_with_one_deciding_word_changed_is_not_entailed(
 def test_a_copy_or_a_synonym_is_left_to_the_head(backend: EmbeddedBackend, claim: str) -> None:
     [judgement] = _judge_alone(backend, SUBSTITUTION_CONTEXT, [claim])
     assert judgement.score is not None and judgement.score.decided_by != "substitution_guard"
+
+
+def test_a_claim_one_sentence_states_word_for_word_is_no_changed_copy_of_another(backend: EmbeddedBackend) -> None:
+    stated = "In American the meaning of the name Theresa is reaper and harvester."
+    [judgement] = _judge_alone(backend, f"{stated.replace('American', 'Greek')} {stated}", [stated])
+    assert judgement.label == Label.ENTAILED
+    assert judgement.score is not None and judgement.score.decided_by != "substitution_guard"
+
+
+@pytest.mark.parametrize(
+    ("appended", "guarded"),
+    [
+        ("the riders wear yellow helmets made of carbon", True),  # nothing of it in view
+        ("the company bought the old factory", False),  # another sentence in view says it
+    ],
+)
+def test_a_copied_sentence_with_an_unsupported_clause_appended_is_baseless(
+    backend: EmbeddedBackend, appended: str, guarded: bool
+) -> None:
+    claim = f"The race course is 42 kilometers long and climbs steeply, and {appended}."
+    [judgement] = _judge_alone(backend, SUBSTITUTION_CONTEXT, [claim])
+    assert judgement.score is not None and (judgement.score.decided_by == "clause_guard") is guarded
+    if guarded:
+        assert judgement.label == Label.BASELESS and "appended clause" in judgement.rationale

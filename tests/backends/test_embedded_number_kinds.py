@@ -44,6 +44,10 @@ def _judge(backend: EmbeddedBackend, context: str, claim: str, question: str | N
         ("The 2019 season was long.", [(2019, "year")]),  # a singular noun: an attributive year
         ("It fell in May 1453 and in the 1990s.", [(1453, "year"), (1990, "year")]),
         ("It seats 5,000 people.", [(5000, "count")]),
+        # The day of a date, before or after its month, is no count ("two boxers" against a birthday).
+        ("Eubank Jr. was born on 18 September 1989, his father on Aug. 8, 1966.",
+         [(18, "day"), (1989, "year"), (8, "day"), (1966, "year")]),
+        ("In May, 18 people came; they may 3 times.", [(18, "count"), (3, "count")]),  # no date, no month
         # A scale word without a number before it is a magnitude, not the count 1000.
         ("It costs several thousand dollars, a few hundred more than a thousand others.", [(1000, "count")]),
     ],

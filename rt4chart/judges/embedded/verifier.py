@@ -196,6 +196,13 @@ SUBSTITUTION_MIN_SHARED = 5
 """Words a claim must share, in order, with a sentence in view for one changed word to be read as
 a change of that sentence (shorter claims are left to the other rules)."""
 
+_APPENDED = re.compile(r",\s+and\s+")
+"""Where a claim may append a clause to a sentence it copies ("..., and ...")."""
+APPENDED_ABSENT_SHARE = 0.5
+"""Share of an appended clause's content words (at least two of them) that must be in no sentence in
+view for the clause to be read as an addition the copied sentence does not support. Not tuned: half
+is when the clause is plainly about something the context does not mention."""
+
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[A-Za-z]+(?:'[A-Za-z]+)?")
 _HEAD_DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
 _META = re.compile(
@@ -430,6 +437,10 @@ class ClaimAnalysis(BaseModel):
     substitution: tuple[Label, str] | None = None
     """A best-ranked sentence copied with one deciding word changed (:func:`substitution`): the label
     and why (a guard's input, not a feature of the head)."""
+    appended: str | None = None
+    """A stretch of a sentence in view copied word for word, then ", and" and a clause whose content
+    words are mostly in no sentence in view (:func:`appended_clause`), described (a guard's input, not a
+    feature of the head)."""
     meta: bool
     """Whether the claim talks about what the sources do not say."""
     top_similarities: list[float]
@@ -444,6 +455,31 @@ class ClaimAnalysis(BaseModel):
     """Words and numbers of the claim."""
 
 
+@cache
+def _token_line(text: str) -> str:
+    """The text's words and numbers, lower-cased, one space apart and around: a claim stated word for
+    word in a sentence is a substring of its line."""
+    return f" {' '.join(token.lower() for token in _TOKEN.findall(text))} "
+
+
+def appended_clause(claim: str, view: list[Sentence], words_in_view: frozenset[str]) -> str | None:
+    """A claim that copies a stretch of a sentence in view word for word (at least
+    :data:`SUBSTITUTION_MIN_SHARED` words) and appends ", and" with a clause whose content words are
+    mostly in no sentence in view: what the copy makes the head read as support, while the clause
+    states something the context never mentions. The clause and its absent words, described."""
+    for conjunction in _APPENDED.finditer(claim):
+        copied, clause = claim[: conjunction.start()], claim[conjunction.end() :]
+        if len(_TOKEN.findall(copied)) < SUBSTITUTION_MIN_SHARED:
+            continue
+        if not any(_token_line(copied) in _token_line(sentence.text) for sentence in view):
+            continue
+        words = terms_of(clause).content
+        absent = words - words_in_view
+        if len(words) >= 2 and len(absent) >= APPENDED_ABSENT_SHARE * len(words):
+            return f"{len(absent)} of the {len(words)} content words of {clause[:60]!r} are not in the context"
+    return None
+
+
 def substitution(claim: str, sentence: str) -> tuple[Label, str] | None:
     """A claim that is ``sentence`` (or a stretch of it) with one word changed, where the change
     alone decides: the label and why. The word pairs that decide: an antonym or a reversed direction
@@ -455,11 +491,19 @@ def substitution(claim: str, sentence: str) -> tuple[Label, str] | None:
         a=[t.lower() for t in claim_tokens], b=[t.lower() for t in sentence_tokens], autojunk=False
     )
     changes = [op for op in matcher.get_opcodes() if op[0] != "equal"]
-    # The claim may leave out the sentence's ends ("delete": words of the sentence only), nothing else.
-    replaced = [op for op in changes if not (op[0] == "delete" and (op[3] == 0 or op[4] == len(sentence_tokens)))]
+    # The claim may leave out the sentence's ends ("insert": words of the sentence only, such as a
+    # "passage 2:" label or a clause the claim stops before), nothing else.
+    replaced = [op for op in changes if not (op[0] == "insert" and (op[3] == 0 or op[4] == len(sentence_tokens)))]
     if len(replaced) != 1 or replaced[0][0] != "replace":
         return None
     _, i1, i2, j1, j2 = replaced[0]
+    # A word changed at the claim's last (first) word runs into the sentence's end (start) the claim
+    # leaves out, and the matcher reports both as one replacement ("... by Smith." against "... by
+    # Jones and opened in May."): the changed word's counterpart is the first (last) of them.
+    if i2 == len(claim_tokens) and j2 == len(sentence_tokens):
+        j2 = j1 + 1
+    elif i1 == 0 and j1 == 0:
+        j1 = j2 - 1
     if i2 - i1 != 1 or j2 - j1 != 1 or len(claim_tokens) - 1 < SUBSTITUTION_MIN_SHARED:
         return None
     said, context_word = claim_tokens[i1], sentence_tokens[j1]
@@ -554,7 +598,10 @@ def analyse_claim(
         for position in dict.fromkeys([*ranking[:CUE_SENTENCES], *evidence])
     )
     number_conflict = next((found[1] for found in conflicts if found), None)
-    changed = (substitution(claim, view[position].text) for position in ranking[:CUE_SENTENCES])
+    # A claim that a sentence in view states word for word is no changed copy of another sentence
+    # ("In American the meaning of Theresa is ..." beside "In Greek the meaning of Theresa is ...").
+    copied = any(_token_line(claim) in _token_line(s.text) for s in view)
+    changed = () if copied else (substitution(claim, view[position].text) for position in ranking[:CUE_SENTENCES])
     return ClaimAnalysis(
         content_words=len(needed),
         evidence=evidence,
@@ -568,6 +615,7 @@ def analyse_claim(
         cue_overlap=cue_overlap,
         number_conflict=number_conflict,
         substitution=next((found for found in changed if found), None),
+        appended=appended_clause(claim, view, words_in_view),
         meta=bool(_META.search(claim)),
         top_similarities=[round(s, 4) for s in sorted(similarities, reverse=True)[:3]],
         best_overlap=max(overlaps, default=0.0),
@@ -633,6 +681,10 @@ def decide(analysis: ClaimAnalysis, model: ModelArtefact, has_question: bool) ->
         return decision(label, f"one word changed: {why}", "substitution_guard")
     if head.guard and head.guard.fires(analysis):
         return decision(Label.CONTRADICTED, f"contradiction cue: {analysis.cue}", "contradiction_guard")
+    if analysis.appended:
+        # A sentence in view copied, then ", and" something the context never mentions: the copy
+        # supports only its half (evals/embedded/perturbations.py, family clause).
+        return decision(Label.BASELESS, f"appended clause: {analysis.appended}", "clause_guard")
     if analysis.best_overlap == 0.0 and analysis.content_words >= OFF_TOPIC_CONTENT_WORDS:
         return decision(Label.BASELESS, "no content word of the claim is in the context", "no_content_overlap")
     if analysis.content_words < OFF_TOPIC_CONTENT_WORDS and analysis.missing:

@@ -18,7 +18,8 @@ from conftest import require_embedded
 from rt4chart.judges.embedded.verifier import SentenceEncoder, model_dir
 
 require_embedded()
-MiniLM = pytest.importorskip("rt4chart.judges.embedded.minilm").MiniLM
+minilm = pytest.importorskip("rt4chart.judges.embedded.minilm")
+MiniLM, PIECE_ROWS = minilm.MiniLM, minilm.PIECE_ROWS
 
 TOLERANCE = 1e-5
 """Largest absolute difference allowed per component of a unit-length embedding."""
@@ -98,23 +99,25 @@ def test_concurrent_requests_embed_each_text_once() -> None:
 
 def test_token_rows_cut_across_threads_give_the_same_numbers_bit_for_bit() -> None:
     model = MiniLM(model_dir())
-    texts = SENTENCES * 6  # rows enough for three pieces
+    texts = SENTENCES * 6
+    _, attention = model.checkpoint.token_arrays(texts)
+    assert int(attention.sum()) > 3 * PIECE_ROWS  # rows enough for a run of pieces on each of three threads
     with ThreadPoolExecutor(2) as helpers:
-        cut = model.encode(texts, helpers, pieces=3)
+        cut = model.encode(texts, helpers, threads=3)
     np.testing.assert_array_equal(cut, model.encode(texts))
 
 
 def test_a_lone_pass_uses_the_idle_threads_and_a_busy_encoder_does_not() -> None:
     encoder = SentenceEncoder(model_dir(), threads=2)
-    pieces_asked: list[int] = []
+    threads_asked: list[int] = []
     forward = encoder.model.encode
 
-    def counting(texts: list[str], helpers: Any = None, pieces: int = 1) -> np.ndarray:
-        pieces_asked.append(pieces)
-        return forward(texts, helpers, pieces=pieces)
+    def counting(texts: list[str], helpers: Any = None, threads: int = 1) -> np.ndarray:
+        threads_asked.append(threads)
+        return forward(texts, helpers, threads=threads)
 
     encoder.model.encode = counting  # type: ignore[method-assign]
     encoder.encode(["A lone request has both threads."])
     with encoder._passes:  # another pass holds the other thread
         encoder.encode(["A request beside another one has its own thread only."])
-    assert pieces_asked == [2, 1]
+    assert threads_asked == [2, 1]

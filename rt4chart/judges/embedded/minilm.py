@@ -80,30 +80,50 @@ class Checkpoint:
 RowMap = Callable[..., Matrix]
 """Runs a token-wise step (``step(*matrices) -> rows``) over row-aligned matrices: whole, or in pieces."""
 
-MIN_PIECE_ROWS = 32
-"""Fewest token rows given a piece of their own on another thread (a guess, not tuned: a piece of a few rows
-would cost more in hand-over than it saves)."""
+PIECE_ROWS = 64
+"""Token rows of one piece of the token-wise work. The rows are always cut at the same bounds, whether the pieces
+run on this thread or on several, because a matrix product's last bits depend on how many rows it holds (BLAS
+picks its kernel and blocking by a matrix's size: seen here, 480 rows at once and the same rows in three pieces
+differed by up to 2e-7), so an embedding would otherwise depend on how many threads were idle when it was made.
+Large enough that a piece is worth handing to another thread (a guess, not tuned)."""
+
+
+def _pieces(matrices: tuple[Matrix, ...]) -> list[list[Matrix]]:
+    """The row-aligned ``matrices`` cut at every :data:`PIECE_ROWS` rows."""
+    total = len(matrices[0])
+    return [[m[start : start + PIECE_ROWS] for m in matrices] for start in range(0, total, PIECE_ROWS)] or [
+        list(matrices)
+    ]
+
+
+def _in_order(step: Callable[..., Matrix], pieces: list[list[Matrix]]) -> Matrix:
+    """The step on each piece in turn, the rows kept in order."""
+    if len(pieces) == 1:
+        return step(*pieces[0])
+    return np.concatenate([step(*piece) for piece in pieces])
 
 
 def in_one_piece(step: Callable[..., Matrix], *matrices: Matrix) -> Matrix:
-    """The step on all rows at once, on this thread."""
-    return step(*matrices)
+    """The step on all rows, piece by piece (:data:`PIECE_ROWS`), on this thread."""
+    return _in_order(step, _pieces(matrices))
 
 
-def in_pieces(pool: Executor, pieces: int) -> RowMap:
-    """A :data:`RowMap` that cuts the rows into up to ``pieces`` pieces, the first run on this thread and the
-    others on ``pool`` (numpy releases the GIL in them). Every step is row-wise (a row's result never
-    depends on the other rows: matrix products, layer norms, GELU), so the numbers are those of
-    :func:`in_one_piece`, bit for bit (``tests/backends/test_minilm.py`` checks it)."""
+def in_pieces(pool: Executor, threads: int) -> RowMap:
+    """A :data:`RowMap` that runs the pieces (:data:`PIECE_ROWS`) in up to ``threads`` runs of consecutive
+    pieces, the first on this thread and the others on ``pool`` (numpy releases the GIL in them). Every step
+    is row-wise (a row's result never depends on the other rows: matrix products, layer norms, GELU) and the
+    pieces are those of :func:`in_one_piece`, so the numbers are its numbers, bit for bit
+    (``tests/backends/test_minilm.py`` checks it)."""
 
     def run(step: Callable[..., Matrix], *matrices: Matrix) -> Matrix:
-        count = min(pieces, len(matrices[0]) // MIN_PIECE_ROWS)
+        pieces = _pieces(matrices)
+        count = min(threads, len(pieces))
         if count < 2:
-            return step(*matrices)
-        bounds = np.linspace(0, len(matrices[0]), count + 1).astype(int).tolist()
-        cuts = [[m[start:end] for m in matrices] for start, end in itertools.pairwise(bounds)]
-        others = [pool.submit(step, *cut) for cut in cuts[1:]]
-        first = step(*cuts[0])
+            return _in_order(step, pieces)
+        bounds = np.linspace(0, len(pieces), count + 1).astype(int).tolist()
+        runs = [pieces[start:end] for start, end in itertools.pairwise(bounds)]
+        others = [pool.submit(_in_order, step, run) for run in runs[1:]]
+        first = _in_order(step, runs[0])
         return np.concatenate([first, *(future.result() for future in others)])
 
     return run
@@ -249,8 +269,8 @@ class MiniLM:
         result: Matrix = pooled / np.maximum(norms, np.float32(1e-12))
         return result
 
-    def encode(self, texts: list[str], helpers: Executor | None = None, pieces: int = 1) -> Matrix:
-        """Embeddings of ``texts`` in one forward pass (padded to the longest), its token-wise work cut in
-        up to ``pieces`` pieces run on this thread and on ``helpers`` (see :func:`in_pieces`)."""
-        rows = in_pieces(helpers, pieces) if helpers is not None and pieces > 1 else in_one_piece
+    def encode(self, texts: list[str], helpers: Executor | None = None, threads: int = 1) -> Matrix:
+        """Embeddings of ``texts`` in one forward pass (padded to the longest), its token-wise work run on up to
+        ``threads`` threads, this one and ``helpers`` (see :func:`in_pieces`: the same numbers however many)."""
+        rows = in_pieces(helpers, threads) if helpers is not None and threads > 1 else in_one_piece
         return self.forward(*self.checkpoint.token_arrays(texts), rows=rows)

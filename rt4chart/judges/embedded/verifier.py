@@ -358,7 +358,7 @@ class SentenceEncoder:
             for start in range(0, len(mine), BATCH_SIZE):
                 batch = mine[start : start + BATCH_SIZE]
                 with self._passes, self._idle_threads() as idle:
-                    vectors = self.model.encode(batch, self._helpers, pieces=1 + idle)
+                    vectors = self.model.encode(batch, self._helpers, threads=1 + idle)
                 with self._lock:
                     self._cache.update(zip(batch, vectors, strict=True))
         finally:

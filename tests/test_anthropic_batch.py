@@ -224,7 +224,7 @@ def test_a_round_is_split_by_the_provider_s_request_and_byte_limits(monkeypatch:
         judge = resolve_judge("anthropic/claude-test", api_base="http://127.0.0.1:9", batch=BatchSettings())
         assert isinstance(judge, PolicyBackend) and isinstance(judge.sender, AnthropicBatchSender)
         loop = asyncio.get_running_loop()
-        bodies = {f"r{n}": _Held(b"x" * (100 * (n + 1)), loop.create_future()) for n in range(5)}
+        bodies = {f"r{n}": _Held(b"x" * (100 * (n + 1)), loop.create_future(), 0.0) for n in range(5)}
         monkeypatch.setattr(AnthropicBatchSender, "max_batch_requests", 2)
         by_count = judge.sender.rounds._chunks(bodies)
         monkeypatch.setattr(AnthropicBatchSender, "max_batch_requests", 100)

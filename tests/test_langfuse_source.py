@@ -19,6 +19,7 @@ import pytest
 
 from rt4chart.records import langfuse_server
 from rt4chart.records.langfuse_server import langfuse_source, read_langfuse
+from rt4chart.records.live_sources import live_source
 from rt4chart.records.server_reads import Watermark, unix_ns
 from rt4chart.records.traces import TraceError
 from tests.trace_servers import TraceServer, trace_server
@@ -210,3 +211,22 @@ def test_a_redirect_is_not_followed_so_the_keys_stay_with_the_host_named(monkeyp
         with pytest.raises(TraceError, match="answered 307 for the keys' project"):
             read_langfuse(langfuse_server.LangfuseSource(server.url, "rag-app"), None, None)
         assert len(server.requests) == 1 and elsewhere.requests == []
+
+
+def test_a_mapping_of_the_other_source_s_kind_is_refused_not_ignored(tmp_path: Path) -> None:
+    from rt4chart.records.langfuse import LangfuseMapping
+    from rt4chart.records.traces import TraceMapping
+    from rt4chart.runs.production import read_project, source_mapping
+    from rt4chart.runs.spec import RunSpec
+
+    langfuse, phoenix = langfuse_source("langfuse://127.0.0.1:9/p"), live_source("phoenix://127.0.0.1:9/p")
+    assert isinstance(source_mapping(langfuse, None), LangfuseMapping)
+    assert phoenix is not None and isinstance(source_mapping(phoenix, None), TraceMapping)
+    mapping = tmp_path / "mapping.toml"
+    mapping.write_text('turns = "each"\n', encoding="utf-8")
+    assert source_mapping(langfuse, mapping).turns == "each"
+    spec = RunSpec(cache=tmp_path)
+    with pytest.raises(TraceError, match="a Langfuse project is read with a LangfuseMapping"):
+        read_project(spec, langfuse, None, TraceMapping())  # before anything is read: port 9 is closed
+    with pytest.raises(TraceError, match="a Phoenix project is read with a TraceMapping"):
+        read_project(spec, phoenix, None, LangfuseMapping())

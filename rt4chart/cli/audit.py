@@ -66,20 +66,16 @@ def _read_project(spec: RunSpec, source: LiveSource, since: str | None, mapping_
                   quiet: bool) -> SourceRead:
     """The traces of a Phoenix or Langfuse project not audited yet; a bad window, mapping, missing or
     refused keys, or an unreadable server is a usage error."""
-    from rt4chart.records.langfuse import LangfuseMapping
-    from rt4chart.records.phoenix import PhoenixSource
     from rt4chart.records.server_reads import parse_duration
-    from rt4chart.records.traces import TraceError, TraceMapping, load_mapping
-    from rt4chart.runs.production import read_project
+    from rt4chart.records.traces import TraceError
+    from rt4chart.runs.production import read_project, source_mapping
 
     try:
         window = None if since is None else parse_duration(since)
     except ValueError as error:
         raise fail(f"--since: {error}") from None
     try:
-        mapping: TraceMapping | LangfuseMapping = load_mapping(mapping_path, TraceMapping) \
-            if isinstance(source, PhoenixSource) else load_mapping(mapping_path, LangfuseMapping)
-        read = read_project(spec, source, window, mapping)
+        read = read_project(spec, source, window, source_mapping(source, mapping_path))
     except TraceError as error:
         raise fail(str(error)) from None
     if not quiet:

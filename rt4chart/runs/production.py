@@ -21,7 +21,7 @@ from rt4chart.records.langfuse_server import read_langfuse
 from rt4chart.records.live_sources import LiveSource
 from rt4chart.records.phoenix import PhoenixSource, read_phoenix
 from rt4chart.records.server_reads import SourceRead, read_watermark, watermark_path, write_watermark
-from rt4chart.records.traces import TraceMapping
+from rt4chart.records.traces import TraceError, TraceMapping, load_mapping
 from rt4chart.runs.run import RunOutcome
 from rt4chart.runs.spec import RunSpec
 from rt4chart.runs.write_back import WriteBackResult, write_back_failed
@@ -32,15 +32,28 @@ def watermark_directory(spec: RunSpec) -> Path:
     return (spec.cache if isinstance(spec.cache, Path) else default_cache_dir()) / "watermarks"
 
 
+def source_mapping(source: LiveSource, path: Path | None) -> TraceMapping | LangfuseMapping:
+    """The mapping ``--trace-mapping`` names for ``source``: a file of :class:`TraceMapping`'s fields for
+    Phoenix (its spans are OTLP's), of :class:`LangfuseMapping`'s for Langfuse (``None``: the defaults);
+    :class:`TraceError` for a file that is not one."""
+    if isinstance(source, PhoenixSource):
+        return load_mapping(path, TraceMapping)
+    return load_mapping(path, LangfuseMapping)
+
+
 def read_project(spec: RunSpec, source: LiveSource, since: timedelta | None,
                  mapping: TraceMapping | LangfuseMapping | None = None) -> SourceRead:
     """The traces of ``source`` not audited yet (after its watermark, within ``since``), read under
-    ``mapping`` (a :class:`TraceMapping` for Phoenix, a :class:`LangfuseMapping` for Langfuse; ``None``: the
-    defaults)."""
+    ``mapping`` (a :class:`TraceMapping` for Phoenix, a :class:`LangfuseMapping` for Langfuse, as
+    :func:`source_mapping` reads one; ``None``: the defaults); :class:`TraceError` for the other kind."""
     watermark = read_watermark(watermark_path(watermark_directory(spec), source))
     if isinstance(source, PhoenixSource):
-        return read_phoenix(source, since, watermark, mapping if isinstance(mapping, TraceMapping) else None)
-    return read_langfuse(source, since, watermark, mapping if isinstance(mapping, LangfuseMapping) else None)
+        if isinstance(mapping, LangfuseMapping):
+            raise TraceError(f"{source.name}: a Phoenix project is read with a TraceMapping, not a LangfuseMapping")
+        return read_phoenix(source, since, watermark, mapping)
+    if isinstance(mapping, TraceMapping):
+        raise TraceError(f"{source.name}: a Langfuse project is read with a LangfuseMapping, not a TraceMapping")
+    return read_langfuse(source, since, watermark, mapping)
 
 
 def audited_everything(outcome: RunOutcome[Any]) -> bool:

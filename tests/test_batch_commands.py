@@ -135,6 +135,34 @@ def test_rt4_repair_in_batch_mode_resumes_after_a_kill_and_writes_what_online_re
     assert len(rewritten) == 6 and all("It sells bread." in json.dumps(row) for row in rewritten)
 
 
+
+def test_a_killed_batch_repair_resumes_its_verify_after_re_audit_without_submitting_twice(tmp_path: Path) -> None:
+    """The re-audit of --verify-after keeps its records and journal beside --out (OUT.verify-after.jsonl), so a
+    kill while its first round waits at the provider costs nothing on --resume."""
+    inputs = samples_file(tmp_path / "in.jsonl", 6)
+    online_out, batch_out = tmp_path / "online.jsonl", tmp_path / "batch.jsonl"
+    journal = tmp_path / "batch.jsonl.verify-after.jsonl.batches.jsonl"
+    with batch_server(repair_or_judge) as server:
+        verified = verified_records(tmp_path, server.base_url, inputs)
+        online = rt4(*repair_command(tmp_path, server.base_url, inputs, verified, online_out), "--verify-after")
+        assert online.returncode == 0, online.stderr
+        server.finishing = 1  # the rewrite round finishes; the re-audit's first round stays at the provider
+        command = [*repair_command(tmp_path, server.base_url, inputs, verified, batch_out), "--verify-after",
+                   "--batch", *POLL]
+        child = subprocess.Popen([sys.executable, "-m", "rt4chart", *map(str, command)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 env={**os.environ, "PYTHONPATH": str(REPO)})
+        wait_until(lambda: len(server.batches) == 2, "the re-audit's first batch")
+        wait_until(lambda: journal.exists() and '"batch"' in journal.read_text(encoding="utf-8"), "its journal")
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        server.finishing = None
+        resumed = rt4(*command, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(server.batches) >= 3 and set(server.submitted.values()) == {1}, server.submitted
+    assert verdicts(records(batch_out)) == verdicts(records(online_out))
+
+
 def test_a_batch_budget_stop_submits_nothing_of_the_round_it_cannot_pay_and_stops_as_online(
     tmp_path: Path,
 ) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
@@ -203,6 +204,11 @@ async def arepair(
             return outcome
 
 
+def reaudit_records(out: Path) -> Path:
+    """Where ``--verify-after`` keeps the re-audit's own records: ``OUT.verify-after.jsonl`` beside ``--out``."""
+    return out.with_name(out.name + ".verify-after.jsonl")
+
+
 async def _repair(
     spec: RunSpec, records: Sequence[AuditRecord | str], samples: Iterable[Sample | Mapping[str, Any] | InputLine],
     strategy: RepairStrategy, input_name: str, verify_after: bool, verify_judge: str | None, stdout: TextIO | None,
@@ -245,10 +251,14 @@ async def _repair(
         valid = {item.line: item.sample for item in items if item.sample is not None}
         todo = repaired_samples(finished, valid)
         # --api-base belongs to --judge; a separate --verify-judge is resolved on its own.
+        # The re-audit keeps its own records beside --out (OUT.verify-after.jsonl), so a killed run resumes it as
+        # any audit resumes: its finished records kept, its batch journal polled (nothing paid twice).
+        reaudit_out = None if spec.out is None else reaudit_records(spec.out)
         rejudge = spec.model_copy(update={
             "judge": spec.judge if verify_judge is None else verify_judge,
             "api_base": spec.api_base if verify_judge is None else None,
-            "out": None, "resume": False, "outputs": PublishOptions(), "signals": None, "input_file": None,
+            "out": reaudit_out, "resume": spec.resume and reaudit_out is not None and reaudit_out.exists(),
+            "outputs": PublishOptions(), "signals": None, "input_file": None,
         })
         reaudit = await aexecute(rejudge, [sample for _, sample in todo])
         for (repaired, _), after in zip(todo, reaudit.reports, strict=True):

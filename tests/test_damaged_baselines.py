@@ -104,6 +104,9 @@ def test_a_baseline_damaged_during_the_run_is_exit_2_and_the_runs_manifest_is_wr
     first = runner.invoke(app, ["verify", str(inputs), "--out", str(base), "--judge", f"scripted:{fast}", *judge])
     assert first.exit_code == 1, first.output
     manifest = base.with_name(base.name + ".manifest.json")
+    # One answer at a time, so the run is still going when its first record appears (with every answer in
+    # flight, all six finished together and the gate could read the baseline before it was damaged).
+    judge += ["--samples-in-flight", "1"]
     run = subprocess.Popen([sys.executable, "-m", "rt4chart", "verify", str(inputs), "--out", str(out), "--baseline",
                             str(base), "--fail-on", "new", "--judge", f"scripted:{slow}", *judge],
                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True)

@@ -94,7 +94,10 @@ def test_batched_csr_equals_unbatched_reference(backend: TransformersBackend) ->
         reference = reference_csr(backend, sample)
         values = [token.csr for token in outcome.report.tokens]
         assert len(values) == len(reference) > 3
-        assert max(abs(a - b) for a, b in zip(values, reference, strict=True)) < 1e-4
+        # float32 sums over a padded batch and over one sequence differ in their last bits, by how the
+        # machine's BLAS blocks them (1.01e-4 seen on one machine, under 1e-4 on another); a batching error
+        # (a shifted position, a padded token counted) moves a ratio by orders of magnitude more.
+        assert max(abs(a - b) for a, b in zip(values, reference, strict=True)) < 5e-4
         assert all(token.flagged == (token.csr >= 0.2) for token in outcome.report.tokens)
         assert all(t.logprob_with_context <= 0 and t.logprob_without_context <= 0 for t in outcome.report.tokens)
 

@@ -74,6 +74,10 @@ def timed(argv: list[str], ok: tuple[int, ...] = (0, 1)) -> tuple[float, float, 
     """Wall seconds, CPU seconds (its own rusage: user + system) and exit status of one process,
     which must exit with one of ``ok`` (``rt4 verify``: 1 is findings)."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    # Bytecode is written and reused, as on an installed machine: with PYTHONDONTWRITEBYTECODE set (as on this
+    # project's sandboxes) every run compiles its imports again, seconds of CPU that vary by more than a
+    # marginal of ~1 ms a call over ~1,000 calls can tell apart.
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)
     started = time.perf_counter()
     process = subprocess.Popen(argv, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(process.pid, 0)
